@@ -1,0 +1,36 @@
+# The two commands: `make demo` and `make test`. Each installs what is missing (Debian packages),
+# configures a Release build with all cores, then runs the demo or the whole test suite.
+BUILD ?= build
+JOBS ?= $(shell nproc)
+CMAKE_FLAGS ?=
+
+.PHONY: all deps configure build demo test bench format tidy clean
+
+all: build
+
+deps:
+	@tools/install-deps.sh
+
+configure: deps
+	@cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release $(CMAKE_FLAGS) >/dev/null
+
+build: configure
+	@cmake --build $(BUILD) -j $(JOBS)
+
+demo: build
+	@$(BUILD)/tools/loom demo
+
+test: build
+	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+
+bench: build
+	@$(BUILD)/bench/bench_estimate
+
+format:
+	@git ls-files '*.cpp' '*.hpp' | xargs clang-format -i
+
+tidy: configure
+	@git ls-files 'profiles/*.cpp' 'costmodel/*.cpp' 'planner/*.cpp' 'tools/*.cpp' | xargs clang-tidy -p $(BUILD) --quiet
+
+clean:
+	@rm -rf $(BUILD)

@@ -1,0 +1,49 @@
+// Communication: alpha-beta times of collectives, and the links a group of ranks runs over.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <tuple>
+#include <vector>
+
+#include "profiles/topology.hpp"
+
+namespace loom::costmodel {
+
+enum class Collective { kAllReduce, kReduceScatter, kAllGather, kP2p };
+
+// Ring algorithms (Thakur et al. 2005; Patarasuk and Yuan 2009) over `ranks` ranks whose hops
+// each get `link` (bandwidth per direction, latency per hop); `bytes` is the whole buffer:
+//   allreduce:        2 (n-1) alpha + 2 (n-1)/n * bytes / bw
+//   reduce-scatter,
+//   all-gather:         (n-1) alpha +   (n-1)/n * bytes / bw
+//   p2p:                      alpha +             bytes / bw
+// One rank (or zero bytes) costs nothing.
+double collective_time_s(Collective collective, double bytes, int ranks,
+                         const profiles::PathMetrics& link);
+
+// The link every group of a given shape gets when all groups of that shape communicate at once:
+// ranks are numbered Megatron-style (tp fastest, then dp, then pp) and rank r runs on device
+// `device_of_rank[r]`; a group of `size` ranks with `stride` holds ranks base + i * stride.
+// Results are cached per shape; safe to call from several threads.
+class GroupLinks {
+ public:
+  GroupLinks(std::shared_ptr<const profiles::Topology> topology, std::vector<int> device_of_rank);
+
+  // The link of every group of `size` ranks with `stride` among the first `world` ranks.
+  profiles::PathMetrics group(int world, int size, int stride) const;
+  const profiles::Topology& topology() const { return *topology_; }
+
+ private:
+  std::shared_ptr<const profiles::Topology> topology_;
+  std::vector<int> device_of_rank_;
+  mutable std::unique_ptr<std::mutex> mutex_;
+  mutable std::map<std::tuple<int, int, int>, profiles::PathMetrics> cache_;
+};
+
+// The groups of ranks of one shape over `world` ranks, each in rank order.
+std::vector<std::vector<int>> rank_groups(int world, int size, int stride);
+
+}  // namespace loom::costmodel

@@ -1,0 +1,297 @@
+#include "costmodel/estimate.hpp"
+
+#include <algorithm>
+#include <nlohmann/json.hpp>
+#include <numeric>
+#include <stdexcept>
+
+#include "costmodel/layers.hpp"
+#include "costmodel/memory.hpp"
+#include "costmodel/pipeline.hpp"
+#include "profiles/topology.hpp"
+
+namespace loom::costmodel {
+
+using profiles::Family;
+
+nlohmann::json cost_options_to_json(const CostOptions& o) {
+  return {{"gpu_matrix_efficiency", o.efficiency.gpu_matrix},
+          {"gpu_memory_efficiency", o.efficiency.gpu_memory},
+          {"cpu_matrix_efficiency", o.efficiency.cpu_matrix},
+          {"cpu_memory_efficiency", o.efficiency.cpu_memory},
+          {"gpu_kernel_launch_s", o.efficiency.gpu_kernel_launch_s},
+          {"dp_bucket_bytes", o.dp_bucket_bytes},
+          {"attention_scores", o.attention_scores}};
+}
+
+nlohmann::json prediction_to_json(const Prediction& p) {
+  auto bytes = [](double v) { return static_cast<std::int64_t>(v + 0.5); };
+  nlohmann::json stages = nlohmann::json::array();
+  for (const MemoryBreakdown& m : p.memory_by_stage) {
+    stages.push_back({{"parameters", bytes(m.parameters)},
+                      {"gradients", bytes(m.gradients)},
+                      {"optimizer", bytes(m.optimizer)},
+                      {"activations", bytes(m.activations)},
+                      {"buffers", bytes(m.buffers)},
+                      {"total", bytes(m.total())}});
+  }
+  return {{"step_time_s", p.step_time_s},
+          {"samples_per_s", p.samples_per_s},
+          {"tokens_per_s", p.tokens_per_s},
+          {"model_tflops_per_gpu", p.model_tflops_per_gpu},
+          {"hardware_tflops_per_gpu", p.hardware_tflops_per_gpu},
+          {"mfu", p.mfu},
+          {"peak_memory_bytes", bytes(p.peak_memory_bytes)},
+          {"memory_bytes_by_stage", stages},
+          {"bubble_fraction", p.bubble_fraction},
+          {"exposed_communication_s",
+           {{"dp", p.exposed_communication_s.dp},
+            {"tp", p.exposed_communication_s.tp},
+            {"pp", p.exposed_communication_s.pp},
+            {"zero", p.exposed_communication_s.zero}}},
+          {"optimizer_s", p.optimizer_s},
+          {"source", p.source}};
+}
+
+namespace {
+
+std::vector<int> identity_mapping(const profiles::Cluster& cluster) {
+  std::vector<int> out(static_cast<std::size_t>(cluster.device_count()));
+  std::iota(out.begin(), out.end(), 0);
+  return out;
+}
+
+// What one pipeline chunk holds: how many transformer layers, and the embedding or head.
+struct Chunk {
+  int layers = 0;
+  bool embedding = false;
+  bool head = false;
+};
+
+Chunk chunk_of(const StageRange& r, int sequence_length) {
+  Chunk c;
+  c.embedding = r.first_layer == 0;
+  c.head = r.last_layer == sequence_length - 1;
+  int first = std::max(r.first_layer, 1);
+  int last = std::min(r.last_layer, sequence_length - 2);
+  c.layers = std::max(0, last - first + 1);
+  return c;
+}
+
+}  // namespace
+
+CostModel::CostModel(profiles::ModelSpec model, profiles::Cluster cluster, CostOptions options)
+    : CostModel(model, cluster, options, identity_mapping(cluster)) {}
+
+CostModel::CostModel(profiles::ModelSpec model, profiles::Cluster cluster, CostOptions options,
+                     std::vector<int> device_of_rank)
+    : model_(std::move(model)),
+      cluster_(std::move(cluster)),
+      options_(options),
+      links_(std::make_shared<const profiles::Topology>(cluster_), std::move(device_of_rank)) {}
+
+Prediction CostModel::estimate(const Job& job, const Strategy& s,
+                               const std::vector<StageRange>& stages) const {
+  if (auto why = check_strategy(model_, cluster_.device_count(), job, s)) {
+    throw std::invalid_argument(*why);
+  }
+  if (auto why = check_partition(model_, s, stages)) throw std::invalid_argument(*why);
+
+  const profiles::ModelSpec& m = model_;
+  const int world = s.world_size();
+  const int e = element_bytes(job.precision);
+  const double b = static_cast<double>(s.micro_batch);
+  const double seq = static_cast<double>(job.seq_len);
+  const double h = static_cast<double>(m.hidden);
+  const double v = static_cast<double>(m.vocab);
+  const double mb = static_cast<double>(s.num_micro_batches);
+  const double sp_split = s.sequence_parallel ? s.tp : 1;
+
+  const DeviceRates rates = device_rates(cluster_.device, job.precision, options_.efficiency);
+  const LayerShape shape{s.micro_batch, job.seq_len, s.tp, e, s.recompute};
+  const LayerTime layer = transformer_layer_time(m, shape, rates);
+  const LayerTime embed = embedding_time(m, shape, rates);
+  const LayerTime head = head_time(m, shape, rates);
+  const ParameterCounts params = count_parameters(m);
+
+  // Tensor parallelism: two collectives over the layer's activations forward (after attention and
+  // after the MLP) and two backward (Megatron's f and g), plus two more when full recomputation
+  // replays the forward pass. With sequence parallelism each all-reduce becomes a reduce-scatter
+  // and an all-gather of the same total size, which costs the same in the alpha-beta model.
+  const double act_bytes = b * seq * h * e;
+  double tp_ar = 0;
+  double tp_head_fwd = 0;
+  double tp_head_bwd = 0;
+  if (s.tp > 1) {
+    profiles::PathMetrics tp_link = links_.group(world, s.tp, 1);
+    tp_ar = collective_time_s(Collective::kAllReduce, act_bytes, s.tp, tp_link);
+    if (!m.num_labels) {
+      // Vocab-parallel cross-entropy: max, sum-exp and target-logit reductions over b*s floats.
+      tp_head_fwd = 3 * collective_time_s(Collective::kAllReduce, b * seq * 4, s.tp, tp_link);
+      tp_head_bwd = tp_ar;
+    }
+  }
+  const double tp_layer_fwd = 2 * tp_ar;
+  const double tp_layer_bwd = (s.recompute == Recompute::kFull ? 4 : 2) * tp_ar;
+  double p2p = 0;
+  if (s.pp > 1) {
+    profiles::PathMetrics pp_link = links_.group(world, s.pp, s.tp * s.dp);
+    p2p = collective_time_s(Collective::kP2p, act_bytes / sp_split, 2, pp_link);
+  }
+
+  // Per-micro-batch activations kept for backward.
+  ActivationShape ashape{job.seq_len, s.micro_batch, m.hidden, m.heads, m.ffn_hidden, e};
+  const double layer_act = transformer_layer_activation_bytes(ashape, s.tp, s.sequence_parallel,
+                                                              s.recompute, options_.attention_scores);
+  const double sbh = b * seq * h;
+  const double embed_act =
+      (m.family == Family::kEncoder ? (e + 1) * sbh : sbh) / sp_split;  // LayerNorm in, mask
+  double head_act = 3 * e * b * h;
+  if (!m.num_labels) {
+    head_act = (m.family == Family::kEncoder ? 3 : 1) * e * sbh / sp_split +
+               (e + 4) * b * seq * v / s.tp;  // logits and their fp32 softmax
+  }
+  // Working set while one layer is recomputed in the backward pass.
+  double recompute_buffer = 0;
+  if (s.recompute != Recompute::kNone) {
+    double full = transformer_layer_activation_bytes(ashape, s.tp, s.sequence_parallel,
+                                                     Recompute::kNone, options_.attention_scores);
+    recompute_buffer = full - layer_act;
+  }
+
+  const int sequence_length = layer_sequence_length(m);
+  const int chunks = s.pp * s.virtual_stages;
+  std::vector<StageTime> compute(s.pp), with_tp(s.pp), with_pp(s.pp);
+  std::vector<double> params_rank(s.pp, 0), act_rank(s.pp, 0), layers_rank(s.pp, 0);
+  std::vector<double> largest_chunk_params(s.pp, 0);
+  for (int c = 0; c < chunks; ++c) {
+    const Chunk k = chunk_of(stages[static_cast<std::size_t>(c)], sequence_length);
+    const int r = c % s.pp;
+    double f = k.layers * layer.forward_s;
+    double bw = k.layers * (layer.backward_s + layer.recompute_s);
+    double tf = k.layers * tp_layer_fwd;
+    double tb = k.layers * tp_layer_bwd;
+    double p = k.layers * static_cast<double>(params.transformer_layer.per_rank(s.tp));
+    double a = k.layers * layer_act;
+    if (k.embedding) {
+      f += embed.forward_s;
+      bw += embed.backward_s;
+      tf += tp_ar;  // vocab-parallel embedding: all-reduce of its output
+      p += static_cast<double>(params.embedding.per_rank(s.tp));
+      a += embed_act;
+    }
+    if (k.head) {
+      f += head.forward_s;
+      bw += head.backward_s;
+      tf += tp_head_fwd;
+      tb += tp_head_bwd;
+      p += static_cast<double>(params.head.per_rank(s.tp));
+      // A tied LM head on another stage than the embedding keeps its own copy of the word table.
+      if (!m.num_labels && m.tied_embeddings && r != 0) p += v * h / s.tp;
+      a += head_act;
+    }
+    compute[r].forward_s += f;
+    compute[r].backward_s += bw;
+    with_tp[r].forward_s += f + tf;
+    with_tp[r].backward_s += bw + tb;
+    with_pp[r].forward_s += f + tf + (s.pp > 1 ? p2p : 0);
+    with_pp[r].backward_s += bw + tb + (s.pp > 1 ? p2p : 0);
+    params_rank[r] += p;
+    act_rank[r] += a;
+    layers_rank[r] += k.layers;
+    largest_chunk_params[r] = std::max(largest_chunk_params[r], p);
+  }
+  const double pipe_compute = pipeline_time_s(compute, s.num_micro_batches, s.schedule,
+                                              s.virtual_stages);
+  const double pipe_tp = pipeline_time_s(with_tp, s.num_micro_batches, s.schedule,
+                                         s.virtual_stages);
+  const double pipe_all = pipeline_time_s(with_pp, s.num_micro_batches, s.schedule,
+                                          s.virtual_stages);
+
+  Prediction out;
+  out.bubble_fraction = bubble_fraction(compute, s.num_micro_batches, s.schedule,
+                                        s.virtual_stages);
+  out.exposed_communication_s.tp = pipe_tp - pipe_compute;
+  out.exposed_communication_s.pp = pipe_all - pipe_tp;
+
+  // Data parallelism and ZeRO, per pipeline rank; the slowest rank sets the step's tail.
+  const bool mixed = e == 2;
+  const double state_bytes = mixed ? 2 : 4;  // parameter and gradient element width
+  profiles::PathMetrics dp_link{};
+  if (s.dp > 1) dp_link = links_.group(world, s.dp, s.tp);
+  auto dp_time = [&](Collective c, double bytes) {
+    return collective_time_s(c, bytes, s.dp, dp_link);
+  };
+  double tail = 0;
+  out.memory_by_stage.resize(static_cast<std::size_t>(s.pp));
+  for (int r = 0; r < s.pp; ++r) {
+    const ModelStateBytes states = model_state_bytes(params_rank[r], s.dp, s.zero, job.precision);
+    MemoryBreakdown& mem = out.memory_by_stage[static_cast<std::size_t>(r)];
+    mem.parameters = states.parameters;
+    mem.gradients = states.gradients;
+    mem.optimizer = states.optimizer;
+    mem.activations = act_rank[r] * activation_micro_batches_in_flight(
+                                        s.schedule, s.pp, r, s.num_micro_batches,
+                                        s.virtual_stages);
+    mem.buffers = layers_rank[r] > 0 ? recompute_buffer : 0;
+
+    double dp_exposed = 0;
+    double zero_exposed = 0;
+    const double grads = params_rank[r] * state_bytes;
+    const double window_b = with_tp[r].backward_s;  // the last micro-batch's backward
+    const double window_f = with_tp[r].forward_s;
+    if (s.dp > 1) {
+      const double bucket = std::min(options_.dp_bucket_bytes, grads);
+      if (s.zero <= 1) {
+        // One reduction per step, bucketed during the last micro-batch's backward pass
+        // (ZeRO-1 reduce-scatters, which moves half the bytes of an all-reduce).
+        Collective c = s.zero == 0 ? Collective::kAllReduce : Collective::kReduceScatter;
+        dp_exposed = std::max(dp_time(c, grads) - window_b, dp_time(c, bucket));
+        mem.buffers += 2 * bucket;
+      } else if (s.zero == 2) {
+        // Gradients are reduce-scattered every micro-batch (they cannot accumulate unsharded).
+        double rs = dp_time(Collective::kReduceScatter, grads);
+        dp_exposed = (mb - 1) * std::max(0.0, rs - window_b) +
+                     std::max(rs - window_b, dp_time(Collective::kReduceScatter, bucket));
+        mem.buffers += 2 * bucket;
+      } else {
+        // ZeRO-3: every micro-batch gathers the parameters forward and backward and
+        // reduce-scatters gradients, prefetching one layer ahead; the first gather is exposed.
+        double ag = dp_time(Collective::kAllGather, grads);
+        double rs = dp_time(Collective::kReduceScatter, grads);
+        double first = layers_rank[r] > 0 ? ag / (layers_rank[r] + 1) : ag;
+        zero_exposed = mb * (std::max(0.0, ag - window_f) + first + std::max(0.0, ag - window_b));
+        dp_exposed = mb * std::max(0.0, rs - std::max(0.0, window_b - ag));
+        // The gathered chunk being used and the one being prefetched.
+        double per_layer = layers_rank[r] > 0 ? largest_chunk_params[r] / layers_rank[r]
+                                              : largest_chunk_params[r];
+        mem.buffers += 2 * per_layer * state_bytes;
+      }
+      if (s.zero == 1 || s.zero == 2) {
+        // Updated parameter shards are all-gathered after the optimizer step.
+        zero_exposed = dp_time(Collective::kAllGather, grads);
+      }
+    }
+    // AdamW reads and writes the fp32 master weights, both moments, the gradient and the
+    // low-precision weights: about 28 bytes per parameter of this rank's optimizer shard.
+    double shard = params_rank[r] / (s.zero >= 1 ? s.dp : 1);
+    double optimizer_s = shard * 28 / rates.memory_bytes_per_s;
+    out.optimizer_s = std::max(out.optimizer_s, optimizer_s);
+    out.exposed_communication_s.dp = std::max(out.exposed_communication_s.dp, dp_exposed);
+    out.exposed_communication_s.zero = std::max(out.exposed_communication_s.zero, zero_exposed);
+    tail = std::max(tail, dp_exposed + zero_exposed + optimizer_s);
+    out.peak_memory_bytes = std::max(out.peak_memory_bytes, mem.total());
+  }
+
+  out.step_time_s = pipe_all + tail;
+  out.samples_per_s = static_cast<double>(job.global_batch) / out.step_time_s;
+  out.tokens_per_s = out.samples_per_s * seq;
+  const double per_gpu = out.step_time_s * world * 1e12;
+  out.model_tflops_per_gpu = model_flops_per_step(m, job.global_batch, job.seq_len) / per_gpu;
+  out.hardware_tflops_per_gpu =
+      hardware_flops_per_step(m, job.global_batch, job.seq_len, s.recompute) / per_gpu;
+  out.mfu = out.model_tflops_per_gpu / cluster_.device.peak_tflops.of(job.precision);
+  return out;
+}
+
+}  // namespace loom::costmodel

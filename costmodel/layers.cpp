@@ -1,0 +1,124 @@
+#include "costmodel/layers.hpp"
+
+namespace loom::costmodel {
+
+using profiles::Family;
+using profiles::ModelSpec;
+
+int element_bytes(Precision precision) {
+  return precision == Precision::kBf16 || precision == Precision::kFp16 ? 2 : 4;
+}
+
+ParameterCounts count_parameters(const ModelSpec& m) {
+  const std::int64_t h = m.hidden;
+  const std::int64_t f = m.ffn_hidden;
+  const std::int64_t v = m.vocab;
+  const bool encoder = m.family == Family::kEncoder;
+  ParameterCounts c;
+  // Embedding: the word table is split over tp by vocabulary (Megatron's VocabParallelEmbedding);
+  // positions, token types and the encoder's LayerNorm are replicated.
+  c.embedding.sharded = v * h;
+  c.embedding.replicated = m.max_positions * h + m.type_vocab * h + (encoder ? 2 * h : 0);
+  // Transformer layer: QKV (column-parallel, weight and bias), attention output (row-parallel:
+  // weight split, bias replicated), two LayerNorms, MLP up (column) and down (row).
+  c.transformer_layer.sharded = 3 * h * h + 3 * h + h * h + h * f + f + f * h;
+  c.transformer_layer.replicated = h + 2 * 2 * h + h;
+  const std::int64_t pooler = h * h + h;
+  const std::int64_t final_norm = 2 * h;
+  if (encoder) {
+    if (m.num_labels) {
+      // BERT: pooler + classifier; RoBERTa: dense + out_proj; the same count.
+      c.head.replicated = pooler + h * *m.num_labels + *m.num_labels;
+    } else {
+      // Masked-LM head: transform (dense + LayerNorm), decoder bias, decoder weight when untied.
+      c.head.replicated = h * h + h + 2 * h;
+      c.head.sharded = v + (m.tied_embeddings ? 0 : v * h);
+    }
+  } else {
+    c.head.replicated = final_norm;
+    if (m.num_labels) {
+      c.head.replicated += h * *m.num_labels;  // GPT2ForSequenceClassification's score, no bias
+    } else if (!m.tied_embeddings) {
+      c.head.sharded = v * h;
+    }
+  }
+  c.total = c.embedding.total() + m.layers * c.transformer_layer.total() + c.head.total();
+  c.base_model = c.embedding.total() + m.layers * c.transformer_layer.total() +
+                 (encoder ? pooler : final_norm);
+  return c;
+}
+
+double transformer_layer_forward_flops(const ModelSpec& m, std::int64_t batch,
+                                       std::int64_t seq_len) {
+  const double b = static_cast<double>(batch);
+  const double s = static_cast<double>(seq_len);
+  const double h = static_cast<double>(m.hidden);
+  const double f = static_cast<double>(m.ffn_hidden);
+  // QKV 3h^2, attention output h^2, MLP 2hf per token; QK^T and attention over values s*h each.
+  return 2 * b * s * (4 * h * h + 2 * h * f) + 4 * b * s * s * h;
+}
+
+double head_forward_flops(const ModelSpec& m, std::int64_t batch, std::int64_t seq_len) {
+  const double b = static_cast<double>(batch);
+  const double s = static_cast<double>(seq_len);
+  const double h = static_cast<double>(m.hidden);
+  const double v = static_cast<double>(m.vocab);
+  if (m.num_labels) {
+    const double labels = static_cast<double>(*m.num_labels);
+    // One token per sample: the encoder's [CLS] through pooler and classifier, the decoder's last.
+    if (m.family == Family::kEncoder) return 2 * b * (h * h + h * labels);
+    return 2 * b * h * labels;
+  }
+  double logits = 2 * b * s * h * v;
+  if (m.family == Family::kEncoder) logits += 2 * b * s * h * h;  // MLM transform
+  return logits;
+}
+
+double model_flops_per_step(const ModelSpec& m, std::int64_t batch, std::int64_t seq_len) {
+  return 3 * (static_cast<double>(m.layers) * transformer_layer_forward_flops(m, batch, seq_len) +
+              head_forward_flops(m, batch, seq_len));
+}
+
+double hardware_flops_per_step(const ModelSpec& m, std::int64_t batch, std::int64_t seq_len,
+                               Recompute recompute) {
+  double flops = model_flops_per_step(m, batch, seq_len);
+  const double l = static_cast<double>(m.layers);
+  if (recompute == Recompute::kFull) {
+    flops += l * transformer_layer_forward_flops(m, batch, seq_len);
+  } else if (recompute == Recompute::kSelective) {
+    const double s = static_cast<double>(seq_len);
+    flops += l * 4 * static_cast<double>(batch) * s * s * static_cast<double>(m.hidden);
+  }
+  return flops;
+}
+
+double transformer_layer_activation_bytes(const ActivationShape& x, int tp,
+                                          bool sequence_parallel, Recompute recompute,
+                                          bool attention_scores) {
+  const double s = static_cast<double>(x.seq_len);
+  const double b = static_cast<double>(x.micro_batch);
+  const double h = static_cast<double>(x.hidden);
+  const double a = static_cast<double>(x.heads);
+  const double f = static_cast<double>(x.ffn_hidden);
+  const double e = x.element_bytes;
+  const double t = tp;
+  const double sbh = s * b * h;
+  // Tensors outside the tensor-parallel regions are replicated on every tp rank unless sequence
+  // parallelism splits them along the sequence.
+  const double outside = sequence_parallel ? 1 / t : 1;
+  if (recompute == Recompute::kFull) return e * sbh * outside;  // only the layer's input
+  // Attention block (Korthikanti et al. section 4.1): QKV input (e sbh), Q and K (2e sbh), V
+  // (e sbh), output-projection input (e sbh), output dropout mask (sbh); and the a s^2 b terms:
+  // softmax output (e), its dropout mask (1), dropout output (e).
+  double attention = e * sbh * outside + (2 * e + e + e) * sbh / t + sbh * outside;
+  double scores = (2 * e + 1) * a * s * s * b / t;
+  // MLP: input (e sbh), the two ffn-wide tensors around GeLU (2e sbf), dropout mask (sbh).
+  double mlp = e * sbh * outside + 2 * e * s * b * f / t + sbh * outside;
+  // Two LayerNorm inputs.
+  double norms = 2 * e * sbh * outside;
+  double total = attention + mlp + norms;
+  if (recompute == Recompute::kNone && attention_scores) total += scores;
+  return total;
+}
+
+}  // namespace loom::costmodel

@@ -1,0 +1,74 @@
+// The model as a sequence of layers: parameter counts, FLOPs and activation bytes per layer.
+//
+// Conventions (spec/formats.md): model FLOPs count matrix products only (2 FLOPs per
+// multiply-add), forward plus backward = 3x forward, so a GPT-style model gives Korthikanti et
+// al.'s 72 B s l h^2 (1 + s/(6h) + V/(12 l h)). Activation bytes follow Korthikanti et al. 2022
+// ("Reducing Activation Recomputation in Large Transformer Models"), section 4 and Table 2,
+// generalised to ffn != 4h and to the element width of the precision.
+#pragma once
+
+#include <cstdint>
+
+#include "costmodel/strategy.hpp"
+
+namespace loom::costmodel {
+
+// Parameters split over tensor-parallel ranks and parameters every tensor-parallel rank holds.
+struct LayerParameters {
+  std::int64_t sharded = 0;
+  std::int64_t replicated = 0;
+  std::int64_t total() const { return sharded + replicated; }
+  // Parameters one tensor-parallel rank holds (sharded parts divide exactly: tp divides them).
+  std::int64_t per_rank(int tp) const { return sharded / tp + replicated; }
+};
+
+struct ParameterCounts {
+  LayerParameters embedding;          // word (vocab-parallel), position, token type, LayerNorm
+  LayerParameters transformer_layer;  // one transformer layer
+  LayerParameters head;               // pooler + classifier, LM head, or final LayerNorm + LM head
+  std::int64_t total = 0;             // embedding + layers * transformer_layer + head
+  // What Hugging Face's base model (BertModel, RobertaModel, GPT2Model) holds: embeddings,
+  // layers, and the pooler (encoders) or the final LayerNorm (decoders).
+  std::int64_t base_model = 0;
+};
+
+ParameterCounts count_parameters(const profiles::ModelSpec& model);
+
+// Forward matrix-product FLOPs of one micro-batch of `batch` samples (whole layer, before tp).
+double transformer_layer_forward_flops(const profiles::ModelSpec& model, std::int64_t batch,
+                                       std::int64_t seq_len);
+double head_forward_flops(const profiles::ModelSpec& model, std::int64_t batch,
+                          std::int64_t seq_len);
+
+// Model FLOPs of one training step over `batch` samples (forward + backward, no recomputation).
+double model_flops_per_step(const profiles::ModelSpec& model, std::int64_t batch,
+                            std::int64_t seq_len);
+// Hardware FLOPs: model FLOPs plus what recomputation repeats (full: every transformer layer's
+// forward again, Narayanan et al.'s 96 B s l h^2 (...) for GPT; selective: the attention core).
+double hardware_flops_per_step(const profiles::ModelSpec& model, std::int64_t batch,
+                               std::int64_t seq_len, Recompute recompute);
+
+// Shape of one micro-batch's activations through a transformer layer.
+struct ActivationShape {
+  std::int64_t seq_len = 0;      // s
+  std::int64_t micro_batch = 0;  // b
+  std::int64_t hidden = 0;       // h
+  std::int64_t heads = 0;        // a
+  std::int64_t ffn_hidden = 0;   // f
+  int element_bytes = 2;         // 2 for fp16/bf16 activations, 4 for fp32
+};
+
+// Bytes one transformer layer keeps for its backward pass, per tensor-parallel rank.
+// With element_bytes = 2 and f = 4h this is Korthikanti et al.'s Table 2:
+//   none:      sbh (10 + 24/t + 5as/(ht))     (t = 1: sbh (34 + 5as/h))
+//   + sp:      sbh/t (34 + 5as/h)
+//   selective: sbh (10 + 24/t), with sp sbh/t * 34
+//   full:      2sbh, with sp 2sbh/t
+// `attention_scores` false drops the s^2 terms (fused/flash attention keeps no score matrix).
+double transformer_layer_activation_bytes(const ActivationShape& shape, int tp,
+                                          bool sequence_parallel, Recompute recompute,
+                                          bool attention_scores = true);
+
+int element_bytes(Precision precision);
+
+}  // namespace loom::costmodel

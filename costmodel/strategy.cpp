@@ -1,0 +1,198 @@
+#include "costmodel/strategy.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include "profiles/errors.hpp"
+#include "profiles/json_reader.hpp"
+
+namespace loom::costmodel {
+
+const char* to_string(Schedule schedule) {
+  switch (schedule) {
+    case Schedule::kGpipe:
+      return "gpipe";
+    case Schedule::k1F1B:
+      return "1f1b";
+    case Schedule::kInterleaved:
+      return "interleaved";
+  }
+  return "1f1b";
+}
+
+const char* to_string(Recompute recompute) {
+  switch (recompute) {
+    case Recompute::kNone:
+      return "none";
+    case Recompute::kSelective:
+      return "selective";
+    case Recompute::kFull:
+      return "full";
+  }
+  return "none";
+}
+
+std::optional<Schedule> parse_schedule(const std::string& text) {
+  if (text == "gpipe") return Schedule::kGpipe;
+  if (text == "1f1b") return Schedule::k1F1B;
+  if (text == "interleaved") return Schedule::kInterleaved;
+  return std::nullopt;
+}
+
+std::optional<Recompute> parse_recompute(const std::string& text) {
+  if (text == "none") return Recompute::kNone;
+  if (text == "selective") return Recompute::kSelective;
+  if (text == "full") return Recompute::kFull;
+  return std::nullopt;
+}
+
+int layer_sequence_length(const profiles::ModelSpec& model) {
+  return static_cast<int>(model.layers) + 2;
+}
+
+std::vector<StageRange> even_partition(const profiles::ModelSpec& model, int chunks) {
+  std::vector<StageRange> out;
+  int layers = static_cast<int>(model.layers);
+  int next = 1;  // first transformer layer in the sequence
+  for (int c = 0; c < chunks; ++c) {
+    int count = layers / chunks + (c < layers % chunks ? 1 : 0);
+    StageRange r{next, next + count - 1};
+    if (c == 0) r.first_layer = 0;
+    next += count;
+    if (c == chunks - 1) r.last_layer = layers + 1;
+    out.push_back(r);
+  }
+  return out;
+}
+
+namespace {
+std::string num(std::int64_t v) { return std::to_string(v); }
+}  // namespace
+
+std::optional<std::string> check_strategy(const profiles::ModelSpec& model, std::int64_t devices,
+                                          const Job& job, const Strategy& s) {
+  if (s.dp < 1 || s.tp < 1 || s.pp < 1) return "dp, tp and pp must be >= 1";
+  if (s.zero < 0 || s.zero > 3) return "zero must be 0, 1, 2 or 3 (found " + num(s.zero) + ")";
+  if (s.micro_batch < 1) return "micro-batch must be >= 1";
+  if (s.num_micro_batches < 1) return "the number of micro-batches must be >= 1";
+  if (s.world_size() > devices) {
+    return "dp*tp*pp = " + num(s.dp) + "*" + num(s.tp) + "*" + num(s.pp) + " = " +
+           num(s.world_size()) + " ranks, but the cluster has " + num(devices) + " devices";
+  }
+  if (model.heads % s.tp != 0) {
+    return "tp=" + num(s.tp) + " does not divide the " + num(model.heads) + " attention heads";
+  }
+  if (model.ffn_hidden % s.tp != 0) {
+    return "tp=" + num(s.tp) + " does not divide ffn_hidden=" + num(model.ffn_hidden);
+  }
+  if (model.vocab % s.tp != 0) {
+    return "tp=" + num(s.tp) + " does not divide the vocabulary of " + num(model.vocab) +
+           " (vocab-parallel embedding)";
+  }
+  if (s.sequence_parallel && job.seq_len % s.tp != 0) {
+    return "sequence parallelism needs tp=" + num(s.tp) + " to divide seq_len=" + num(job.seq_len);
+  }
+  if (s.schedule != Schedule::kInterleaved && s.virtual_stages != 1) {
+    return "virtual stages > 1 need the interleaved schedule";
+  }
+  if (s.schedule == Schedule::kInterleaved) {
+    if (s.virtual_stages < 2) return "the interleaved schedule needs virtual stages >= 2";
+    if (s.pp < 2) return "the interleaved schedule needs pp >= 2";
+    if (s.num_micro_batches % s.pp != 0) {
+      return "the interleaved schedule needs the " + num(s.num_micro_batches) +
+             " micro-batches to be a multiple of pp=" + num(s.pp);
+    }
+  }
+  std::int64_t chunks = static_cast<std::int64_t>(s.pp) * s.virtual_stages;
+  if (chunks > model.layers) {
+    return "pp*v = " + num(chunks) + " pipeline chunks but only " + num(model.layers) +
+           " transformer layers";
+  }
+  if (s.dp * s.micro_batch * s.num_micro_batches != job.global_batch) {
+    return "dp*micro_batch*micro_batches = " + num(s.dp) + "*" + num(s.micro_batch) + "*" +
+           num(s.num_micro_batches) + " = " + num(s.dp * s.micro_batch * s.num_micro_batches) +
+           " is not the global batch " + num(job.global_batch);
+  }
+  if (job.seq_len > model.max_positions) {
+    return "seq_len=" + num(job.seq_len) + " exceeds the model's max_positions=" +
+           num(model.max_positions);
+  }
+  return std::nullopt;
+}
+
+std::optional<std::string> check_partition(const profiles::ModelSpec& model, const Strategy& s,
+                                           const std::vector<StageRange>& stages) {
+  std::size_t chunks = static_cast<std::size_t>(s.pp) * s.virtual_stages;
+  if (stages.size() != chunks) {
+    return "expected " + num(static_cast<std::int64_t>(chunks)) + " stages (pp*v), found " +
+           num(static_cast<std::int64_t>(stages.size()));
+  }
+  int next = 0;
+  for (std::size_t i = 0; i < stages.size(); ++i) {
+    if (stages[i].first_layer != next || stages[i].last_layer < stages[i].first_layer) {
+      return "stage " + num(static_cast<std::int64_t>(i)) + " must start at layer " + num(next) +
+             " and end at or after it (found " + num(stages[i].first_layer) + ".." +
+             num(stages[i].last_layer) + ")";
+    }
+    next = stages[i].last_layer + 1;
+  }
+  if (next != layer_sequence_length(model)) {
+    return "stages must cover layers 0.." + num(layer_sequence_length(model) - 1) +
+           " (embedding, " + num(model.layers) + " transformer layers, head); they end at " +
+           num(next - 1);
+  }
+  return std::nullopt;
+}
+
+nlohmann::json strategy_to_json(const Strategy& s) {
+  return {{"dp", s.dp},
+          {"tp", s.tp},
+          {"pp", s.pp},
+          {"zero", s.zero},
+          {"micro_batch", s.micro_batch},
+          {"num_micro_batches", s.num_micro_batches},
+          {"schedule", to_string(s.schedule)},
+          {"virtual_stages", s.virtual_stages},
+          {"recompute", to_string(s.recompute)},
+          {"sequence_parallel", s.sequence_parallel}};
+}
+
+Strategy strategy_from_json(const nlohmann::json& value, const std::string& source,
+                            const std::string& path) {
+  profiles::ObjectReader r(value, source, path);
+  Strategy s;
+  s.dp = static_cast<int>(r.integer("dp", 1));
+  s.tp = static_cast<int>(r.integer("tp", 1));
+  s.pp = static_cast<int>(r.integer("pp", 1));
+  s.zero = static_cast<int>(r.integer("zero", 0));
+  if (s.zero > 3) r.fail("zero", "expected 0, 1, 2 or 3");
+  s.micro_batch = r.integer("micro_batch", 1);
+  s.num_micro_batches = r.integer("num_micro_batches", 1);
+  s.schedule = *parse_schedule(r.choice("schedule", {"gpipe", "1f1b", "interleaved"}));
+  s.virtual_stages = static_cast<int>(r.optional_integer("virtual_stages", 1).value_or(1));
+  s.recompute = *parse_recompute(r.choice("recompute", {"none", "selective", "full"}));
+  s.sequence_parallel = r.optional_boolean("sequence_parallel").value_or(false);
+  r.finish();
+  return s;
+}
+
+nlohmann::json job_to_json(const Job& j) {
+  return {{"global_batch", j.global_batch},
+          {"seq_len", j.seq_len},
+          {"precision", profiles::to_string(j.precision)},
+          {"optimizer", j.optimizer}};
+}
+
+Job job_from_json(const nlohmann::json& value, const std::string& source,
+                  const std::string& path) {
+  profiles::ObjectReader r(value, source, path);
+  Job j;
+  j.global_batch = r.integer("global_batch", 1);
+  j.seq_len = r.integer("seq_len", 1);
+  j.precision = *profiles::parse_precision(r.choice("precision", {"fp32", "tf32", "fp16", "bf16"}));
+  j.optimizer = r.optional_string("optimizer").value_or("adamw");
+  if (j.optimizer != "adamw") r.fail("optimizer", "expected \"adamw\" (the only optimizer so far)");
+  r.finish();
+  return j;
+}
+
+}  // namespace loom::costmodel

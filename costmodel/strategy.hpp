@@ -1,0 +1,84 @@
+// Strategy and Job: how one training step is parallelised, and what the step trains.
+//
+// Plain values with JSON forms (the "strategy" and "job" objects of loom-plan/1, spec/formats.md).
+// The layer sequence a plan partitions is [embedding, transformer layer 0 .. L-1, head]: L + 2
+// entries, so `StageRange` indices run from 0 (embedding) to L + 1 (head), inclusive.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json_fwd.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "profiles/cluster.hpp"
+#include "profiles/model_spec.hpp"
+
+namespace loom::costmodel {
+
+using profiles::Precision;
+
+enum class Schedule { kGpipe, k1F1B, kInterleaved };
+enum class Recompute { kNone, kSelective, kFull };
+
+const char* to_string(Schedule schedule);
+const char* to_string(Recompute recompute);
+std::optional<Schedule> parse_schedule(const std::string& text);
+std::optional<Recompute> parse_recompute(const std::string& text);
+
+struct Job {
+  std::int64_t global_batch = 1;  // samples per optimizer step
+  std::int64_t seq_len = 128;
+  Precision precision = Precision::kBf16;
+  std::string optimizer = "adamw";
+  bool operator==(const Job&) const = default;
+};
+
+struct Strategy {
+  int dp = 1;
+  int tp = 1;
+  int pp = 1;
+  int zero = 0;                         // ZeRO stage 0..3 over the data-parallel group
+  std::int64_t micro_batch = 1;         // samples per micro-batch per data-parallel rank
+  std::int64_t num_micro_batches = 1;   // per step; global_batch = dp * micro_batch * this
+  Schedule schedule = Schedule::k1F1B;
+  int virtual_stages = 1;               // model chunks per pipeline rank (> 1 only interleaved)
+  Recompute recompute = Recompute::kNone;
+  bool sequence_parallel = false;       // Megatron sequence parallelism with tp (an extension)
+
+  int world_size() const { return dp * tp * pp; }
+  bool operator==(const Strategy&) const = default;
+};
+
+// An inclusive range of the layer sequence held by one pipeline stage (model chunk). With the
+// interleaved schedule there are pp * virtual_stages ranges; range c runs on pipeline rank c % pp.
+struct StageRange {
+  int first_layer = 0;
+  int last_layer = 0;
+  bool operator==(const StageRange&) const = default;
+};
+
+// Number of entries in the layer sequence: model.layers + 2.
+int layer_sequence_length(const profiles::ModelSpec& model);
+
+// Megatron's default split: the transformer layers as evenly as possible over pp * v chunks
+// (earlier chunks take the remainder), the embedding on the first chunk, the head on the last.
+std::vector<StageRange> even_partition(const profiles::ModelSpec& model, int chunks);
+
+// Why `strategy` cannot run `job` on `devices` devices for `model`, or nullopt when it can: tp
+// divides heads and ffn, pp * v chunks have at least one transformer layer each, the batch splits,
+// the schedule and virtual stages agree, and so on. Messages name the dimension and the numbers.
+std::optional<std::string> check_strategy(const profiles::ModelSpec& model, std::int64_t devices,
+                                          const Job& job, const Strategy& strategy);
+// The same for a partition: pp * v contiguous ranges covering the whole layer sequence.
+std::optional<std::string> check_partition(const profiles::ModelSpec& model,
+                                           const Strategy& strategy,
+                                           const std::vector<StageRange>& stages);
+
+nlohmann::json strategy_to_json(const Strategy& strategy);
+Strategy strategy_from_json(const nlohmann::json& value, const std::string& source,
+                            const std::string& path);
+nlohmann::json job_to_json(const Job& job);
+Job job_from_json(const nlohmann::json& value, const std::string& source, const std::string& path);
+
+}  // namespace loom::costmodel

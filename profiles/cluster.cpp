@@ -1,0 +1,210 @@
+#include "profiles/cluster.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include "profiles/errors.hpp"
+#include "profiles/json_reader.hpp"
+
+namespace loom::profiles {
+
+const char* to_string(Precision precision) {
+  switch (precision) {
+    case Precision::kFp32:
+      return "fp32";
+    case Precision::kTf32:
+      return "tf32";
+    case Precision::kFp16:
+      return "fp16";
+    case Precision::kBf16:
+      return "bf16";
+  }
+  return "fp32";
+}
+
+std::optional<Precision> parse_precision(const std::string& text) {
+  if (text == "fp32") return Precision::kFp32;
+  if (text == "tf32") return Precision::kTf32;
+  if (text == "fp16") return Precision::kFp16;
+  if (text == "bf16") return Precision::kBf16;
+  return std::nullopt;
+}
+
+double PeakTflops::of(Precision precision) const {
+  switch (precision) {
+    case Precision::kFp32:
+      return fp32;
+    case Precision::kTf32:
+      return tf32;
+    case Precision::kFp16:
+      return fp16;
+    case Precision::kBf16:
+      return bf16;
+  }
+  return 0;
+}
+
+std::string device_name(const Cluster& cluster, std::int64_t index) {
+  const char* kind = cluster.device.kind == DeviceKind::kCpu ? "cpu" : "gpu";
+  return "node" + std::to_string(index / cluster.devices_per_node) + "/" + kind +
+         std::to_string(index % cluster.devices_per_node);
+}
+
+namespace {
+
+double efficiency(ObjectReader& r, const std::string& key, std::optional<double>* out) {
+  *out = r.optional_number(key, 0, /*exclusive=*/true);
+  if (*out && **out > 1) r.fail(key, "expected a fraction in (0, 1]");
+  return out->value_or(0);
+}
+
+LinkClass read_link_class(ObjectReader r) {
+  LinkClass l;
+  l.kind = r.string("kind");
+  l.bandwidth_gbps = r.number("bandwidth_gbps", 0, /*exclusive=*/true);
+  l.latency_us = r.number("latency_us", 0, /*exclusive=*/false);
+  r.finish();
+  return l;
+}
+
+nlohmann::json link_class_to_json(const LinkClass& l) {
+  return {{"kind", l.kind}, {"bandwidth_gbps", l.bandwidth_gbps}, {"latency_us", l.latency_us}};
+}
+
+}  // namespace
+
+void validate_cluster(const Cluster& c, const std::string& source) {
+  auto bad = [&](const std::string& field, const std::string& expectation) {
+    throw InputError(source, "$." + field, expectation);
+  };
+  if (c.name.empty()) bad("name", "expected a non-empty string");
+  if (c.nodes < 1) bad("nodes", "expected an integer >= 1");
+  if (c.devices_per_node < 1) bad("devices_per_node", "expected an integer >= 1");
+  if (c.device.memory_bytes < 1) bad("device.memory_bytes", "expected an integer >= 1");
+  const PeakTflops& p = c.device.peak_tflops;
+  if (p.fp32 <= 0 && p.tf32 <= 0 && p.fp16 <= 0 && p.bf16 <= 0) {
+    bad("device.peak_tflops", "expected at least one precision with a rate > 0");
+  }
+  if (c.device.memory_bandwidth_gbps <= 0) bad("device.memory_bandwidth_gbps", "expected > 0");
+  if (c.intra_node.bandwidth_gbps <= 0) bad("intra_node.bandwidth_gbps", "expected > 0");
+  if (c.nodes > 1 && !c.inter_node) {
+    bad("inter_node", "required when nodes > 1 (found nodes = " + std::to_string(c.nodes) + ")");
+  }
+}
+
+Cluster cluster_from_json(const nlohmann::json& value, const std::string& source) {
+  ObjectReader r(value, source);
+  r.expect_format("loom-cluster");
+  Cluster c;
+  c.name = r.string("name");
+  if (c.name.empty()) r.fail("name", "expected a non-empty string");
+  c.nodes = r.integer("nodes", 1);
+  c.devices_per_node = r.integer("devices_per_node", 1);
+  {
+    ObjectReader d = r.object("device");
+    c.device.name = d.string("name");
+    if (d.has("kind")) {
+      c.device.kind = d.choice("kind", {"gpu", "cpu"}) == "cpu" ? DeviceKind::kCpu : DeviceKind::kGpu;
+    }
+    c.device.memory_bytes = d.integer("memory_bytes", 1);
+    {
+      ObjectReader p = d.object("peak_tflops");
+      c.device.peak_tflops.fp32 = p.optional_number("fp32", 0, false).value_or(0);
+      c.device.peak_tflops.tf32 = p.optional_number("tf32", 0, false).value_or(0);
+      c.device.peak_tflops.fp16 = p.optional_number("fp16", 0, false).value_or(0);
+      c.device.peak_tflops.bf16 = p.optional_number("bf16", 0, false).value_or(0);
+      p.finish();
+      const PeakTflops& t = c.device.peak_tflops;
+      if (t.fp32 <= 0 && t.tf32 <= 0 && t.fp16 <= 0 && t.bf16 <= 0) {
+        p.fail("", "expected at least one of fp32, tf32, fp16, bf16 with a rate > 0");
+      }
+    }
+    c.device.memory_bandwidth_gbps = d.number("memory_bandwidth_gbps", 0, /*exclusive=*/true);
+    efficiency(d, "matrix_efficiency", &c.device.matrix_efficiency);
+    efficiency(d, "memory_efficiency", &c.device.memory_efficiency);
+    d.finish();
+  }
+  c.intra_node = read_link_class(r.object("intra_node"));
+  if (r.has("inter_node")) {
+    c.inter_node = read_link_class(r.object("inter_node"));
+  } else {
+    r.skip("inter_node");
+    if (c.nodes > 1) {
+      r.fail("inter_node", "missing required field (needed when nodes > 1; found nodes = " +
+                               std::to_string(c.nodes) + ")");
+    }
+  }
+  if (r.has("links")) {
+    const nlohmann::json& links = r.array("links");
+    for (std::size_t i = 0; i < links.size(); ++i) {
+      ObjectReader l(links[i], source, r.element_path("links", i));
+      ExplicitLink e;
+      e.a = l.string("a");
+      e.b = l.string("b");
+      if (e.a.empty()) l.fail("a", "expected a device or switch name such as \"node0/gpu0\"");
+      if (e.b.empty()) l.fail("b", "expected a device or switch name such as \"node0/gpu1\"");
+      if (e.a == e.b) l.fail("b", "expected a different endpoint than a (\"" + e.a + "\")");
+      e.bandwidth_gbps = l.number("bandwidth_gbps", 0, /*exclusive=*/true);
+      e.latency_us = l.number("latency_us", 0, /*exclusive=*/false);
+      e.kind = l.optional_string("kind").value_or("");
+      l.finish();
+      c.links.push_back(e);
+    }
+  } else {
+    r.skip("links");
+  }
+  c.source = r.optional_string("source").value_or("");
+  r.finish();
+  validate_cluster(c, source);
+  return c;
+}
+
+nlohmann::json cluster_to_json(const Cluster& c) {
+  nlohmann::json j;
+  j["format"] = "loom-cluster/1";
+  j["name"] = c.name;
+  j["nodes"] = c.nodes;
+  j["devices_per_node"] = c.devices_per_node;
+  nlohmann::json d;
+  d["name"] = c.device.name;
+  d["kind"] = c.device.kind == DeviceKind::kCpu ? "cpu" : "gpu";
+  d["memory_bytes"] = c.device.memory_bytes;
+  nlohmann::json p = nlohmann::json::object();
+  const PeakTflops& t = c.device.peak_tflops;
+  if (t.fp32 > 0) p["fp32"] = t.fp32;
+  if (t.tf32 > 0) p["tf32"] = t.tf32;
+  if (t.fp16 > 0) p["fp16"] = t.fp16;
+  if (t.bf16 > 0) p["bf16"] = t.bf16;
+  d["peak_tflops"] = p;
+  d["memory_bandwidth_gbps"] = c.device.memory_bandwidth_gbps;
+  if (c.device.matrix_efficiency) d["matrix_efficiency"] = *c.device.matrix_efficiency;
+  if (c.device.memory_efficiency) d["memory_efficiency"] = *c.device.memory_efficiency;
+  j["device"] = d;
+  j["intra_node"] = link_class_to_json(c.intra_node);
+  if (c.inter_node) j["inter_node"] = link_class_to_json(*c.inter_node);
+  nlohmann::json links = nlohmann::json::array();
+  for (const auto& e : c.links) {
+    nlohmann::json l = {{"a", e.a},
+                        {"b", e.b},
+                        {"bandwidth_gbps", e.bandwidth_gbps},
+                        {"latency_us", e.latency_us}};
+    if (!e.kind.empty()) l["kind"] = e.kind;
+    links.push_back(l);
+  }
+  j["links"] = links;
+  if (!c.source.empty()) j["source"] = c.source;
+  return j;
+}
+
+Cluster with_nodes(const Cluster& cluster, std::int64_t nodes, const std::string& source) {
+  if (nodes < 1) throw InputError(source, "", "expected an integer >= 1, found " + std::to_string(nodes));
+  Cluster c = cluster;
+  c.nodes = nodes;
+  if (nodes > 1 && !c.inter_node) {
+    throw InputError(source, "",
+                     "cluster \"" + c.name + "\" has no inter_node link class, so it cannot span " +
+                         std::to_string(nodes) + " nodes");
+  }
+  return c;
+}
+
+}  // namespace loom::profiles

@@ -1,0 +1,88 @@
+// Cluster: the hardware a plan runs on, and its JSON form `loom-cluster/1` (spec/formats.md).
+//
+// The shorthand (nodes x devices_per_node with an intra-node and an inter-node link class) and
+// the optional explicit `links` both expand into one topology graph (topology.hpp).
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json_fwd.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace loom::profiles {
+
+enum class DeviceKind { kGpu, kCpu };
+
+enum class Precision { kFp32, kTf32, kFp16, kBf16 };
+const char* to_string(Precision precision);
+// Parses "fp32" | "tf32" | "fp16" | "bf16"; nullopt otherwise.
+std::optional<Precision> parse_precision(const std::string& text);
+
+// Peak dense (non-sparse) matrix rates from the datasheet, in TFLOP/s; 0 = not supported.
+struct PeakTflops {
+  double fp32 = 0;
+  double tf32 = 0;
+  double fp16 = 0;
+  double bf16 = 0;
+  double of(Precision precision) const;
+  bool operator==(const PeakTflops&) const = default;
+};
+
+struct DeviceSpec {
+  std::string name;
+  DeviceKind kind = DeviceKind::kGpu;
+  std::int64_t memory_bytes = 0;
+  PeakTflops peak_tflops;
+  double memory_bandwidth_gbps = 0;  // GB/s (1e9 bytes per second)
+  // Fractions of peak reached by matrix products and by memory-bound kernels; when absent the
+  // cost model's defaults apply (costmodel/compute.hpp).
+  std::optional<double> matrix_efficiency;
+  std::optional<double> memory_efficiency;
+  bool operator==(const DeviceSpec&) const = default;
+};
+
+// A class of link: per device (intra-node) or per node (inter-node), per direction.
+struct LinkClass {
+  std::string kind;  // "nvswitch", "nvlink", "pcie", "infiniband", "ethernet", "loopback", ...
+  double bandwidth_gbps = 0;
+  double latency_us = 0;
+  bool operator==(const LinkClass&) const = default;
+};
+
+// One explicit link between two named endpoints ("node0/gpu1", or any other name, which becomes a
+// switch such as "node0/pcie0" or "node0/nic").
+struct ExplicitLink {
+  std::string a;
+  std::string b;
+  double bandwidth_gbps = 0;
+  double latency_us = 0;
+  std::string kind;  // optional in JSON
+  bool operator==(const ExplicitLink&) const = default;
+};
+
+struct Cluster {
+  std::string name;
+  std::int64_t nodes = 1;
+  std::int64_t devices_per_node = 1;
+  DeviceSpec device;
+  LinkClass intra_node;
+  std::optional<LinkClass> inter_node;  // required when nodes > 1
+  std::vector<ExplicitLink> links;      // when non-empty, replaces the intra-node switch
+  std::string source;                   // where the figures come from (datasheet, profile)
+
+  std::int64_t device_count() const { return nodes * devices_per_node; }
+  bool operator==(const Cluster&) const = default;
+};
+
+// The name of device `index` (node-major): "node1/gpu3", or "node0/cpu1" for CPU devices.
+std::string device_name(const Cluster& cluster, std::int64_t index);
+
+Cluster cluster_from_json(const nlohmann::json& value, const std::string& source);
+nlohmann::json cluster_to_json(const Cluster& cluster);
+void validate_cluster(const Cluster& cluster, const std::string& source);
+
+// A copy with `nodes` changed (the --nodes override); validates the result.
+Cluster with_nodes(const Cluster& cluster, std::int64_t nodes, const std::string& source);
+
+}  // namespace loom::profiles

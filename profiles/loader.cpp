@@ -1,0 +1,131 @@
+#include "profiles/loader.hpp"
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <stdexcept>
+#include <string_view>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "profiles/builtin_data.hpp"
+#include "profiles/errors.hpp"
+#include "profiles/json_reader.hpp"
+
+namespace loom::profiles {
+namespace {
+
+std::vector<std::string> names_of(const std::vector<BuiltinFile>& files) {
+  std::vector<std::string> out;
+  out.reserve(files.size());
+  for (const auto& f : files) out.emplace_back(f.name);
+  return out;
+}
+
+const BuiltinFile* find_builtin(const std::vector<BuiltinFile>& files, const std::string& name) {
+  for (const auto& f : files) {
+    if (f.name == name) return &f;
+  }
+  return nullptr;
+}
+
+std::string join(const std::vector<std::string>& names) {
+  std::string out;
+  for (const auto& n : names) out += (out.empty() ? "" : ", ") + n;
+  return out;
+}
+
+bool looks_like_path(const std::string& s) {
+  return s.find('/') != std::string::npos || s.find(".json") != std::string::npos;
+}
+
+}  // namespace
+
+std::vector<std::string> builtin_model_names() { return names_of(builtin_models()); }
+std::vector<std::string> builtin_cluster_names() { return names_of(builtin_clusters()); }
+
+std::string read_text_file(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) {
+    throw InputError(path, "", "expected a file, found a directory");
+  }
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw InputError(path, "", std::string("cannot read file (") + std::strerror(errno) + ")");
+  std::ostringstream out;
+  out << in.rdbuf();
+  return out.str();
+}
+
+ModelSpec load_model(const std::string& name_or_path) {
+  if (const BuiltinFile* f = find_builtin(builtin_models(), name_or_path)) {
+    std::string source = "built-in model " + name_or_path;
+    return model_from_json(parse_json_text(std::string(f->json), source), source);
+  }
+  std::error_code ec;
+  if (!looks_like_path(name_or_path) && !std::filesystem::exists(name_or_path, ec)) {
+    throw InputError("--model", "",
+                     "\"" + name_or_path + "\" is neither a file nor a built-in model (" +
+                         join(builtin_model_names()) + ")");
+  }
+  return model_from_json(parse_json_text(read_text_file(name_or_path), name_or_path), name_or_path);
+}
+
+Cluster load_cluster(const std::string& name_or_path) {
+  if (const BuiltinFile* f = find_builtin(builtin_clusters(), name_or_path)) {
+    std::string source = "built-in cluster " + name_or_path;
+    return cluster_from_json(parse_json_text(std::string(f->json), source), source);
+  }
+  std::error_code ec;
+  if (!looks_like_path(name_or_path) && !std::filesystem::exists(name_or_path, ec)) {
+    throw InputError("--cluster", "",
+                     "\"" + name_or_path + "\" is neither a file nor a built-in cluster (" +
+                         join(builtin_cluster_names()) + ")");
+  }
+  return cluster_from_json(parse_json_text(read_text_file(name_or_path), name_or_path),
+                           name_or_path);
+}
+
+void write_file_atomically(const std::string& path, const std::string& text) {
+  std::filesystem::path target(path);
+  std::filesystem::path dir = target.parent_path().empty() ? "." : target.parent_path();
+  std::string tmp = (dir / ("." + target.filename().string() + ".XXXXXX")).string();
+  std::vector<char> name(tmp.begin(), tmp.end());
+  name.push_back('\0');
+  int fd = ::mkstemp(name.data());
+  if (fd < 0) {
+    throw std::runtime_error("cannot write " + path + ": " + std::strerror(errno));
+  }
+  auto fail = [&](const char* what) {
+    int err = errno;
+    ::close(fd);
+    ::unlink(name.data());
+    throw std::runtime_error("cannot write " + path + " (" + what + "): " + std::strerror(err));
+  };
+  std::size_t done = 0;
+  while (done < text.size()) {
+    ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      fail("write");
+    }
+    done += static_cast<std::size_t>(n);
+  }
+  if (::fsync(fd) != 0) fail("fsync");
+  ::fchmod(fd, 0644);
+  if (::close(fd) != 0) {
+    int err = errno;
+    ::unlink(name.data());
+    throw std::runtime_error("cannot write " + path + " (close): " + std::strerror(err));
+  }
+  if (::rename(name.data(), path.c_str()) != 0) {
+    int err = errno;
+    ::unlink(name.data());
+    throw std::runtime_error("cannot write " + path + " (rename): " + std::strerror(err));
+  }
+}
+
+}  // namespace loom::profiles

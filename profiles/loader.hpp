@@ -1,0 +1,30 @@
+// Loading models and clusters by built-in name or file path, and writing files safely.
+//
+// Built-in names resolve to the JSON files shipped under profiles/models and profiles/clusters,
+// compiled into the binary, so `loom` works from any directory.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "profiles/cluster.hpp"
+#include "profiles/model_spec.hpp"
+
+namespace loom::profiles {
+
+std::vector<std::string> builtin_model_names();
+std::vector<std::string> builtin_cluster_names();
+
+// `name_or_path`: a built-in name, a loom-model JSON file or a Hugging Face config.json.
+ModelSpec load_model(const std::string& name_or_path);
+// `name_or_path`: a built-in name or a loom-cluster JSON file.
+Cluster load_cluster(const std::string& name_or_path);
+
+// Whole file as text; InputError naming the path when it cannot be read.
+std::string read_text_file(const std::string& path);
+// Writes `text` to `path` through a temporary file in the same folder and a rename, so the final
+// name holds either the old content or the whole new content. Throws std::runtime_error naming the
+// path on failure (and removes the temporary file).
+void write_file_atomically(const std::string& path, const std::string& text);
+
+}  // namespace loom::profiles

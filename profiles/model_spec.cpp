@@ -1,0 +1,185 @@
+#include "profiles/model_spec.hpp"
+
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "profiles/errors.hpp"
+#include "profiles/json_reader.hpp"
+
+namespace loom::profiles {
+
+const char* to_string(Family family) {
+  return family == Family::kEncoder ? "encoder" : "decoder";
+}
+
+const char* to_string(ModelType type) {
+  switch (type) {
+    case ModelType::kBert:
+      return "bert";
+    case ModelType::kRoberta:
+      return "roberta";
+    case ModelType::kGpt2:
+      return "gpt2";
+  }
+  return "bert";
+}
+
+namespace {
+
+ModelType parse_model_type(ObjectReader& r, const std::string& key) {
+  std::string t = r.choice(key, {"bert", "roberta", "gpt2"});
+  if (t == "roberta") return ModelType::kRoberta;
+  if (t == "gpt2") return ModelType::kGpt2;
+  return ModelType::kBert;
+}
+
+// A name for a Hugging Face model: its _name_or_path, else the folder holding config.json.
+std::string hf_name(ObjectReader& r, const std::string& source, ModelType type) {
+  if (auto n = r.optional_string("_name_or_path"); n && !n->empty()) return *n;
+  std::filesystem::path p(source);
+  std::string folder = p.parent_path().filename().string();
+  if (!folder.empty() && folder != "." && folder != "..") return folder;
+  return std::string("hf-") + to_string(type);
+}
+
+ModelSpec from_hugging_face(ObjectReader& r, const std::string& source) {
+  ModelSpec m;
+  m.model_type = parse_model_type(r, "model_type");
+  m.name = hf_name(r, source, m.model_type);
+  if (m.model_type == ModelType::kGpt2) {
+    m.family = Family::kDecoder;
+    m.layers = r.integer("n_layer", 1);
+    m.hidden = r.integer("n_embd", 1);
+    m.heads = r.integer("n_head", 1);
+    m.ffn_hidden = r.optional_integer("n_inner", 1).value_or(4 * m.hidden);
+    m.vocab = r.integer("vocab_size", 1);
+    if (r.has("n_positions")) {
+      m.max_positions = r.integer("n_positions", 1);
+    } else {
+      m.max_positions = r.integer("n_ctx", 1);
+    }
+    m.type_vocab = 0;
+  } else {
+    m.family = Family::kEncoder;
+    m.layers = r.integer("num_hidden_layers", 1);
+    m.hidden = r.integer("hidden_size", 1);
+    m.heads = r.integer("num_attention_heads", 1);
+    m.ffn_hidden = r.integer("intermediate_size", 1);
+    m.vocab = r.integer("vocab_size", 1);
+    m.max_positions = r.integer("max_position_embeddings", 1);
+    m.type_vocab = r.optional_integer("type_vocab_size", 0).value_or(2);
+  }
+  m.tied_embeddings = r.optional_boolean("tie_word_embeddings").value_or(true);
+  // A sequence-classification checkpoint says so in "architectures"; its label count is
+  // "num_labels" or the size of "id2label" (Hugging Face writes the latter).
+  bool classifier = false;
+  if (r.has("architectures")) {
+    const auto& arch = r.array("architectures");
+    for (const auto& a : arch) {
+      if (a.is_string() && a.get<std::string>().find("ForSequenceClassification") !=
+                               std::string::npos) {
+        classifier = true;
+      }
+    }
+  }
+  if (classifier) {
+    if (auto n = r.optional_integer("num_labels", 1)) {
+      m.num_labels = *n;
+    } else if (r.has("id2label")) {
+      m.num_labels = static_cast<std::int64_t>(r.object("id2label").size());
+      if (*m.num_labels < 1) r.fail("id2label", "expected at least one label");
+    } else {
+      m.num_labels = 2;
+    }
+  }
+  // A Hugging Face config has many more fields (dropout rates, activation, ids): not ours to check.
+  return m;
+}
+
+}  // namespace
+
+void validate_model(const ModelSpec& m, const std::string& source) {
+  auto bad = [&](const std::string& field, const std::string& expectation) {
+    throw InputError(source, "$." + field, expectation);
+  };
+  if (m.layers < 1) bad("layers", "expected an integer >= 1");
+  if (m.hidden < 1) bad("hidden", "expected an integer >= 1");
+  if (m.heads < 1) bad("heads", "expected an integer >= 1");
+  if (m.hidden % m.heads != 0) {
+    bad("heads", "expected a divisor of hidden (" + std::to_string(m.hidden) + "), found " +
+                     std::to_string(m.heads));
+  }
+  if (m.ffn_hidden < 1) bad("ffn_hidden", "expected an integer >= 1");
+  if (m.vocab < 1) bad("vocab", "expected an integer >= 1");
+  if (m.max_positions < 1) bad("max_positions", "expected an integer >= 1");
+  if (m.type_vocab < 0) bad("type_vocab", "expected an integer >= 0");
+  if (m.num_labels && *m.num_labels < 1) bad("num_labels", "expected an integer >= 1");
+  bool decoder_type = m.model_type == ModelType::kGpt2;
+  if (decoder_type != (m.family == Family::kDecoder)) {
+    bad("family", std::string("expected \"") + (decoder_type ? "decoder" : "encoder") +
+                      "\" for model_type \"" + to_string(m.model_type) + "\"");
+  }
+  if (m.family == Family::kDecoder && m.type_vocab != 0) {
+    bad("type_vocab", "expected 0 or absent for a decoder (token types are an encoder feature)");
+  }
+}
+
+ModelSpec model_from_json(const nlohmann::json& value, const std::string& source) {
+  ObjectReader r(value, source);
+  ModelSpec m;
+  if (!r.has("format") && r.has("model_type")) {
+    m = from_hugging_face(r, source);
+    if (m.hidden % m.heads != 0) {
+      const char* heads = m.model_type == ModelType::kGpt2 ? "n_head" : "num_attention_heads";
+      const char* hidden = m.model_type == ModelType::kGpt2 ? "n_embd" : "hidden_size";
+      r.fail(heads, std::string("expected a divisor of ") + hidden + " (" +
+                        std::to_string(m.hidden) + "), found " + std::to_string(m.heads));
+    }
+    validate_model(m, source);
+    return m;
+  }
+  r.expect_format("loom-model");
+  m.name = r.string("name");
+  if (m.name.empty()) r.fail("name", "expected a non-empty string");
+  std::string family = r.choice("family", {"encoder", "decoder"});
+  m.family = family == "decoder" ? Family::kDecoder : Family::kEncoder;
+  if (r.has("model_type")) {
+    m.model_type = parse_model_type(r, "model_type");
+  } else {
+    r.skip("model_type");
+    m.model_type = m.family == Family::kDecoder ? ModelType::kGpt2 : ModelType::kBert;
+  }
+  m.layers = r.integer("layers", 1);
+  m.hidden = r.integer("hidden", 1);
+  m.heads = r.integer("heads", 1);
+  m.ffn_hidden = r.integer("ffn_hidden", 1);
+  m.vocab = r.integer("vocab", 1);
+  m.max_positions = r.integer("max_positions", 1);
+  m.type_vocab = r.optional_integer("type_vocab", 0).value_or(0);
+  m.num_labels = r.optional_integer("num_labels", 1);
+  m.tied_embeddings = r.optional_boolean("tied_embeddings").value_or(true);
+  r.optional_string("source");
+  r.finish();
+  validate_model(m, source);
+  return m;
+}
+
+nlohmann::json model_to_json(const ModelSpec& m) {
+  nlohmann::json j;
+  j["format"] = "loom-model/1";
+  j["name"] = m.name;
+  j["family"] = to_string(m.family);
+  j["model_type"] = to_string(m.model_type);
+  j["layers"] = m.layers;
+  j["hidden"] = m.hidden;
+  j["heads"] = m.heads;
+  j["ffn_hidden"] = m.ffn_hidden;
+  j["vocab"] = m.vocab;
+  j["max_positions"] = m.max_positions;
+  j["type_vocab"] = m.type_vocab;
+  if (m.num_labels) j["num_labels"] = *m.num_labels;
+  j["tied_embeddings"] = m.tied_embeddings;
+  return j;
+}
+
+}  // namespace loom::profiles

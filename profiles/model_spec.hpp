@@ -1,0 +1,50 @@
+// ModelSpec: the shape of a transformer model, and its JSON forms.
+//
+// Reads `loom-model/1` (spec/formats.md) and Hugging Face `config.json` (model_type bert,
+// roberta, gpt2); writes `loom-model/1`. Values are validated on the way in: every size positive,
+// heads divide hidden, and so on; a violation is an InputError naming the file and JSON path.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json_fwd.hpp>
+#include <optional>
+#include <string>
+
+namespace loom::profiles {
+
+// encoder: bidirectional (BERT, RoBERTa); decoder: causal (GPT).
+enum class Family { kEncoder, kDecoder };
+
+// The architecture's details beyond the family: RoBERTa offsets positions by padding_idx + 1;
+// GPT-2 has pre-LayerNorm and a final LayerNorm.
+enum class ModelType { kBert, kRoberta, kGpt2 };
+
+struct ModelSpec {
+  std::string name;
+  Family family = Family::kEncoder;
+  ModelType model_type = ModelType::kBert;
+  std::int64_t layers = 0;
+  std::int64_t hidden = 0;
+  std::int64_t heads = 0;
+  std::int64_t ffn_hidden = 0;
+  std::int64_t vocab = 0;
+  std::int64_t max_positions = 0;
+  std::int64_t type_vocab = 0;            // token-type embeddings (encoders); 0 = none
+  std::optional<std::int64_t> num_labels;  // classification head; nullopt = language-model head
+  bool tied_embeddings = true;
+
+  bool operator==(const ModelSpec&) const = default;
+};
+
+const char* to_string(Family family);
+const char* to_string(ModelType type);
+
+// Reads a loom-model/1 object or a Hugging Face config.json object (recognised by its
+// "model_type" key). `source` names the input in errors.
+ModelSpec model_from_json(const nlohmann::json& value, const std::string& source);
+nlohmann::json model_to_json(const ModelSpec& model);
+
+// Checks the invariants a reader enforces (for specs built in code); throws InputError.
+void validate_model(const ModelSpec& model, const std::string& source);
+
+}  // namespace loom::profiles

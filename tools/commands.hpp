@@ -1,0 +1,18 @@
+// The `loom` subcommands. Each reads its inputs, calls one library function and writes its
+// output; errors propagate as exceptions to main(), which turns them into one line and an exit
+// code (2 for bad input, 1 for runtime failures).
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <functional>
+#include <ostream>
+
+namespace loom::tools {
+
+// Adds a subcommand to `app`; the returned function runs it after parsing and returns the exit
+// code.
+using Runner = std::function<int()>;
+Runner add_plan_command(CLI::App& app);
+Runner add_demo_command(CLI::App& app);
+
+}  // namespace loom::tools

@@ -1,0 +1,258 @@
+// `loom plan` and `loom demo`.
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <sstream>
+#include <string>
+
+#include "costmodel/estimate.hpp"
+#include "planner/plan.hpp"
+#include "profiles/errors.hpp"
+#include "profiles/loader.hpp"
+#include "tools/commands.hpp"
+
+namespace loom::tools {
+namespace {
+
+struct PlanArgs {
+  std::string model;
+  std::string cluster;
+  std::int64_t global_batch = 0;
+  std::int64_t seq_len = 0;
+  std::optional<std::int64_t> nodes;
+  std::string precision = "bf16";
+  std::string profile;
+  std::optional<int> tp, pp, dp, zero, virtual_stages;
+  std::optional<std::int64_t> micro_batch;
+  std::optional<std::string> schedule, recompute;
+  double memory_margin = 0.9;
+  int top = 5;
+  std::string output;
+  bool json = false;
+};
+
+std::string fixed(double v, int digits) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*f", digits, v);
+  return buf;
+}
+
+std::string gib(double bytes) { return fixed(bytes / (1024.0 * 1024 * 1024), 2) + " GiB"; }
+
+std::string seconds(double s) {
+  if (s >= 1) return fixed(s, 3) + " s";
+  if (s >= 1e-3) return fixed(s * 1e3, 3) + " ms";
+  return fixed(s * 1e6, 1) + " us";
+}
+
+std::string describe(const costmodel::Strategy& s) {
+  std::ostringstream o;
+  o << "dp=" << s.dp << " tp=" << s.tp << " pp=" << s.pp << " zero=" << s.zero
+    << " micro-batch=" << s.micro_batch << " micro-batches=" << s.num_micro_batches
+    << " schedule=" << costmodel::to_string(s.schedule);
+  if (s.virtual_stages > 1) o << " virtual-stages=" << s.virtual_stages;
+  o << " recompute=" << costmodel::to_string(s.recompute);
+  return o.str();
+}
+
+void print_plan(std::ostream& out, const planner::Plan& plan) {
+  const costmodel::Prediction& p = plan.predicted;
+  out << "model    " << plan.model.name << " (" << plan.model.layers << " layers, hidden "
+      << plan.model.hidden << ")\n"
+      << "cluster  " << plan.cluster.name << ": " << plan.cluster.nodes << " x "
+      << plan.cluster.devices_per_node << " " << plan.cluster.device.name << "\n"
+      << "job      global batch " << plan.job.global_batch << ", seq " << plan.job.seq_len << ", "
+      << profiles::to_string(plan.job.precision) << "\n"
+      << "strategy " << describe(plan.strategy) << "\n\n";
+  out << "step time              " << seconds(p.step_time_s) << "\n"
+      << "samples/s              " << fixed(p.samples_per_s, 1) << "\n"
+      << "tokens/s               " << fixed(p.tokens_per_s, 0) << "\n"
+      << "model TFLOP/s per GPU  " << fixed(p.model_tflops_per_gpu, 2) << "  (MFU "
+      << fixed(100 * p.mfu, 1) << " %)\n"
+      << "hw TFLOP/s per GPU     " << fixed(p.hardware_tflops_per_gpu, 2) << "\n"
+      << "peak memory            " << gib(p.peak_memory_bytes) << " of "
+      << gib(static_cast<double>(plan.cluster.device.memory_bytes)) << "\n"
+      << "pipeline bubble        " << fixed(100 * p.bubble_fraction, 1) << " %\n"
+      << "exposed communication  dp " << seconds(p.exposed_communication_s.dp) << ", tp "
+      << seconds(p.exposed_communication_s.tp) << ", pp " << seconds(p.exposed_communication_s.pp)
+      << ", zero " << seconds(p.exposed_communication_s.zero) << "\n"
+      << "optimizer step         " << seconds(p.optimizer_s) << "\n"
+      << "prediction             " << p.source << "\n\n";
+  out << "stage  layers      params      grads       optimizer   activations buffers     total\n";
+  for (std::size_t r = 0; r < p.memory_by_stage.size(); ++r) {
+    const costmodel::MemoryBreakdown& m = p.memory_by_stage[r];
+    // The layers of pipeline rank r (its first chunk's range when interleaved).
+    const costmodel::StageRange& range = plan.stages[r];
+    char line[256];
+    std::snprintf(line, sizeof line, "%-6zu %-11s %-11s %-11s %-11s %-11s %-11s %s\n", r,
+                  (std::to_string(range.first_layer) + "-" + std::to_string(range.last_layer))
+                      .c_str(),
+                  gib(m.parameters).c_str(), gib(m.gradients).c_str(), gib(m.optimizer).c_str(),
+                  gib(m.activations).c_str(), gib(m.buffers).c_str(), gib(m.total()).c_str());
+    out << line;
+  }
+  for (const std::string& w : plan.why) out << "why: " << w << "\n";
+}
+
+costmodel::Job make_job(const PlanArgs& a) {
+  costmodel::Job job;
+  job.global_batch = a.global_batch;
+  job.seq_len = a.seq_len;
+  auto precision = profiles::parse_precision(a.precision);
+  if (!precision || *precision == profiles::Precision::kTf32) {
+    throw InputError("--precision", "", "expected bf16, fp16 or fp32, found \"" + a.precision + "\"");
+  }
+  job.precision = *precision;
+  return job;
+}
+
+// Every dimension pinned or derivable: dp from the device count, micro-batches from the batch.
+costmodel::Strategy pinned_strategy(const PlanArgs& a, std::int64_t devices) {
+  auto need = [](bool present, const char* flag) {
+    if (!present) {
+      throw InputError(flag, "",
+                       "required for now: the search over unpinned dimensions is not built yet, "
+                       "so pin --tp --pp --zero --micro-batch --schedule --recompute");
+    }
+  };
+  need(a.tp.has_value(), "--tp");
+  need(a.pp.has_value(), "--pp");
+  need(a.zero.has_value(), "--zero");
+  need(a.micro_batch.has_value(), "--micro-batch");
+  costmodel::Strategy s;
+  s.tp = *a.tp;
+  s.pp = *a.pp;
+  s.zero = *a.zero;
+  s.micro_batch = *a.micro_batch;
+  if (a.dp) {
+    s.dp = *a.dp;
+  } else {
+    std::int64_t per_replica = static_cast<std::int64_t>(s.tp) * s.pp;
+    if (devices % per_replica != 0) {
+      throw InputError("--dp", "",
+                       "cannot be derived: tp*pp = " + std::to_string(per_replica) +
+                           " does not divide the " + std::to_string(devices) + " devices");
+    }
+    s.dp = static_cast<int>(devices / per_replica);
+  }
+  if (a.schedule) s.schedule = *costmodel::parse_schedule(*a.schedule);
+  if (a.recompute) s.recompute = *costmodel::parse_recompute(*a.recompute);
+  s.virtual_stages = a.virtual_stages.value_or(s.schedule == costmodel::Schedule::kInterleaved ? 2 : 1);
+  std::int64_t per_step = static_cast<std::int64_t>(s.dp) * s.micro_batch;
+  if (a.global_batch % per_step != 0) {
+    throw InputError("--global-batch", "",
+                     "expected a multiple of dp*micro_batch = " + std::to_string(s.dp) + "*" +
+                         std::to_string(s.micro_batch) + " = " + std::to_string(per_step) +
+                         ", found " + std::to_string(a.global_batch));
+  }
+  s.num_micro_batches = a.global_batch / per_step;
+  return s;
+}
+
+int run_plan(const PlanArgs& a) {
+  auto start = std::chrono::steady_clock::now();
+  profiles::ModelSpec model = profiles::load_model(a.model);
+  profiles::Cluster cluster = profiles::load_cluster(a.cluster);
+  if (a.nodes) cluster = profiles::with_nodes(cluster, *a.nodes, "--nodes");
+  if (!a.profile.empty()) {
+    throw InputError("--profile", "", "profiles are not supported yet (a later release)");
+  }
+  if (!(a.memory_margin > 0 && a.memory_margin <= 1)) {
+    throw InputError("--memory-margin", "", "expected a fraction in (0, 1]");
+  }
+  costmodel::Job job = make_job(a);
+  costmodel::Strategy strategy = pinned_strategy(a, cluster.device_count());
+  costmodel::CostModel cost(model, cluster);
+  planner::Plan plan = planner::evaluate_strategy(cost, job, strategy);
+  double limit = a.memory_margin * static_cast<double>(cluster.device.memory_bytes);
+  bool fits = plan.predicted.peak_memory_bytes <= limit;
+  double elapsed =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (!a.output.empty() && fits) {
+    profiles::write_file_atomically(a.output, plan_to_json(plan).dump(2) + "\n");
+  }
+  if (a.json) {
+    nlohmann::json doc;
+    doc["plans"] = fits ? nlohmann::json::array({plan_to_json(plan)}) : nlohmann::json::array();
+    doc["searched"] = 1;
+    doc["feasible"] = fits ? 1 : 0;
+    doc["search_time_s"] = elapsed;
+    std::cout << doc.dump(2) << "\n";
+  } else if (fits) {
+    print_plan(std::cout, plan);
+  }
+  if (!fits) {
+    throw InputError(
+        "plan", "",
+        "does not fit: " + describe(strategy) + " needs " + gib(plan.predicted.peak_memory_bytes) +
+            " per device, above " + fixed(a.memory_margin, 2) + " x " +
+            gib(static_cast<double>(cluster.device.memory_bytes)) + " = " + gib(limit));
+  }
+  return 0;
+}
+
+}  // namespace
+
+Runner add_plan_command(CLI::App& app) {
+  auto args = std::make_shared<PlanArgs>();
+  CLI::App* cmd = app.add_subcommand("plan", "Predict step time and memory of a parallel strategy");
+  cmd->add_option("--model", args->model, "built-in name, loom-model JSON or HF config.json")
+      ->required();
+  cmd->add_option("--cluster", args->cluster, "built-in name or loom-cluster JSON")->required();
+  cmd->add_option("--global-batch", args->global_batch, "samples per optimizer step")
+      ->required()
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--seq-len", args->seq_len, "tokens per sample")
+      ->required()
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--nodes", args->nodes, "override the cluster's node count")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--precision", args->precision, "bf16 | fp16 | fp32")
+      ->check(CLI::IsMember({"bf16", "fp16", "fp32"}));
+  cmd->add_option("--profile", args->profile, "measured loom-profile JSON");
+  cmd->add_option("--tp", args->tp, "tensor-parallel size")->check(CLI::PositiveNumber);
+  cmd->add_option("--pp", args->pp, "pipeline-parallel size")->check(CLI::PositiveNumber);
+  cmd->add_option("--dp", args->dp, "data-parallel size")->check(CLI::PositiveNumber);
+  cmd->add_option("--zero", args->zero, "ZeRO stage")->check(CLI::Range(0, 3));
+  cmd->add_option("--micro-batch", args->micro_batch, "samples per micro-batch")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--schedule", args->schedule, "gpipe | 1f1b | interleaved")
+      ->check(CLI::IsMember({"gpipe", "1f1b", "interleaved"}));
+  cmd->add_option("--virtual-stages", args->virtual_stages, "model chunks per pipeline rank")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--recompute", args->recompute, "none | selective | full")
+      ->check(CLI::IsMember({"none", "selective", "full"}));
+  cmd->add_option("--memory-margin", args->memory_margin,
+                  "fraction of device memory a plan may use (default 0.9)");
+  cmd->add_option("--top", args->top, "plans to show (default 5)")->check(CLI::PositiveNumber);
+  cmd->add_option("-o", args->output, "write the best plan (loom-plan/1) here");
+  cmd->add_flag("--json", args->json, "print one JSON document instead of text");
+  return [args]() { return run_plan(*args); };
+}
+
+Runner add_demo_command(CLI::App& app) {
+  app.add_subcommand("demo", "Plan and predict a small encoder on this machine");
+  return []() {
+    PlanArgs a;
+    a.model = "tiny-bert";
+    a.cluster = "local-cpu";
+    a.global_batch = 32;
+    a.seq_len = 128;
+    a.precision = "fp32";
+    a.tp = 1;
+    a.pp = 1;
+    a.zero = 0;
+    a.micro_batch = 8;
+    a.schedule = "1f1b";
+    a.recompute = "none";
+    std::cout << "loom demo: plan for tiny-bert fine-tuning on this machine's 2 CPU ranks\n"
+              << "(equivalent: loom plan --model tiny-bert --cluster local-cpu --global-batch 32 "
+                 "--seq-len 128 --precision fp32 --tp 1 --pp 1 --zero 0 --micro-batch 8)\n\n";
+    return run_plan(a);
+  };
+}
+
+}  // namespace loom::tools
