@@ -18,8 +18,9 @@ struct LayerParameters {
   std::int64_t sharded = 0;
   std::int64_t replicated = 0;
   std::int64_t total() const { return sharded + replicated; }
-  // Parameters one tensor-parallel rank holds (sharded parts divide exactly: tp divides them).
-  std::int64_t per_rank(int tp) const { return sharded / tp + replicated; }
+  // Parameters one tensor-parallel rank holds; a share that does not divide is rounded up, as
+  // Megatron-LM pads the vocabulary to a multiple of tp.
+  std::int64_t per_rank(int tp) const { return (sharded + tp - 1) / tp + replicated; }
 };
 
 struct ParameterCounts {

@@ -84,10 +84,6 @@ std::optional<std::string> check_strategy(const profiles::ModelSpec& model, std:
   if (model.ffn_hidden % s.tp != 0) {
     return "tp=" + num(s.tp) + " does not divide ffn_hidden=" + num(model.ffn_hidden);
   }
-  if (model.vocab % s.tp != 0) {
-    return "tp=" + num(s.tp) + " does not divide the vocabulary of " + num(model.vocab) +
-           " (vocab-parallel embedding)";
-  }
   if (s.sequence_parallel && job.seq_len % s.tp != 0) {
     return "sequence parallelism needs tp=" + num(s.tp) + " to divide seq_len=" + num(job.seq_len);
   }

@@ -1,0 +1,90 @@
+#include <catch2/catch.hpp>
+
+#include "costmodel/layers.hpp"
+#include "profiles/loader.hpp"
+
+using namespace loom;
+using namespace loom::costmodel;
+
+TEST_CASE("parameter counts match Hugging Face's base models", "[layers]") {
+  // BertModel (with pooler) and GPT2Model as Hugging Face counts them.
+  CHECK(count_parameters(profiles::load_model("bert-base")).base_model == 109'482'240);
+  CHECK(count_parameters(profiles::load_model("bert-large")).base_model == 335'141'888);
+  CHECK(count_parameters(profiles::load_model("gpt2")).base_model == 124'439'808);
+  // RobertaModel (roberta-base): 124,645,632 parameters.
+  CHECK(count_parameters(profiles::load_model("roberta-base")).base_model == 124'645'632);
+}
+
+TEST_CASE("classification head adds the classifier to the base model", "[layers]") {
+  profiles::ModelSpec m = profiles::load_model("bert-base");
+  REQUIRE(m.num_labels == 2);
+  ParameterCounts c = count_parameters(m);
+  // BertForSequenceClassification: base model + 768 * 2 + 2.
+  CHECK(c.total == 109'482'240 + 768 * 2 + 2);
+}
+
+TEST_CASE("model FLOPs follow Korthikanti et al.'s closed form", "[layers][flops]") {
+  for (const char* name : {"gpt2", "gpt2-xl", "gpt3-175b"}) {
+    profiles::ModelSpec m = profiles::load_model(name);
+    for (std::int64_t batch : {1, 8, 1536}) {
+      for (std::int64_t s : {128, 1024, 2048}) {
+        const double B = static_cast<double>(batch);
+        const double S = static_cast<double>(s);
+        const double l = static_cast<double>(m.layers);
+        const double h = static_cast<double>(m.hidden);
+        const double V = static_cast<double>(m.vocab);
+        double expected = 72 * B * S * l * h * h * (1 + S / (6 * h) + V / (12 * l * h));
+        CHECK(model_flops_per_step(m, batch, s) == Approx(expected).epsilon(1e-12));
+        // Full recomputation: Narayanan et al. 2021's 96 B s l h^2 (1 + s/(6h) + V/(16 l h)).
+        double full = 96 * B * S * l * h * h * (1 + S / (6 * h) + V / (16 * l * h));
+        CHECK(hardware_flops_per_step(m, batch, s, Recompute::kFull) ==
+              Approx(full).epsilon(1e-12));
+        CHECK(hardware_flops_per_step(m, batch, s, Recompute::kNone) ==
+              Approx(expected).epsilon(1e-12));
+        // Selective recomputation repeats QK^T and attention over V: 4 b s^2 h per layer.
+        CHECK(hardware_flops_per_step(m, batch, s, Recompute::kSelective) ==
+              Approx(expected + l * 4 * B * S * S * h).epsilon(1e-12));
+      }
+    }
+  }
+}
+
+TEST_CASE("ffn other than 4h counts the actual matrix shapes", "[layers][flops]") {
+  profiles::ModelSpec m = profiles::load_model("gpt2");
+  m.ffn_hidden = 2 * m.hidden;  // 2h instead of 4h: MLP FLOPs halve
+  const double b = 2, s = 256, h = static_cast<double>(m.hidden);
+  double per_layer = 2 * b * s * (4 * h * h + 2 * h * 2 * h) + 4 * b * s * s * h;
+  CHECK(transformer_layer_forward_flops(m, 2, 256) == Approx(per_layer).epsilon(1e-12));
+}
+
+TEST_CASE("activation memory per layer is Korthikanti et al.'s Table 2", "[layers][memory]") {
+  // GPT-3 175B layer: h = 12288, a = 96, s = 2048, b = 1, t = 8.
+  const double s = 2048, b = 1, h = 12288, a = 96, t = 8;
+  const double sbh = s * b * h;
+  ActivationShape x{2048, 1, 12288, 96, 4 * 12288, 2};
+  using R = Recompute;
+  // No parallelism: sbh (34 + 5as/h).
+  CHECK(transformer_layer_activation_bytes(x, 1, false, R::kNone) ==
+        Approx(sbh * (34 + 5 * a * s / h)).epsilon(1e-12));
+  // Tensor parallelism: sbh (10 + 24/t + 5as/(ht)).
+  CHECK(transformer_layer_activation_bytes(x, 8, false, R::kNone) ==
+        Approx(sbh * (10 + 24 / t + 5 * a * s / (h * t))).epsilon(1e-12));
+  // Tensor + sequence parallelism: sbh/t (34 + 5as/h).
+  CHECK(transformer_layer_activation_bytes(x, 8, true, R::kNone) ==
+        Approx(sbh / t * (34 + 5 * a * s / h)).epsilon(1e-12));
+  // Tensor parallelism + selective recomputation: sbh (10 + 24/t).
+  CHECK(transformer_layer_activation_bytes(x, 8, false, R::kSelective) ==
+        Approx(sbh * (10 + 24 / t)).epsilon(1e-12));
+  // Tensor + sequence parallelism + selective recomputation: 34 sbh / t.
+  CHECK(transformer_layer_activation_bytes(x, 8, true, R::kSelective) ==
+        Approx(34 * sbh / t).epsilon(1e-12));
+  // Full recomputation: 2 sbh (the layer input), 2 sbh / t with sequence parallelism.
+  CHECK(transformer_layer_activation_bytes(x, 8, false, R::kFull) == Approx(2 * sbh));
+  CHECK(transformer_layer_activation_bytes(x, 8, true, R::kFull) == Approx(2 * sbh / t));
+  // Section 5: at these sizes selective recomputation keeps 34/(34 + 5as/h), about 30 %, of the
+  // tensor + sequence parallel activations (5as/h = 80 for GPT-3).
+  CHECK(5 * a * s / h == 80);
+  double ratio = transformer_layer_activation_bytes(x, 8, true, R::kSelective) /
+                 transformer_layer_activation_bytes(x, 8, true, R::kNone);
+  CHECK(ratio == Approx(34 / (34 + 5 * a * s / h)).epsilon(1e-12));
+}

@@ -1,0 +1,126 @@
+// Cluster: built-in clusters, the loom-cluster/1 round trip, device names and the --nodes override.
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "profiles/cluster.hpp"
+#include "profiles/errors.hpp"
+#include "profiles/json_reader.hpp"
+#include "profiles/loader.hpp"
+
+using loom::profiles::Cluster;
+using loom::profiles::DeviceKind;
+using loom::profiles::Precision;
+
+TEST_CASE("every built-in cluster loads and round-trips through loom-cluster/1",
+          "[profiles][cluster]") {
+  const std::vector<std::string> names = loom::profiles::builtin_cluster_names();
+  REQUIRE(names.size() >= 5);
+  for (const std::string& name : names) {
+    CAPTURE(name);
+    Cluster c = loom::profiles::load_cluster(name);
+    CHECK(c.name == name);
+    CHECK(c.device_count() >= 1);
+    CHECK(c.device.memory_bytes > 0);
+    CHECK((c.nodes == 1 || c.inter_node.has_value()));
+    nlohmann::json j = loom::profiles::cluster_to_json(c);
+    CHECK(j.at("format") == "loom-cluster/1");
+    CHECK(loom::profiles::cluster_from_json(j, "round trip of " + name) == c);
+    CHECK(loom::profiles::cluster_from_json(
+              loom::profiles::parse_json_text(j.dump(2), "text round trip of " + name),
+              "text round trip of " + name) == c);
+  }
+}
+
+TEST_CASE("dgx-a100-80g holds the datasheet figures", "[profiles][cluster]") {
+  Cluster c = loom::profiles::load_cluster("dgx-a100-80g");
+  CHECK(c.nodes == 4);
+  CHECK(c.devices_per_node == 8);
+  CHECK(c.device_count() == 32);
+  CHECK(c.device.kind == DeviceKind::kGpu);
+  CHECK(c.device.memory_bytes == 85899345920);
+  CHECK(c.device.peak_tflops.bf16 == 312);
+  CHECK(c.device.peak_tflops.of(Precision::kBf16) == 312);
+  CHECK(c.device.peak_tflops.of(Precision::kFp16) == 312);
+  CHECK(c.device.peak_tflops.of(Precision::kTf32) == 156);
+  CHECK(c.device.peak_tflops.of(Precision::kFp32) == 19.5);
+  CHECK(c.device.memory_bandwidth_gbps == 2039);
+  CHECK(c.intra_node.bandwidth_gbps == 300);
+  CHECK(c.intra_node.latency_us == 3);
+  REQUIRE(c.inter_node.has_value());
+  CHECK(c.inter_node->bandwidth_gbps == 200);
+  CHECK(c.inter_node->latency_us == 8);
+  CHECK(c.links.empty());
+  CHECK_FALSE(c.source.empty());
+}
+
+TEST_CASE("device names are node-major", "[profiles][cluster]") {
+  Cluster c = loom::profiles::load_cluster("dgx-a100-80g");
+  CHECK(loom::profiles::device_name(c, 0) == "node0/gpu0");
+  CHECK(loom::profiles::device_name(c, 7) == "node0/gpu7");
+  CHECK(loom::profiles::device_name(c, 9) == "node1/gpu1");
+  CHECK(loom::profiles::device_name(c, 31) == "node3/gpu7");
+
+  Cluster cpu = loom::profiles::load_cluster("local-cpu");
+  CHECK(cpu.device.kind == DeviceKind::kCpu);
+  CHECK(loom::profiles::device_name(cpu, 1) == "node0/cpu1");
+}
+
+TEST_CASE("a round trip keeps explicit links and efficiencies", "[profiles][cluster]") {
+  Cluster v100 = loom::profiles::load_cluster("v100-16g-4x-nvlink");
+  REQUIRE(v100.links.size() == 6);
+  CHECK(v100.links[0].a == "node0/gpu0");
+  CHECK(v100.links[0].b == "node0/gpu1");
+  CHECK(v100.links[0].bandwidth_gbps == 50);
+  CHECK(v100.links[0].kind == "nvlink2 x2");
+
+  Cluster cpu = loom::profiles::load_cluster("local-cpu");
+  REQUIRE(cpu.device.matrix_efficiency.has_value());
+  CHECK(*cpu.device.matrix_efficiency == 0.5);
+
+  Cluster c = v100;
+  c.device.matrix_efficiency = 0.7;
+  c.links[1].kind.clear();  // the kind of a link is optional
+  c.source.clear();
+  CHECK(loom::profiles::cluster_from_json(loom::profiles::cluster_to_json(c), "edited") == c);
+}
+
+TEST_CASE("with_nodes changes the node count", "[profiles][cluster]") {
+  Cluster c = loom::profiles::load_cluster("dgx-a100-80g");
+  Cluster two = loom::profiles::with_nodes(c, 2, "--nodes");
+  CHECK(two.nodes == 2);
+  CHECK(two.device_count() == 16);
+  CHECK(two.devices_per_node == c.devices_per_node);
+  CHECK(two.device == c.device);
+  CHECK(c.nodes == 4);  // the original is untouched
+
+  Cluster sixteen = loom::profiles::with_nodes(c, 16, "--nodes");
+  CHECK(sixteen.device_count() == 128);
+  CHECK(loom::profiles::device_name(sixteen, 127) == "node15/gpu7");
+
+  // A single-node cluster with an inter-node class can grow.
+  Cluster pcie = loom::profiles::load_cluster("v100-32g-2x-pcie");
+  CHECK(loom::profiles::with_nodes(pcie, 3, "--nodes").device_count() == 6);
+}
+
+TEST_CASE("with_nodes refuses what the cluster cannot do", "[profiles][cluster]") {
+  Cluster h100 = loom::profiles::load_cluster("h100-x1");
+  REQUIRE_FALSE(h100.inter_node.has_value());
+  // One node is always fine.
+  CHECK(loom::profiles::with_nodes(h100, 1, "--nodes") == h100);
+
+  REQUIRE_THROWS_AS(loom::profiles::with_nodes(h100, 2, "--nodes"), loom::InputError);
+  REQUIRE_THROWS_WITH(loom::profiles::with_nodes(h100, 2, "--nodes"),
+                      Catch::Contains("--nodes") && Catch::Contains("h100-x1") &&
+                          Catch::Contains("inter_node") && Catch::Contains("2 nodes"));
+  try {
+    loom::profiles::with_nodes(h100, 2, "--nodes");
+    FAIL("expected an InputError");
+  } catch (const loom::InputError& e) {
+    CHECK(e.source() == "--nodes");
+  }
+
+  REQUIRE_THROWS_AS(loom::profiles::with_nodes(h100, 0, "--nodes"), loom::InputError);
+  REQUIRE_THROWS_WITH(loom::profiles::with_nodes(h100, 0, "--nodes"),
+                      Catch::Contains("--nodes") && Catch::Contains(">= 1"));
+}

@@ -1,0 +1,301 @@
+// ModelSpec: built-in models, the loom-model/1 round trip and Hugging Face config.json reading.
+#include <unistd.h>
+
+#include <algorithm>
+#include <catch2/catch.hpp>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "profiles/errors.hpp"
+#include "profiles/json_reader.hpp"
+#include "profiles/loader.hpp"
+#include "profiles/model_spec.hpp"
+
+namespace fs = std::filesystem;
+using loom::profiles::Family;
+using loom::profiles::ModelSpec;
+using loom::profiles::ModelType;
+
+namespace {
+
+ModelSpec parse_model(const std::string& text, const std::string& source) {
+  return loom::profiles::model_from_json(loom::profiles::parse_json_text(text, source), source);
+}
+
+// bert-base-uncased's config.json as published, plus an id2label map (ignored: a masked-LM head).
+const char* const kBertBaseUncased = R"({
+  "architectures": ["BertForMaskedLM"],
+  "attention_probs_dropout_prob": 0.1,
+  "gradient_checkpointing": false,
+  "hidden_act": "gelu",
+  "hidden_dropout_prob": 0.1,
+  "hidden_size": 768,
+  "id2label": {"0": "LABEL_0", "1": "LABEL_1"},
+  "initializer_range": 0.02,
+  "intermediate_size": 3072,
+  "label2id": {"LABEL_0": 0, "LABEL_1": 1},
+  "layer_norm_eps": 1e-12,
+  "max_position_embeddings": 512,
+  "model_type": "bert",
+  "num_attention_heads": 12,
+  "num_hidden_layers": 12,
+  "pad_token_id": 0,
+  "position_embedding_type": "absolute",
+  "transformers_version": "4.6.0.dev0",
+  "type_vocab_size": 2,
+  "use_cache": true,
+  "vocab_size": 30522
+})";
+
+// roberta-base's config.json as published.
+const char* const kRobertaBase = R"({
+  "architectures": ["RobertaForMaskedLM"],
+  "attention_probs_dropout_prob": 0.1,
+  "bos_token_id": 0,
+  "eos_token_id": 2,
+  "hidden_act": "gelu",
+  "hidden_dropout_prob": 0.1,
+  "hidden_size": 768,
+  "initializer_range": 0.02,
+  "intermediate_size": 3072,
+  "layer_norm_eps": 1e-05,
+  "max_position_embeddings": 514,
+  "model_type": "roberta",
+  "num_attention_heads": 12,
+  "num_hidden_layers": 12,
+  "pad_token_id": 1,
+  "type_vocab_size": 1,
+  "vocab_size": 50265
+})";
+
+// gpt2's config.json as published, with n_inner spelled out as null (4 * n_embd).
+const char* const kGpt2 = R"({
+  "activation_function": "gelu_new",
+  "architectures": ["GPT2LMHeadModel"],
+  "attn_pdrop": 0.1,
+  "bos_token_id": 50256,
+  "embd_pdrop": 0.1,
+  "eos_token_id": 50256,
+  "initializer_range": 0.02,
+  "layer_norm_epsilon": 1e-05,
+  "model_type": "gpt2",
+  "n_ctx": 1024,
+  "n_embd": 768,
+  "n_head": 12,
+  "n_inner": null,
+  "n_layer": 12,
+  "n_positions": 1024,
+  "resid_pdrop": 0.1,
+  "summary_activation": null,
+  "summary_first_dropout": 0.1,
+  "summary_proj_to_labels": true,
+  "summary_type": "cls_index",
+  "summary_use_proj": true,
+  "task_specific_params": {"text-generation": {"do_sample": true, "max_length": 50}},
+  "vocab_size": 50257
+})";
+
+// A fine-tuned three-way classifier (as written by Trainer.save_model): no num_labels key.
+const char* const kBertClassifier = R"({
+  "_name_or_path": "bert-base-uncased",
+  "architectures": ["BertForSequenceClassification"],
+  "attention_probs_dropout_prob": 0.1,
+  "classifier_dropout": null,
+  "hidden_act": "gelu",
+  "hidden_dropout_prob": 0.1,
+  "hidden_size": 768,
+  "id2label": {"0": "negative", "1": "neutral", "2": "positive"},
+  "initializer_range": 0.02,
+  "intermediate_size": 3072,
+  "label2id": {"negative": 0, "neutral": 1, "positive": 2},
+  "layer_norm_eps": 1e-12,
+  "max_position_embeddings": 512,
+  "model_type": "bert",
+  "num_attention_heads": 12,
+  "num_hidden_layers": 12,
+  "pad_token_id": 0,
+  "position_embedding_type": "absolute",
+  "problem_type": "single_label_classification",
+  "torch_dtype": "float32",
+  "transformers_version": "4.30.2",
+  "type_vocab_size": 2,
+  "use_cache": true,
+  "vocab_size": 30522
+})";
+
+}  // namespace
+
+TEST_CASE("every built-in model loads and round-trips through loom-model/1", "[profiles][model]") {
+  const std::vector<std::string> names = loom::profiles::builtin_model_names();
+  REQUIRE(names.size() >= 5);
+  for (const char* expected : {"bert-base", "bert-large", "roberta-base", "roberta-large", "gpt2"}) {
+    CHECK(std::find(names.begin(), names.end(), expected) != names.end());
+  }
+  for (const std::string& name : names) {
+    CAPTURE(name);
+    ModelSpec m = loom::profiles::load_model(name);
+    CHECK(m.name == name);
+    CHECK(m.layers > 0);
+    CHECK(m.hidden % m.heads == 0);
+    nlohmann::json j = loom::profiles::model_to_json(m);
+    CHECK(j.at("format") == "loom-model/1");
+    CHECK(loom::profiles::model_from_json(j, "round trip of " + name) == m);
+    // And through text, as a file would hold it.
+    CHECK(parse_model(j.dump(2), "text round trip of " + name) == m);
+  }
+}
+
+TEST_CASE("built-in bert-large and gpt2 hold the published shapes", "[profiles][model]") {
+  ModelSpec bert = loom::profiles::load_model("bert-large");
+  CHECK(bert.family == Family::kEncoder);
+  CHECK(bert.model_type == ModelType::kBert);
+  CHECK(bert.layers == 24);
+  CHECK(bert.hidden == 1024);
+  CHECK(bert.heads == 16);
+  CHECK(bert.ffn_hidden == 4096);
+  CHECK(bert.vocab == 30522);
+  CHECK(bert.max_positions == 512);
+  CHECK(bert.type_vocab == 2);
+
+  ModelSpec gpt2 = loom::profiles::load_model("gpt2");
+  CHECK(gpt2.family == Family::kDecoder);
+  CHECK(gpt2.model_type == ModelType::kGpt2);
+  CHECK(gpt2.layers == 12);
+  CHECK(gpt2.hidden == 768);
+  CHECK(gpt2.vocab == 50257);
+  CHECK(gpt2.type_vocab == 0);
+  CHECK_FALSE(gpt2.num_labels.has_value());
+}
+
+TEST_CASE("a loom-model/1 round trip keeps optional fields", "[profiles][model]") {
+  ModelSpec m;
+  m.name = "custom";
+  m.family = Family::kEncoder;
+  m.model_type = ModelType::kRoberta;
+  m.layers = 6;
+  m.hidden = 512;
+  m.heads = 8;
+  m.ffn_hidden = 1536;
+  m.vocab = 1000;
+  m.max_positions = 130;
+  m.type_vocab = 0;
+  m.num_labels = 5;
+  m.tied_embeddings = false;
+  CHECK(loom::profiles::model_from_json(loom::profiles::model_to_json(m), "custom") == m);
+  m.num_labels.reset();
+  CHECK(loom::profiles::model_from_json(loom::profiles::model_to_json(m), "custom") == m);
+}
+
+TEST_CASE("a Hugging Face bert-base-uncased config.json reads as bert-base", "[profiles][model][hf]") {
+  ModelSpec m = parse_model(kBertBaseUncased, "bert-base-uncased/config.json");
+  CHECK(m.name == "bert-base-uncased");
+  CHECK(m.family == Family::kEncoder);
+  CHECK(m.model_type == ModelType::kBert);
+  CHECK(m.layers == 12);
+  CHECK(m.hidden == 768);
+  CHECK(m.heads == 12);
+  CHECK(m.ffn_hidden == 3072);
+  CHECK(m.vocab == 30522);
+  CHECK(m.max_positions == 512);
+  CHECK(m.type_vocab == 2);
+  CHECK(m.tied_embeddings);
+  // A masked-LM checkpoint has a language-model head even when id2label is present.
+  CHECK_FALSE(m.num_labels.has_value());
+
+  // The same shape as the built-in bert-base (apart from its name and head).
+  ModelSpec builtin = loom::profiles::load_model("bert-base");
+  CHECK(builtin.layers == m.layers);
+  CHECK(builtin.hidden == m.hidden);
+  CHECK(builtin.heads == m.heads);
+  CHECK(builtin.ffn_hidden == m.ffn_hidden);
+  CHECK(builtin.vocab == m.vocab);
+}
+
+TEST_CASE("a Hugging Face roberta-base config.json reads its own vocabulary and positions",
+          "[profiles][model][hf]") {
+  ModelSpec m = parse_model(kRobertaBase, "x/config.json");
+  CHECK(m.name == "x");
+  CHECK(m.family == Family::kEncoder);
+  CHECK(m.model_type == ModelType::kRoberta);
+  CHECK(m.layers == 12);
+  CHECK(m.hidden == 768);
+  CHECK(m.heads == 12);
+  CHECK(m.ffn_hidden == 3072);
+  CHECK(m.vocab == 50265);
+  CHECK(m.max_positions == 514);
+  CHECK(m.type_vocab == 1);
+  CHECK_FALSE(m.num_labels.has_value());
+}
+
+TEST_CASE("a Hugging Face gpt2 config.json reads the n_* fields", "[profiles][model][hf]") {
+  ModelSpec m = parse_model(kGpt2, "gpt2/config.json");
+  CHECK(m.name == "gpt2");
+  CHECK(m.family == Family::kDecoder);
+  CHECK(m.model_type == ModelType::kGpt2);
+  CHECK(m.layers == 12);
+  CHECK(m.hidden == 768);
+  CHECK(m.heads == 12);
+  CHECK(m.ffn_hidden == 4 * 768);  // n_inner null: 4 * n_embd
+  CHECK(m.vocab == 50257);
+  CHECK(m.max_positions == 1024);
+  CHECK(m.type_vocab == 0);
+  CHECK(m.tied_embeddings);
+  CHECK_FALSE(m.num_labels.has_value());
+
+  // The shape matches the built-in gpt2, so a converted config round-trips to it.
+  ModelSpec builtin = loom::profiles::load_model("gpt2");
+  m.name = builtin.name;
+  CHECK(m == builtin);
+}
+
+TEST_CASE("a gpt2 config.json with an explicit n_inner uses it", "[profiles][model][hf]") {
+  nlohmann::json j = loom::profiles::parse_json_text(kGpt2, "gpt2/config.json");
+  j["n_inner"] = 2048;
+  CHECK(loom::profiles::model_from_json(j, "gpt2/config.json").ffn_hidden == 2048);
+}
+
+TEST_CASE("a sequence-classification config.json takes its label count from id2label",
+          "[profiles][model][hf]") {
+  ModelSpec m = parse_model(kBertClassifier, "runs/imdb/config.json");
+  CHECK(m.name == "bert-base-uncased");  // _name_or_path wins over the folder
+  REQUIRE(m.num_labels.has_value());
+  CHECK(*m.num_labels == 3);
+  CHECK(m.layers == 12);
+  CHECK(m.hidden == 768);
+
+  // An explicit num_labels takes precedence.
+  nlohmann::json j = loom::profiles::parse_json_text(kBertClassifier, "c/config.json");
+  j["num_labels"] = 4;
+  CHECK(loom::profiles::model_from_json(j, "c/config.json").num_labels == 4);
+}
+
+TEST_CASE("load_model reads a loom-model file and a config.json from disk", "[profiles][model]") {
+  fs::path dir = fs::temp_directory_path() / ("loom-test-model-spec-" + std::to_string(::getpid()));
+  fs::create_directories(dir / "roberta-base");
+  struct Cleanup {
+    fs::path dir;
+    ~Cleanup() {
+      std::error_code ec;
+      fs::remove_all(dir, ec);
+    }
+  } cleanup{dir};
+
+  ModelSpec expected = loom::profiles::load_model("bert-large");
+  expected.name = "my-bert";
+  std::string model_path = (dir / "my-bert.json").string();
+  std::ofstream(model_path) << loom::profiles::model_to_json(expected).dump(2);
+  CHECK(loom::profiles::load_model(model_path) == expected);
+
+  std::string hf_path = (dir / "roberta-base" / "config.json").string();
+  std::ofstream(hf_path) << kRobertaBase;
+  ModelSpec hf = loom::profiles::load_model(hf_path);
+  CHECK(hf.name == "roberta-base");
+  CHECK(hf.vocab == 50265);
+  CHECK(hf.max_positions == 514);
+
+  std::string missing = (dir / "absent.json").string();
+  REQUIRE_THROWS_AS(loom::profiles::load_model(missing), loom::InputError);
+  REQUIRE_THROWS_WITH(loom::profiles::load_model(missing), Catch::Contains(missing));
+}
