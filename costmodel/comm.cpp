@@ -28,6 +28,7 @@ std::vector<std::vector<int>> rank_groups(int world, int size, int stride) {
   for (int r = 0; r < world; ++r) {
     if ((r / stride) % size != 0) continue;  // r is the base of its group
     std::vector<int> g;
+    g.reserve(static_cast<std::size_t>(size));
     for (int i = 0; i < size; ++i) g.push_back(r + i * stride);
     groups.push_back(std::move(g));
   }

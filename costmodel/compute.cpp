@@ -66,16 +66,16 @@ LayerTime transformer_layer_time(const profiles::ModelSpec& m, const LayerShape&
   const double e = x.element_bytes;
   const double bsh = b * s * h;
   Pass p{rates};
-  p.matmul(2 * bsh * 3 * h / t, e * (bsh + 3 * h * h / t + 3 * bsh / t));         // QKV
+  p.matmul(2 * bsh * 3 * h / t, e * (bsh + 3 * h * h / t + 3 * bsh / t));                // QKV
   double core = p.matmul(2 * b * s * s * h / t, e * (2 * bsh / t + a * b * s * s / t));  // QK^T
   core += p.memory((3 * e + 1) * a * b * s * s / t);  // scale, mask, softmax, dropout
   core += p.matmul(2 * b * s * s * h / t, e * (a * b * s * s / t + 2 * bsh / t));  // x V
-  p.matmul(2 * bsh * h / t, e * (bsh / t + h * h / t + bsh));                     // output
-  p.memory(5 * e * bsh);                         // bias, dropout, residual, LayerNorm
-  p.matmul(2 * bsh * f / t, e * (bsh + h * f / t + b * s * f / t));               // MLP up
-  p.memory(2 * e * b * s * f / t);               // GeLU
-  p.matmul(2 * bsh * f / t, e * (b * s * f / t + h * f / t + bsh));               // MLP down
-  p.memory(5 * e * bsh);                         // bias, dropout, residual, LayerNorm
+  p.matmul(2 * bsh * h / t, e * (bsh / t + h * h / t + bsh));                      // output
+  p.memory(5 * e * bsh);  // bias, dropout, residual, LayerNorm
+  p.matmul(2 * bsh * f / t, e * (bsh + h * f / t + b * s * f / t));  // MLP up
+  p.memory(2 * e * b * s * f / t);                                   // GeLU
+  p.matmul(2 * bsh * f / t, e * (b * s * f / t + h * f / t + bsh));  // MLP down
+  p.memory(5 * e * bsh);  // bias, dropout, residual, LayerNorm
   LayerTime out{p.forward_s, p.backward_s, 0};
   if (x.recompute == Recompute::kFull) out.recompute_s = p.forward_s;
   if (x.recompute == Recompute::kSelective) out.recompute_s = core;
@@ -108,7 +108,7 @@ LayerTime head_time(const profiles::ModelSpec& m, const LayerShape& x, const Dev
     p.matmul(2 * b * h * h, e * (b * h + h * h + b * h));  // pooler / dense
     p.memory(2 * e * b * h);                               // tanh
     p.matmul(2 * b * h * labels, e * (b * h + h * labels + b * labels));
-    p.memory(4 * b * labels);                              // loss
+    p.memory(4 * b * labels);  // loss
     return LayerTime{p.forward_s, p.backward_s, 0};
   }
   if (m.family == profiles::Family::kEncoder) {

@@ -1,6 +1,7 @@
 #include "costmodel/estimate.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <nlohmann/json.hpp>
 #include <numeric>
 #include <stdexcept>
@@ -25,7 +26,7 @@ nlohmann::json cost_options_to_json(const CostOptions& o) {
 }
 
 nlohmann::json prediction_to_json(const Prediction& p) {
-  auto bytes = [](double v) { return static_cast<std::int64_t>(v + 0.5); };
+  auto bytes = [](double v) { return static_cast<std::int64_t>(std::llround(v)); };
   nlohmann::json stages = nlohmann::json::array();
   for (const MemoryBreakdown& m : p.memory_by_stage) {
     stages.push_back({{"parameters", bytes(m.parameters)},
@@ -80,8 +81,9 @@ Chunk chunk_of(const StageRange& r, int sequence_length) {
 
 }  // namespace
 
-CostModel::CostModel(profiles::ModelSpec model, profiles::Cluster cluster, CostOptions options)
-    : CostModel(model, cluster, options, identity_mapping(cluster)) {}
+CostModel::CostModel(profiles::ModelSpec model, const profiles::Cluster& cluster,
+                     CostOptions options)
+    : CostModel(std::move(model), cluster, options, identity_mapping(cluster)) {}
 
 CostModel::CostModel(profiles::ModelSpec model, profiles::Cluster cluster, CostOptions options,
                      std::vector<int> device_of_rank)
@@ -141,8 +143,8 @@ Prediction CostModel::estimate(const Job& job, const Strategy& s,
 
   // Per-micro-batch activations kept for backward.
   ActivationShape ashape{job.seq_len, s.micro_batch, m.hidden, m.heads, m.ffn_hidden, e};
-  const double layer_act = transformer_layer_activation_bytes(ashape, s.tp, s.sequence_parallel,
-                                                              s.recompute, options_.attention_scores);
+  const double layer_act = transformer_layer_activation_bytes(
+      ashape, s.tp, s.sequence_parallel, s.recompute, options_.attention_scores);
   const double sbh = b * seq * h;
   const double embed_act =
       (m.family == Family::kEncoder ? (e + 1) * sbh : sbh) / sp_split;  // LayerNorm in, mask
@@ -201,16 +203,15 @@ Prediction CostModel::estimate(const Job& job, const Strategy& s,
     layers_rank[r] += k.layers;
     largest_chunk_params[r] = std::max(largest_chunk_params[r], p);
   }
-  const double pipe_compute = pipeline_time_s(compute, s.num_micro_batches, s.schedule,
-                                              s.virtual_stages);
-  const double pipe_tp = pipeline_time_s(with_tp, s.num_micro_batches, s.schedule,
-                                         s.virtual_stages);
-  const double pipe_all = pipeline_time_s(with_pp, s.num_micro_batches, s.schedule,
-                                          s.virtual_stages);
+  const double pipe_compute =
+      pipeline_time_s(compute, s.num_micro_batches, s.schedule, s.virtual_stages);
+  const double pipe_tp =
+      pipeline_time_s(with_tp, s.num_micro_batches, s.schedule, s.virtual_stages);
+  const double pipe_all =
+      pipeline_time_s(with_pp, s.num_micro_batches, s.schedule, s.virtual_stages);
 
   Prediction out;
-  out.bubble_fraction = bubble_fraction(compute, s.num_micro_batches, s.schedule,
-                                        s.virtual_stages);
+  out.bubble_fraction = bubble_fraction(compute, s.num_micro_batches, s.schedule, s.virtual_stages);
   out.exposed_communication_s.tp = pipe_tp - pipe_compute;
   out.exposed_communication_s.pp = pipe_all - pipe_tp;
 
@@ -231,8 +232,7 @@ Prediction CostModel::estimate(const Job& job, const Strategy& s,
     mem.gradients = states.gradients;
     mem.optimizer = states.optimizer;
     mem.activations = act_rank[r] * activation_micro_batches_in_flight(
-                                        s.schedule, s.pp, r, s.num_micro_batches,
-                                        s.virtual_stages);
+                                        s.schedule, s.pp, r, s.num_micro_batches, s.virtual_stages);
     mem.buffers = layers_rank[r] > 0 ? recompute_buffer : 0;
 
     double dp_exposed = 0;
@@ -263,8 +263,8 @@ Prediction CostModel::estimate(const Job& job, const Strategy& s,
         zero_exposed = mb * (std::max(0.0, ag - window_f) + first + std::max(0.0, ag - window_b));
         dp_exposed = mb * std::max(0.0, rs - std::max(0.0, window_b - ag));
         // The gathered chunk being used and the one being prefetched.
-        double per_layer = layers_rank[r] > 0 ? largest_chunk_params[r] / layers_rank[r]
-                                              : largest_chunk_params[r];
+        double per_layer =
+            layers_rank[r] > 0 ? largest_chunk_params[r] / layers_rank[r] : largest_chunk_params[r];
         mem.buffers += 2 * per_layer * state_bytes;
       }
       if (s.zero == 1 || s.zero == 2) {

@@ -19,7 +19,7 @@ namespace loom::costmodel {
 struct CostOptions {
   EfficiencyDefaults efficiency;
   double dp_bucket_bytes = 25.0 * 1024 * 1024;  // gradient bucket (PyTorch DDP's default 25 MiB)
-  bool attention_scores = true;  // false: fused attention keeps no s^2 score matrix
+  bool attention_scores = true;                 // false: fused attention keeps no s^2 score matrix
   bool operator==(const CostOptions& o) const = default;
 };
 
@@ -62,7 +62,7 @@ nlohmann::json prediction_to_json(const Prediction& prediction);
 class CostModel {
  public:
   // Builds the topology of `cluster` and maps rank r to device r (node-major), Megatron's order.
-  CostModel(profiles::ModelSpec model, profiles::Cluster cluster, CostOptions options = {});
+  CostModel(profiles::ModelSpec model, const profiles::Cluster& cluster, CostOptions options = {});
   // As above with an explicit rank-to-device mapping (device indices of the cluster).
   CostModel(profiles::ModelSpec model, profiles::Cluster cluster, CostOptions options,
             std::vector<int> device_of_rank);

@@ -22,7 +22,7 @@ ParameterCounts count_parameters(const ModelSpec& m) {
   // Transformer layer: QKV (column-parallel, weight and bias), attention output (row-parallel:
   // weight split, bias replicated), two LayerNorms, MLP up (column) and down (row).
   c.transformer_layer.sharded = 3 * h * h + 3 * h + h * h + h * f + f + f * h;
-  c.transformer_layer.replicated = h + 2 * 2 * h + h;
+  c.transformer_layer.replicated = h + 4 * h + h;  // output bias, 2 LayerNorms, down bias
   const std::int64_t pooler = h * h + h;
   const std::int64_t final_norm = 2 * h;
   if (encoder) {
@@ -92,9 +92,8 @@ double hardware_flops_per_step(const ModelSpec& m, std::int64_t batch, std::int6
   return flops;
 }
 
-double transformer_layer_activation_bytes(const ActivationShape& x, int tp,
-                                          bool sequence_parallel, Recompute recompute,
-                                          bool attention_scores) {
+double transformer_layer_activation_bytes(const ActivationShape& x, int tp, bool sequence_parallel,
+                                          Recompute recompute, bool attention_scores) {
   const double s = static_cast<double>(x.seq_len);
   const double b = static_cast<double>(x.micro_batch);
   const double h = static_cast<double>(x.hidden);

@@ -109,8 +109,8 @@ std::optional<std::string> check_strategy(const profiles::ModelSpec& model, std:
            " is not the global batch " + num(job.global_batch);
   }
   if (job.seq_len > model.max_positions) {
-    return "seq_len=" + num(job.seq_len) + " exceeds the model's max_positions=" +
-           num(model.max_positions);
+    return "seq_len=" + num(job.seq_len) +
+           " exceeds the model's max_positions=" + num(model.max_positions);
   }
   return std::nullopt;
 }
@@ -178,8 +178,7 @@ nlohmann::json job_to_json(const Job& j) {
           {"optimizer", j.optimizer}};
 }
 
-Job job_from_json(const nlohmann::json& value, const std::string& source,
-                  const std::string& path) {
+Job job_from_json(const nlohmann::json& value, const std::string& source, const std::string& path) {
   profiles::ObjectReader r(value, source, path);
   Job j;
   j.global_batch = r.integer("global_batch", 1);

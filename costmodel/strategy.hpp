@@ -38,13 +38,13 @@ struct Strategy {
   int dp = 1;
   int tp = 1;
   int pp = 1;
-  int zero = 0;                         // ZeRO stage 0..3 over the data-parallel group
-  std::int64_t micro_batch = 1;         // samples per micro-batch per data-parallel rank
-  std::int64_t num_micro_batches = 1;   // per step; global_batch = dp * micro_batch * this
+  int zero = 0;                        // ZeRO stage 0..3 over the data-parallel group
+  std::int64_t micro_batch = 1;        // samples per micro-batch per data-parallel rank
+  std::int64_t num_micro_batches = 1;  // per step; global_batch = dp * micro_batch * this
   Schedule schedule = Schedule::k1F1B;
-  int virtual_stages = 1;               // model chunks per pipeline rank (> 1 only interleaved)
+  int virtual_stages = 1;  // model chunks per pipeline rank (> 1 only interleaved)
   Recompute recompute = Recompute::kNone;
-  bool sequence_parallel = false;       // Megatron sequence parallelism with tp (an extension)
+  bool sequence_parallel = false;  // Megatron sequence parallelism with tp (an extension)
 
   int world_size() const { return dp * tp * pp; }
   bool operator==(const Strategy&) const = default;

@@ -56,8 +56,8 @@ nlohmann::json plan_to_json(const Plan& plan) {
 
 Plan evaluate_strategy(const costmodel::CostModel& cost, const costmodel::Job& job,
                        const costmodel::Strategy& strategy) {
-  if (auto why = costmodel::check_strategy(cost.model(), cost.cluster().device_count(), job,
-                                           strategy)) {
+  if (auto why =
+          costmodel::check_strategy(cost.model(), cost.cluster().device_count(), job, strategy)) {
     throw InputError("strategy", "", *why);
   }
   Plan plan;

@@ -103,7 +103,8 @@ Cluster cluster_from_json(const nlohmann::json& value, const std::string& source
     ObjectReader d = r.object("device");
     c.device.name = d.string("name");
     if (d.has("kind")) {
-      c.device.kind = d.choice("kind", {"gpu", "cpu"}) == "cpu" ? DeviceKind::kCpu : DeviceKind::kGpu;
+      c.device.kind =
+          d.choice("kind", {"gpu", "cpu"}) == "cpu" ? DeviceKind::kCpu : DeviceKind::kGpu;
     }
     c.device.memory_bytes = d.integer("memory_bytes", 1);
     {
@@ -183,10 +184,8 @@ nlohmann::json cluster_to_json(const Cluster& c) {
   if (c.inter_node) j["inter_node"] = link_class_to_json(*c.inter_node);
   nlohmann::json links = nlohmann::json::array();
   for (const auto& e : c.links) {
-    nlohmann::json l = {{"a", e.a},
-                        {"b", e.b},
-                        {"bandwidth_gbps", e.bandwidth_gbps},
-                        {"latency_us", e.latency_us}};
+    nlohmann::json l = {
+        {"a", e.a}, {"b", e.b}, {"bandwidth_gbps", e.bandwidth_gbps}, {"latency_us", e.latency_us}};
     if (!e.kind.empty()) l["kind"] = e.kind;
     links.push_back(l);
   }
@@ -196,7 +195,8 @@ nlohmann::json cluster_to_json(const Cluster& c) {
 }
 
 Cluster with_nodes(const Cluster& cluster, std::int64_t nodes, const std::string& source) {
-  if (nodes < 1) throw InputError(source, "", "expected an integer >= 1, found " + std::to_string(nodes));
+  if (nodes < 1)
+    throw InputError(source, "", "expected an integer >= 1, found " + std::to_string(nodes));
   Cluster c = cluster;
   c.nodes = nodes;
   if (nodes > 1 && !c.inter_node) {

@@ -1,5 +1,8 @@
 #include "profiles/loader.hpp"
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -9,8 +12,6 @@
 #include <sstream>
 #include <stdexcept>
 #include <string_view>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include "profiles/builtin_data.hpp"
 #include "profiles/errors.hpp"
@@ -54,7 +55,8 @@ std::string read_text_file(const std::string& path) {
     throw InputError(path, "", "expected a file, found a directory");
   }
   std::ifstream in(path, std::ios::binary);
-  if (!in) throw InputError(path, "", std::string("cannot read file (") + std::strerror(errno) + ")");
+  if (!in)
+    throw InputError(path, "", std::string("cannot read file (") + std::strerror(errno) + ")");
   std::ostringstream out;
   out << in.rdbuf();
   return out.str();

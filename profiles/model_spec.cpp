@@ -8,9 +8,7 @@
 
 namespace loom::profiles {
 
-const char* to_string(Family family) {
-  return family == Family::kEncoder ? "encoder" : "decoder";
-}
+const char* to_string(Family family) { return family == Family::kEncoder ? "encoder" : "decoder"; }
 
 const char* to_string(ModelType type) {
   switch (type) {
@@ -76,8 +74,8 @@ ModelSpec from_hugging_face(ObjectReader& r, const std::string& source) {
   if (r.has("architectures")) {
     const auto& arch = r.array("architectures");
     for (const auto& a : arch) {
-      if (a.is_string() && a.get<std::string>().find("ForSequenceClassification") !=
-                               std::string::npos) {
+      if (a.is_string() &&
+          a.get<std::string>().find("ForSequenceClassification") != std::string::npos) {
         classifier = true;
       }
     }

@@ -29,7 +29,7 @@ struct ModelSpec {
   std::int64_t ffn_hidden = 0;
   std::int64_t vocab = 0;
   std::int64_t max_positions = 0;
-  std::int64_t type_vocab = 0;            // token-type embeddings (encoders); 0 = none
+  std::int64_t type_vocab = 0;             // token-type embeddings (encoders); 0 = none
   std::optional<std::int64_t> num_labels;  // classification head; nullopt = language-model head
   bool tied_embeddings = true;
 

@@ -21,8 +21,8 @@ struct EdgeProps {
   double latency_us = 0;
   int index = 0;  // dense edge index, for per-direction load counting
 };
-using Graph = boost::adjacency_list<boost::vecS, boost::vecS, boost::undirectedS, VertexProps,
-                                    EdgeProps>;
+using Graph =
+    boost::adjacency_list<boost::vecS, boost::vecS, boost::undirectedS, VertexProps, EdgeProps>;
 using Vertex = boost::graph_traits<Graph>::vertex_descriptor;
 
 // One step of a route: an edge crossed from `from` to the other end.
@@ -124,7 +124,8 @@ struct Topology::Impl {
                              " cannot reach " + graph[source].name);
       }
       std::vector<Hop> path;
-      for (int v = b; v != source; v = via_vertex[v]) path.push_back(hop(via_edge[v], via_vertex[v]));
+      for (int v = b; v != source; v = via_vertex[v])
+        path.push_back(hop(via_edge[v], via_vertex[v]));
       std::reverse(path.begin(), path.end());
       out[b] = std::move(path);
     }
@@ -212,8 +213,7 @@ Topology::Topology(const Cluster& cluster) : impl_(std::make_unique<Impl>()) {
                      cluster.intra_node.latency_us);
         }
       }
-      t.add_edge(nic, t.fabric, cluster.inter_node->bandwidth_gbps,
-                 cluster.inter_node->latency_us);
+      t.add_edge(nic, t.fabric, cluster.inter_node->bandwidth_gbps, cluster.inter_node->latency_us);
     }
   }
   for (int a = 0; a < nodes * per_node; ++a) t.routes.push_back(t.widest_routes_from(a));

@@ -87,11 +87,11 @@ void print_plan(std::ostream& out, const planner::Plan& plan) {
     // The layers of pipeline rank r (its first chunk's range when interleaved).
     const costmodel::StageRange& range = plan.stages[r];
     char line[256];
-    std::snprintf(line, sizeof line, "%-6zu %-11s %-11s %-11s %-11s %-11s %-11s %s\n", r,
-                  (std::to_string(range.first_layer) + "-" + std::to_string(range.last_layer))
-                      .c_str(),
-                  gib(m.parameters).c_str(), gib(m.gradients).c_str(), gib(m.optimizer).c_str(),
-                  gib(m.activations).c_str(), gib(m.buffers).c_str(), gib(m.total()).c_str());
+    std::snprintf(
+        line, sizeof line, "%-6zu %-11s %-11s %-11s %-11s %-11s %-11s %s\n", r,
+        (std::to_string(range.first_layer) + "-" + std::to_string(range.last_layer)).c_str(),
+        gib(m.parameters).c_str(), gib(m.gradients).c_str(), gib(m.optimizer).c_str(),
+        gib(m.activations).c_str(), gib(m.buffers).c_str(), gib(m.total()).c_str());
     out << line;
   }
   for (const std::string& w : plan.why) out << "why: " << w << "\n";
@@ -103,7 +103,8 @@ costmodel::Job make_job(const PlanArgs& a) {
   job.seq_len = a.seq_len;
   auto precision = profiles::parse_precision(a.precision);
   if (!precision || *precision == profiles::Precision::kTf32) {
-    throw InputError("--precision", "", "expected bf16, fp16 or fp32, found \"" + a.precision + "\"");
+    throw InputError("--precision", "",
+                     "expected bf16, fp16 or fp32, found \"" + a.precision + "\"");
   }
   job.precision = *precision;
   return job;
@@ -140,7 +141,8 @@ costmodel::Strategy pinned_strategy(const PlanArgs& a, std::int64_t devices) {
   }
   if (a.schedule) s.schedule = *costmodel::parse_schedule(*a.schedule);
   if (a.recompute) s.recompute = *costmodel::parse_recompute(*a.recompute);
-  s.virtual_stages = a.virtual_stages.value_or(s.schedule == costmodel::Schedule::kInterleaved ? 2 : 1);
+  s.virtual_stages =
+      a.virtual_stages.value_or(s.schedule == costmodel::Schedule::kInterleaved ? 2 : 1);
   std::int64_t per_step = static_cast<std::int64_t>(s.dp) * s.micro_batch;
   if (a.global_batch % per_step != 0) {
     throw InputError("--global-batch", "",
@@ -169,8 +171,7 @@ int run_plan(const PlanArgs& a) {
   planner::Plan plan = planner::evaluate_strategy(cost, job, strategy);
   double limit = a.memory_margin * static_cast<double>(cluster.device.memory_bytes);
   bool fits = plan.predicted.peak_memory_bytes <= limit;
-  double elapsed =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (!a.output.empty() && fits) {
     profiles::write_file_atomically(a.output, plan_to_json(plan).dump(2) + "\n");
   }

@@ -130,7 +130,8 @@ const char* const kBertClassifier = R"({
 TEST_CASE("every built-in model loads and round-trips through loom-model/1", "[profiles][model]") {
   const std::vector<std::string> names = loom::profiles::builtin_model_names();
   REQUIRE(names.size() >= 5);
-  for (const char* expected : {"bert-base", "bert-large", "roberta-base", "roberta-large", "gpt2"}) {
+  for (const char* expected :
+       {"bert-base", "bert-large", "roberta-base", "roberta-large", "gpt2"}) {
     CHECK(std::find(names.begin(), names.end(), expected) != names.end());
   }
   for (const std::string& name : names) {
@@ -188,7 +189,8 @@ TEST_CASE("a loom-model/1 round trip keeps optional fields", "[profiles][model]"
   CHECK(loom::profiles::model_from_json(loom::profiles::model_to_json(m), "custom") == m);
 }
 
-TEST_CASE("a Hugging Face bert-base-uncased config.json reads as bert-base", "[profiles][model][hf]") {
+TEST_CASE("a Hugging Face bert-base-uncased config.json reads as bert-base",
+          "[profiles][model][hf]") {
   ModelSpec m = parse_model(kBertBaseUncased, "bert-base-uncased/config.json");
   CHECK(m.name == "bert-base-uncased");
   CHECK(m.family == Family::kEncoder);

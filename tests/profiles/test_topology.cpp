@@ -8,7 +8,6 @@
 #include "profiles/loader.hpp"
 #include "profiles/topology.hpp"
 
-using Catch::Approx;
 using loom::profiles::PathMetrics;
 using loom::profiles::Topology;
 
