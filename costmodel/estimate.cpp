@@ -255,11 +255,13 @@ Prediction CostModel::estimate(const Job& job, const Strategy& s,
                      std::max(rs - window_b, dp_time(Collective::kReduceScatter, bucket));
         mem.buffers += 2 * bucket;
       } else {
-        // ZeRO-3: every micro-batch gathers the parameters forward and backward and
-        // reduce-scatters gradients, prefetching one layer ahead; the first gather is exposed.
-        double ag = dp_time(Collective::kAllGather, grads);
-        double rs = dp_time(Collective::kReduceScatter, grads);
-        double first = layers_rank[r] > 0 ? ag / (layers_rank[r] + 1) : ag;
+        // ZeRO-3: every micro-batch gathers each layer's parameters forward and backward and
+        // reduce-scatters its gradients (one collective per layer, so latencies add up),
+        // prefetching one layer ahead; the first gather is exposed.
+        double pieces = layers_rank[r] + 1;
+        double ag = pieces * dp_time(Collective::kAllGather, grads / pieces);
+        double rs = pieces * dp_time(Collective::kReduceScatter, grads / pieces);
+        double first = ag / pieces;
         zero_exposed = mb * (std::max(0.0, ag - window_f) + first + std::max(0.0, ag - window_b));
         dp_exposed = mb * std::max(0.0, rs - std::max(0.0, window_b - ag));
         // The gathered chunk being used and the one being prefetched.

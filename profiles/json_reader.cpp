@@ -42,7 +42,10 @@ ObjectReader::ObjectReader(const nlohmann::json& value, std::string source, std:
   }
 }
 
-bool ObjectReader::has(const std::string& key) const { return value_.contains(key); }
+bool ObjectReader::has(const std::string& key) const {
+  auto it = value_.find(key);
+  return it != value_.end() && !it->is_null();
+}
 
 std::string ObjectReader::key_path(const std::string& key) const { return path_ + "." + key; }
 

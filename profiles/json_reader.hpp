@@ -22,6 +22,7 @@ class ObjectReader {
   // Throws unless `value` is a JSON object.
   ObjectReader(const nlohmann::json& value, std::string source, std::string path = "$");
 
+  // True when the key is present and not null (null counts as absent for optional fields).
   bool has(const std::string& key) const;
   std::size_t size() const { return value_.size(); }
 

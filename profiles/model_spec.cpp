@@ -125,7 +125,10 @@ void validate_model(const ModelSpec& m, const std::string& source) {
 ModelSpec model_from_json(const nlohmann::json& value, const std::string& source) {
   ObjectReader r(value, source);
   ModelSpec m;
-  if (!r.has("format") && r.has("model_type")) {
+  // A Hugging Face config has no "format" but its own size fields.
+  bool hugging_face =
+      !r.has("format") && r.has("model_type") && (r.has("num_hidden_layers") || r.has("n_layer"));
+  if (hugging_face) {
     m = from_hugging_face(r, source);
     if (m.hidden % m.heads != 0) {
       const char* heads = m.model_type == ModelType::kGpt2 ? "n_head" : "num_attention_heads";

@@ -84,6 +84,8 @@ struct Topology::Impl {
   }
 
   // Widest path (largest bottleneck bandwidth), then fewest hops, then lowest vertex numbers.
+  std::string cluster_name;
+
   std::vector<std::vector<Hop>> widest_routes_from(int source) const {
     int n = static_cast<int>(boost::num_vertices(graph));
     std::vector<double> width(n, 0.0);
@@ -119,7 +121,7 @@ struct Topology::Impl {
     for (int b = 0; b < devices; ++b) {
       if (b == source) continue;
       if (via_edge[b] < 0) {
-        throw InputError("cluster", "$.links",
+        throw InputError("cluster \"" + cluster_name + "\"", "$.links",
                          "expected every device to be reachable; " + graph[b].name +
                              " cannot reach " + graph[source].name);
       }
@@ -147,7 +149,9 @@ struct Topology::Impl {
 };
 
 Topology::Topology(const Cluster& cluster) : impl_(std::make_unique<Impl>()) {
+  validate_cluster(cluster, "cluster \"" + cluster.name + "\"");
   Impl& t = *impl_;
+  t.cluster_name = cluster.name;
   int nodes = static_cast<int>(cluster.nodes);
   int per_node = static_cast<int>(cluster.devices_per_node);
   t.devices_per_node = per_node;
@@ -210,10 +214,11 @@ Topology::Topology(const Cluster& cluster) : impl_(std::make_unique<Impl>()) {
       if (!declared) {
         for (int j = 0; j < per_node; ++j) {
           t.add_edge(k * per_node + j, nic, cluster.intra_node.bandwidth_gbps,
-                     cluster.intra_node.latency_us);
+                     cluster.intra_node.latency_us / 2);
         }
       }
-      t.add_edge(nic, t.fabric, cluster.inter_node->bandwidth_gbps, cluster.inter_node->latency_us);
+      t.add_edge(nic, t.fabric, cluster.inter_node->bandwidth_gbps,
+                 cluster.inter_node->latency_us / 2);
     }
   }
   for (int a = 0; a < nodes * per_node; ++a) t.routes.push_back(t.widest_routes_from(a));

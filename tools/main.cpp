@@ -8,7 +8,7 @@
 #include "tools/commands.hpp"
 
 int main(int argc, char** argv) {
-  CLI::App app{"loom: plans, simulates and runs parallel training of transformer models"};
+  CLI::App app{"loom: plans, simulates and runs parallel training of transformer models", "loom"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "loom 0.1.0");
   std::map<std::string, loom::tools::Runner> runners;

@@ -10,6 +10,7 @@
 
 #include "costmodel/estimate.hpp"
 #include "planner/plan.hpp"
+#include "planner/search.hpp"
 #include "profiles/errors.hpp"
 #include "profiles/loader.hpp"
 #include "tools/commands.hpp"
@@ -110,48 +111,77 @@ costmodel::Job make_job(const PlanArgs& a) {
   return job;
 }
 
-// Every dimension pinned or derivable: dp from the device count, micro-batches from the batch.
-costmodel::Strategy pinned_strategy(const PlanArgs& a, std::int64_t devices) {
-  auto need = [](bool present, const char* flag) {
-    if (!present) {
-      throw InputError(flag, "",
-                       "required for now: the search over unpinned dimensions is not built yet, "
-                       "so pin --tp --pp --zero --micro-batch --schedule --recompute");
-    }
-  };
-  need(a.tp.has_value(), "--tp");
-  need(a.pp.has_value(), "--pp");
-  need(a.zero.has_value(), "--zero");
-  need(a.micro_batch.has_value(), "--micro-batch");
-  costmodel::Strategy s;
-  s.tp = *a.tp;
-  s.pp = *a.pp;
-  s.zero = *a.zero;
-  s.micro_batch = *a.micro_batch;
-  if (a.dp) {
-    s.dp = *a.dp;
-  } else {
-    std::int64_t per_replica = static_cast<std::int64_t>(s.tp) * s.pp;
-    if (devices % per_replica != 0) {
-      throw InputError("--dp", "",
-                       "cannot be derived: tp*pp = " + std::to_string(per_replica) +
-                           " does not divide the " + std::to_string(devices) + " devices");
-    }
-    s.dp = static_cast<int>(devices / per_replica);
+// Checks the pinned dimensions against each other and the cluster before searching, so that a
+// contradiction is reported in terms of the flags the user gave.
+planner::SearchOptions search_options(const PlanArgs& a, const profiles::ModelSpec& model,
+                                      std::int64_t devices) {
+  planner::SearchOptions o;
+  o.tp = a.tp;
+  o.pp = a.pp;
+  o.dp = a.dp;
+  o.zero = a.zero;
+  o.micro_batch = a.micro_batch;
+  if (a.schedule) o.schedule = costmodel::parse_schedule(*a.schedule);
+  if (a.recompute) o.recompute = costmodel::parse_recompute(*a.recompute);
+  o.virtual_stages = a.virtual_stages;
+  o.memory_margin = a.memory_margin;
+  o.top = a.top;
+  auto n = [](std::int64_t v) { return std::to_string(v); };
+  if (a.tp && model.heads % *a.tp != 0) {
+    throw InputError("--tp", "",
+                     "tp=" + n(*a.tp) + " does not divide the " + n(model.heads) +
+                         " attention heads of " + model.name);
   }
-  if (a.schedule) s.schedule = *costmodel::parse_schedule(*a.schedule);
-  if (a.recompute) s.recompute = *costmodel::parse_recompute(*a.recompute);
-  s.virtual_stages =
-      a.virtual_stages.value_or(s.schedule == costmodel::Schedule::kInterleaved ? 2 : 1);
-  std::int64_t per_step = static_cast<std::int64_t>(s.dp) * s.micro_batch;
-  if (a.global_batch % per_step != 0) {
-    throw InputError("--global-batch", "",
-                     "expected a multiple of dp*micro_batch = " + std::to_string(s.dp) + "*" +
-                         std::to_string(s.micro_batch) + " = " + std::to_string(per_step) +
-                         ", found " + std::to_string(a.global_batch));
+  if (a.tp && model.ffn_hidden % *a.tp != 0) {
+    throw InputError("--tp", "",
+                     "tp=" + n(*a.tp) + " does not divide ffn_hidden=" + n(model.ffn_hidden));
   }
-  s.num_micro_batches = a.global_batch / per_step;
-  return s;
+  if (a.pp && *a.pp > model.layers) {
+    throw InputError("--pp", "",
+                     "pp=" + n(*a.pp) + " exceeds the " + n(model.layers) + " transformer layers");
+  }
+  std::int64_t fixed_ranks = std::int64_t{a.tp.value_or(1)} * a.pp.value_or(1) * a.dp.value_or(1);
+  if (fixed_ranks > devices || (!a.dp && devices % fixed_ranks != 0)) {
+    throw InputError(a.dp ? "--dp" : "--tp/--pp", "",
+                     "the pinned tp*pp" + std::string(a.dp ? "*dp" : "") + " = " + n(fixed_ranks) +
+                         " ranks do not " + (a.dp ? "fit" : "divide") + " the " + n(devices) +
+                         " devices of the cluster");
+  }
+  if (a.tp && a.pp && a.micro_batch) {
+    std::int64_t dp = a.dp.value_or(static_cast<int>(devices / (std::int64_t{*a.tp} * *a.pp)));
+    std::int64_t per_step = dp * *a.micro_batch;
+    if (a.global_batch % per_step != 0) {
+      throw InputError("--global-batch", "",
+                       "expected a multiple of dp*micro_batch = " + n(dp) + "*" +
+                           n(*a.micro_batch) + " = " + n(per_step) + ", found " +
+                           n(a.global_batch));
+    }
+  }
+  if (a.virtual_stages && *a.virtual_stages > 1 && a.schedule && *a.schedule != "interleaved") {
+    throw InputError("--virtual-stages", "", "virtual stages > 1 need --schedule interleaved");
+  }
+  return o;
+}
+
+void print_table(std::ostream& out, const std::vector<planner::Plan>& plans, double margin) {
+  out << "  #  dp  tp  pp zero    mb  chunks schedule        recompute  step time    samples/s"
+         "    MFU   peak mem    bound by\n";
+  for (std::size_t i = 0; i < plans.size(); ++i) {
+    const planner::Plan& p = plans[i];
+    const costmodel::Strategy& s = p.strategy;
+    std::string schedule = costmodel::to_string(s.schedule);
+    if (s.virtual_stages > 1) schedule += " v=" + std::to_string(s.virtual_stages);
+    char line[256];
+    std::snprintf(line, sizeof line,
+                  "%3zu %3d %3d %3d %4d %5lld %7lld %-15s %-10s %-12s %9.1f %5.1f %% %10s    %s\n",
+                  i + 1, s.dp, s.tp, s.pp, s.zero, static_cast<long long>(s.micro_batch),
+                  static_cast<long long>(s.num_micro_batches), schedule.c_str(),
+                  costmodel::to_string(s.recompute), seconds(p.predicted.step_time_s).c_str(),
+                  p.predicted.samples_per_s, 100 * p.predicted.mfu,
+                  gib(p.predicted.peak_memory_bytes).c_str(),
+                  planner::binding_constraint(p, margin).c_str());
+    out << line;
+  }
 }
 
 int run_plan(const PlanArgs& a) {
@@ -160,37 +190,39 @@ int run_plan(const PlanArgs& a) {
   profiles::Cluster cluster = profiles::load_cluster(a.cluster);
   if (a.nodes) cluster = profiles::with_nodes(cluster, *a.nodes, "--nodes");
   if (!a.profile.empty()) {
-    throw InputError("--profile", "", "profiles are not supported yet (a later release)");
+    throw InputError("--profile", "", "measured profiles are not supported yet (a later release)");
   }
   if (!(a.memory_margin > 0 && a.memory_margin <= 1)) {
     throw InputError("--memory-margin", "", "expected a fraction in (0, 1]");
   }
   costmodel::Job job = make_job(a);
-  costmodel::Strategy strategy = pinned_strategy(a, cluster.device_count());
+  planner::SearchOptions options = search_options(a, model, cluster.device_count());
   costmodel::CostModel cost(model, cluster);
-  planner::Plan plan = planner::evaluate_strategy(cost, job, strategy);
-  double limit = a.memory_margin * static_cast<double>(cluster.device.memory_bytes);
-  bool fits = plan.predicted.peak_memory_bytes <= limit;
+  planner::SearchResult result = planner::search(cost, job, options);
   double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  if (!a.output.empty() && fits) {
-    profiles::write_file_atomically(a.output, plan_to_json(plan).dump(2) + "\n");
+  if (result.plans.empty()) throw InputError("plan", "", result.infeasible_reason);
+  if (!a.output.empty()) {
+    profiles::write_file_atomically(a.output, plan_to_json(result.plans[0]).dump(2) + "\n");
   }
   if (a.json) {
     nlohmann::json doc;
-    doc["plans"] = fits ? nlohmann::json::array({plan_to_json(plan)}) : nlohmann::json::array();
-    doc["searched"] = 1;
-    doc["feasible"] = fits ? 1 : 0;
+    doc["plans"] = nlohmann::json::array();
+    for (const planner::Plan& p : result.plans) doc["plans"].push_back(plan_to_json(p));
+    doc["searched"] = result.searched;
+    doc["feasible"] = result.feasible;
     doc["search_time_s"] = elapsed;
     std::cout << doc.dump(2) << "\n";
-  } else if (fits) {
-    print_plan(std::cout, plan);
+    return 0;
   }
-  if (!fits) {
-    throw InputError(
-        "plan", "",
-        "does not fit: " + describe(strategy) + " needs " + gib(plan.predicted.peak_memory_bytes) +
-            " per device, above " + fixed(a.memory_margin, 2) + " x " +
-            gib(static_cast<double>(cluster.device.memory_bytes)) + " = " + gib(limit));
+  print_plan(std::cout, result.plans[0]);
+  if (result.searched > 1) {
+    std::cout << "\n";
+    print_table(std::cout, result.plans, a.memory_margin);
+    char line[160];
+    std::snprintf(line, sizeof line, "\nsearched %lld strategies, %lld fit in memory, in %.1f ms\n",
+                  static_cast<long long>(result.searched), static_cast<long long>(result.feasible),
+                  elapsed * 1e3);
+    std::cout << line;
   }
   return 0;
 }
@@ -199,7 +231,8 @@ int run_plan(const PlanArgs& a) {
 
 Runner add_plan_command(CLI::App& app) {
   auto args = std::make_shared<PlanArgs>();
-  CLI::App* cmd = app.add_subcommand("plan", "Predict step time and memory of a parallel strategy");
+  CLI::App* cmd = app.add_subcommand(
+      "plan", "Search parallel strategies; predict step time and memory of the best");
   cmd->add_option("--model", args->model, "built-in name, loom-model JSON or HF config.json")
       ->required();
   cmd->add_option("--cluster", args->cluster, "built-in name or loom-cluster JSON")->required();

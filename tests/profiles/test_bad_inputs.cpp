@@ -579,7 +579,7 @@ TEST_CASE("loom-cluster: links that leave a device unreachable", "[profiles][err
   json j = valid_linked_cluster();
   j["links"] = json::array({j["links"][0]});  // only gpu0 - gpu1
   loom::profiles::Cluster c = loom::profiles::cluster_from_json(j, kClusterSource);
-  require_input_error([&] { loom::profiles::Topology t(c); }, "cluster", "$.links",
+  require_input_error([&] { loom::profiles::Topology t(c); }, "cluster \"quad\"", "$.links",
                       {"reachable", "node0/gpu2"});
 }
 

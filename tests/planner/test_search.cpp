@@ -1,0 +1,88 @@
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+
+#include "planner/search.hpp"
+#include "profiles/loader.hpp"
+
+using namespace loom;
+using namespace loom::planner;
+
+namespace {
+costmodel::CostModel bert_on_dgx() {
+  return costmodel::CostModel(profiles::load_model("bert-large"),
+                              profiles::load_cluster("dgx-a100-80g"));
+}
+const costmodel::Job kJob{512, 512, profiles::Precision::kBf16, "adamw"};
+}  // namespace
+
+TEST_CASE("a fully pinned search evaluates exactly that strategy", "[planner]") {
+  costmodel::CostModel cost = bert_on_dgx();
+  SearchOptions o;
+  o.tp = 8;
+  o.pp = 2;
+  o.zero = 1;
+  o.micro_batch = 4;
+  o.schedule = costmodel::Schedule::kGpipe;
+  o.recompute = costmodel::Recompute::kSelective;
+  SearchResult r = search(cost, kJob, o);
+  CHECK(r.searched == 1);
+  REQUIRE(r.plans.size() == 1);
+  const Plan& p = r.plans[0];
+  CHECK(p.strategy.dp == 2);
+  CHECK(p.strategy.num_micro_batches == 64);
+  CHECK(p.stages.size() == 2);
+  CHECK(p.stages[0] == costmodel::StageRange{0, 12});
+  CHECK(p.stages[1] == costmodel::StageRange{13, 25});
+  REQUIRE(p.ranks.size() == 32);
+  // Megatron order: tp fastest, then dp, then pp.
+  CHECK(p.ranks[9] == RankPlacement{9, "node1/gpu1", 1, 1, 0});
+  CHECK(p.ranks[17] == RankPlacement{17, "node2/gpu1", 0, 1, 1});
+  nlohmann::json j = plan_to_json(p);
+  CHECK(j["format"] == "loom-plan/1");
+  CHECK(j["strategy"]["schedule"] == "gpipe");
+  CHECK(j["predicted"]["source"] == "analytical");
+  CHECK(j["predicted"]["memory_bytes_by_stage"].size() == 2);
+}
+
+TEST_CASE("the search ranks feasible plans by step time, deterministically", "[planner]") {
+  costmodel::CostModel cost = bert_on_dgx();
+  SearchOptions o;
+  o.top = 10;
+  SearchResult a = search(cost, kJob, o);
+  SearchResult b = search(cost, kJob, o);
+  CHECK(a.searched > 1000);
+  CHECK(a.feasible <= a.searched);
+  REQUIRE(a.plans.size() == 10);
+  for (std::size_t i = 0; i < a.plans.size(); ++i) {
+    CHECK(a.plans[i].strategy == b.plans[i].strategy);
+    if (i > 0) {
+      CHECK(a.plans[i].predicted.step_time_s >= a.plans[i - 1].predicted.step_time_s);
+    }
+    CHECK(a.plans[i].predicted.peak_memory_bytes <= 0.9 * 80.0 * (1 << 30));
+  }
+  CHECK_FALSE(a.plans[0].why.empty());
+}
+
+TEST_CASE("the search respects pinned dimensions and the device limit", "[planner]") {
+  costmodel::CostModel cost = bert_on_dgx();
+  SearchOptions o;
+  o.tp = 2;
+  o.recompute = costmodel::Recompute::kFull;
+  SearchResult r = search(cost, kJob, o);
+  REQUIRE_FALSE(r.plans.empty());
+  for (const Plan& p : r.plans) {
+    CHECK(p.strategy.tp == 2);
+    CHECK(p.strategy.recompute == costmodel::Recompute::kFull);
+    CHECK(p.strategy.world_size() == 32);
+  }
+}
+
+TEST_CASE("nothing fits: the reason names the smallest need and the device", "[planner]") {
+  costmodel::CostModel cost(profiles::load_model("gpt3-175b"), profiles::load_cluster("h100-x1"));
+  SearchResult r = search(cost, costmodel::Job{8, 2048, profiles::Precision::kBf16, "adamw"}, {});
+  CHECK(r.plans.empty());
+  CHECK(r.feasible == 0);
+  CHECK(r.searched > 0);
+  CHECK_THAT(r.infeasible_reason, Catch::Contains("does not fit") && Catch::Contains("80.0 GiB") &&
+                                      Catch::Contains("zero=0"));
+}
