@@ -62,33 +62,38 @@ std::string read_text_file(const std::string& path) {
   return out.str();
 }
 
-ModelSpec load_model(const std::string& name_or_path) {
-  if (const BuiltinFile* f = find_builtin(builtin_models(), name_or_path)) {
-    std::string source = "built-in model " + name_or_path;
-    return model_from_json(parse_json_text(std::string(f->json), source), source);
+namespace {
+
+// A built-in file's text or a file's, with the name errors should use for it.
+struct Resolved {
+  std::string text;
+  std::string source;
+};
+
+Resolved resolve(const std::string& name_or_path, const std::vector<BuiltinFile>& builtins,
+                 const char* kind, const char* flag) {
+  if (const BuiltinFile* f = find_builtin(builtins, name_or_path)) {
+    return {std::string(f->json), std::string("built-in ") + kind + " " + name_or_path};
   }
   std::error_code ec;
   if (!looks_like_path(name_or_path) && !std::filesystem::exists(name_or_path, ec)) {
-    throw InputError("--model", "",
-                     "\"" + name_or_path + "\" is neither a file nor a built-in model (" +
-                         join(builtin_model_names()) + ")");
+    throw InputError(flag, "",
+                     "\"" + name_or_path + "\" is neither a file nor a built-in " + kind + " (" +
+                         join(names_of(builtins)) + ")");
   }
-  return model_from_json(parse_json_text(read_text_file(name_or_path), name_or_path), name_or_path);
+  return {read_text_file(name_or_path), name_or_path};
+}
+
+}  // namespace
+
+ModelSpec load_model(const std::string& name_or_path) {
+  Resolved r = resolve(name_or_path, builtin_models(), "model", "--model");
+  return model_from_json(parse_json_text(r.text, r.source), r.source);
 }
 
 Cluster load_cluster(const std::string& name_or_path) {
-  if (const BuiltinFile* f = find_builtin(builtin_clusters(), name_or_path)) {
-    std::string source = "built-in cluster " + name_or_path;
-    return cluster_from_json(parse_json_text(std::string(f->json), source), source);
-  }
-  std::error_code ec;
-  if (!looks_like_path(name_or_path) && !std::filesystem::exists(name_or_path, ec)) {
-    throw InputError("--cluster", "",
-                     "\"" + name_or_path + "\" is neither a file nor a built-in cluster (" +
-                         join(builtin_cluster_names()) + ")");
-  }
-  return cluster_from_json(parse_json_text(read_text_file(name_or_path), name_or_path),
-                           name_or_path);
+  Resolved r = resolve(name_or_path, builtin_clusters(), "cluster", "--cluster");
+  return cluster_from_json(parse_json_text(r.text, r.source), r.source);
 }
 
 void write_file_atomically(const std::string& path, const std::string& text) {
