@@ -58,7 +58,7 @@ std::string int_label(int v) { return std::to_string(v); }
 std::string recompute_label(int v) { return costmodel::to_string(static_cast<Recompute>(v)); }
 std::string schedule_label(int v) { return costmodel::to_string(static_cast<Schedule>(v)); }
 
-const Dimension kDimensions[] = {
+constexpr Dimension kDimensions[] = {
     {"tp", [](const Strategy& s) { return s.tp; }, int_label},
     {"pp", [](const Strategy& s) { return s.pp; }, int_label},
     {"zero", [](const Strategy& s) { return s.zero; }, int_label},
@@ -176,7 +176,8 @@ SearchResult search(const costmodel::CostModel& cost, const costmodel::Job& job,
               std::vector<int> vs = o.virtual_stages ? std::vector<int>{*o.virtual_stages}
                                                      : std::vector<int>{2, 3, 4, 6, 8};
               for (int v : vs) {
-                if (pp * v <= model.layers && model.layers % (pp * v) == 0) {
+                if (std::int64_t{pp} * v <= model.layers &&
+                    model.layers % (std::int64_t{pp} * v) == 0) {
                   schedules.emplace_back(Schedule::kInterleaved, v);
                 }
               }
