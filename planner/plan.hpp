@@ -44,7 +44,8 @@ std::vector<RankPlacement> megatron_placement(const costmodel::Strategy& strateg
 nlohmann::json plan_to_json(const Plan& plan);
 
 // Evaluates exactly `strategy` (even stage partition, Megatron placement) with the analytical
-// cost model. Throws InputError (source "strategy") when the strategy cannot run the job.
+// cost model; `why` is left for the caller. Throws InputError (source "strategy") when the strategy
+// cannot run the job.
 Plan evaluate_strategy(const costmodel::CostModel& model, const costmodel::Job& job,
                        const costmodel::Strategy& strategy);
 

@@ -119,113 +119,117 @@ std::string binding_constraint(const Plan& plan, double memory_margin) {
   return worst.second;
 }
 
+namespace {
+
+std::vector<std::pair<Schedule, int>> schedule_choices(const SearchOptions& o, int pp,
+                                                       std::int64_t layers) {
+  if (o.schedule) {
+    return {
+        {*o.schedule, o.virtual_stages.value_or(*o.schedule == Schedule::kInterleaved ? 2 : 1)}};
+  }
+  if (pp == 1) return {{Schedule::k1F1B, 1}};  // without a pipeline the schedules coincide
+  std::vector<std::pair<Schedule, int>> out{{Schedule::k1F1B, 1}, {Schedule::kGpipe, 1}};
+  std::vector<int> vs =
+      o.virtual_stages ? std::vector<int>{*o.virtual_stages} : std::vector<int>{2, 3, 4, 6, 8};
+  for (int v : vs) {
+    std::int64_t chunks = std::int64_t{pp} * v;
+    if (chunks <= layers && layers % chunks == 0) out.emplace_back(Schedule::kInterleaved, v);
+  }
+  return out;
+}
+
+// Every strategy to try, recomputation left at none (the caller walks that dimension). Strategies
+// that a pinned dimension rules out are skipped; the first reason is kept for the error message.
+std::vector<Strategy> candidate_strategies(const profiles::ModelSpec& model,
+                                           const profiles::Cluster& cluster,
+                                           const costmodel::Job& job, const SearchOptions& o,
+                                           std::string* first_refusal) {
+  const std::int64_t devices = cluster.device_count();
+  auto refuse = [&](const std::string& why) {
+    if (first_refusal->empty()) *first_refusal = why;
+  };
+  std::vector<Strategy> out;
+  for (int tp : o.tp ? std::vector<int>{*o.tp} : divisors(devices)) {
+    if (!o.tp &&
+        (tp > cluster.devices_per_node || model.heads % tp != 0 || model.ffn_hidden % tp != 0)) {
+      continue;
+    }
+    for (int pp : o.pp ? std::vector<int>{*o.pp} : divisors(devices / tp)) {
+      if (!o.pp && pp > model.layers) continue;
+      const std::int64_t replica = std::int64_t{tp} * pp;
+      if (!o.dp && devices % replica != 0) continue;
+      const int dp = o.dp.value_or(static_cast<int>(devices / replica));
+      if (job.global_batch % dp != 0) {
+        refuse("the global batch " + std::to_string(job.global_batch) +
+               " does not split over dp=" + std::to_string(dp));
+        continue;
+      }
+      const std::int64_t per_rank = job.global_batch / dp;
+      std::vector<int> zeros = o.zero   ? std::vector<int>{*o.zero}
+                               : dp > 1 ? std::vector<int>{0, 1, 2, 3}
+                                        : std::vector<int>{0};
+      std::vector<int> bs = o.micro_batch ? std::vector<int>{static_cast<int>(*o.micro_batch)}
+                                          : divisors(std::min<std::int64_t>(per_rank, 1024));
+      for (int zero : zeros) {
+        for (int b : bs) {
+          if (per_rank % b != 0) continue;
+          for (auto [schedule, v] : schedule_choices(o, pp, model.layers)) {
+            Strategy s;
+            s.tp = tp;
+            s.pp = pp;
+            s.dp = dp;
+            s.zero = zero;
+            s.micro_batch = b;
+            s.num_micro_batches = per_rank / b;
+            s.schedule = schedule;
+            s.virtual_stages = v;
+            if (auto why = costmodel::check_strategy(model, devices, job, s)) {
+              refuse(*why);
+              continue;
+            }
+            out.push_back(s);
+          }
+        }
+      }
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
 SearchResult search(const costmodel::CostModel& cost, const costmodel::Job& job,
                     const SearchOptions& o) {
   const profiles::ModelSpec& model = cost.model();
   const profiles::Cluster& cluster = cost.cluster();
-  const std::int64_t devices = cluster.device_count();
   const double limit = o.memory_margin * static_cast<double>(cluster.device.memory_bytes);
 
   SearchResult result;
   std::vector<Candidate> all;
   std::string first_refusal;
-  std::int64_t order = 0;
-
-  std::vector<int> tps = o.tp ? std::vector<int>{*o.tp} : divisors(devices);
-  for (int tp : tps) {
-    if (!o.tp &&
-        (tp > cluster.devices_per_node || model.heads % tp != 0 || model.ffn_hidden % tp != 0)) {
-      continue;
-    }
-    std::vector<int> pps = o.pp ? std::vector<int>{*o.pp} : divisors(devices / tp);
-    for (int pp : pps) {
-      if (!o.pp && pp > model.layers) continue;
-      std::vector<int> dps;
-      if (o.dp) {
-        dps = {*o.dp};
-      } else if (devices % (static_cast<std::int64_t>(tp) * pp) == 0) {
-        dps = {static_cast<int>(devices / (static_cast<std::int64_t>(tp) * pp))};
-      }
-      for (int dp : dps) {
-        std::vector<int> zeros = o.zero   ? std::vector<int>{*o.zero}
-                                 : dp > 1 ? std::vector<int>{0, 1, 2, 3}
-                                          : std::vector<int>{0};
-        if (job.global_batch % dp != 0) {
-          if (first_refusal.empty()) {
-            first_refusal = "the global batch " + std::to_string(job.global_batch) +
-                            " does not split over dp=" + std::to_string(dp);
-          }
-          continue;
-        }
-        std::vector<int> bs = o.micro_batch
-                                  ? std::vector<int>{static_cast<int>(*o.micro_batch)}
-                                  : divisors(std::min<std::int64_t>(job.global_batch / dp, 1024));
-        for (int zero : zeros) {
-          for (int b : bs) {
-            if ((job.global_batch / dp) % b != 0) continue;
-            std::int64_t m = job.global_batch / dp / b;
-            std::vector<std::pair<Schedule, int>> schedules;
-            if (o.schedule) {
-              int v = o.virtual_stages.value_or(*o.schedule == Schedule::kInterleaved ? 2 : 1);
-              schedules.emplace_back(*o.schedule, v);
-            } else if (pp == 1) {
-              schedules.emplace_back(Schedule::k1F1B, 1);
-            } else {
-              schedules.emplace_back(Schedule::k1F1B, 1);
-              schedules.emplace_back(Schedule::kGpipe, 1);
-              std::vector<int> vs = o.virtual_stages ? std::vector<int>{*o.virtual_stages}
-                                                     : std::vector<int>{2, 3, 4, 6, 8};
-              for (int v : vs) {
-                if (std::int64_t{pp} * v <= model.layers &&
-                    model.layers % (std::int64_t{pp} * v) == 0) {
-                  schedules.emplace_back(Schedule::kInterleaved, v);
-                }
-              }
-            }
-            for (auto [schedule, v] : schedules) {
-              std::vector<Recompute> recomputes =
-                  o.recompute ? std::vector<Recompute>{*o.recompute}
-                              : std::vector<Recompute>{Recompute::kNone, Recompute::kSelective,
-                                                       Recompute::kFull};
-              for (Recompute rc : recomputes) {
-                Strategy s;
-                s.tp = tp;
-                s.pp = pp;
-                s.dp = dp;
-                s.zero = zero;
-                s.micro_batch = b;
-                s.num_micro_batches = m;
-                s.schedule = schedule;
-                s.virtual_stages = v;
-                s.recompute = rc;
-                if (auto why = costmodel::check_strategy(model, devices, job, s)) {
-                  if (first_refusal.empty()) first_refusal = *why;
-                  continue;
-                }
-                auto stages = costmodel::even_partition(model, pp * v);
-                costmodel::Prediction p = cost.estimate(job, s, stages);
-                ++result.searched;
-                Candidate c;
-                c.strategy = s;
-                c.step_time_s = p.step_time_s;
-                c.peak_memory_bytes = p.peak_memory_bytes;
-                for (std::size_t r = 0; r < p.memory_by_stage.size(); ++r) {
-                  if (p.memory_by_stage[r].total() == p.peak_memory_bytes) {
-                    c.peak_stage = static_cast<int>(r);
-                    break;
-                  }
-                }
-                c.fits = p.peak_memory_bytes <= limit;
-                c.order = order++;
-                if (c.fits) ++result.feasible;
-                all.push_back(c);
-                // Recomputing more only adds time: once one fits, the rest cannot win.
-                if (c.fits && !o.recompute) break;
-              }
-            }
-          }
-        }
-      }
+  const std::vector<Recompute> recomputes =
+      o.recompute
+          ? std::vector<Recompute>{*o.recompute}
+          : std::vector<Recompute>{Recompute::kNone, Recompute::kSelective, Recompute::kFull};
+  for (Strategy s : candidate_strategies(model, cluster, job, o, &first_refusal)) {
+    const auto stages = costmodel::even_partition(model, s.pp * s.virtual_stages);
+    for (Recompute rc : recomputes) {
+      s.recompute = rc;
+      const costmodel::Prediction p = cost.estimate(job, s, stages);
+      Candidate c;
+      c.strategy = s;
+      c.step_time_s = p.step_time_s;
+      c.peak_memory_bytes = p.peak_memory_bytes;
+      auto peak =
+          std::max_element(p.memory_by_stage.begin(), p.memory_by_stage.end(),
+                           [](const auto& x, const auto& y) { return x.total() < y.total(); });
+      c.peak_stage = static_cast<int>(peak - p.memory_by_stage.begin());
+      c.fits = p.peak_memory_bytes <= limit;
+      c.order = result.searched++;
+      if (c.fits) ++result.feasible;
+      all.push_back(c);
+      // Recomputing more only adds time: once one fits, the rest cannot win.
+      if (c.fits) break;
     }
   }
 
@@ -261,7 +265,6 @@ SearchResult search(const costmodel::CostModel& cost, const costmodel::Job& job,
       std::min<std::size_t>(ranked.size(), static_cast<std::size_t>(std::max(1, o.top)));
   for (std::size_t i = 0; i < keep; ++i) {
     Plan plan = evaluate_strategy(cost, job, ranked[i]->strategy);
-    plan.why.clear();
     if (i == 0) {
       if (result.searched == 1) {
         plan.why.push_back("every dimension was pinned; evaluated as given");

@@ -69,14 +69,12 @@ TEST_CASE("GPT-3 175B on 1024 A100s lands near the published throughput", "[esti
 
 TEST_CASE("properties over random strategies", "[estimate][property]") {
   profiles::Cluster c = profiles::with_nodes(profiles::load_cluster("dgx-a100-80g"), 16, "test");
-  CostModel cost(profiles::load_model("gpt2-xl"), c);  // 25 heads: tp in {1, 5, 25}; use 1 and 5
   CostModel bert(profiles::load_model("bert-large"), c);
   std::mt19937 rng(42);
   auto pick = [&](std::initializer_list<int> values) {
     std::vector<int> v(values);
     return v[std::uniform_int_distribution<std::size_t>(0, v.size() - 1)(rng)];
   };
-  int checked = 0;
   for (int i = 0; i < 400; ++i) {
     int tp = pick({1, 2, 4});
     int pp = pick({1, 2, 4});
@@ -131,10 +129,7 @@ TEST_CASE("properties over random strategies", "[estimate][property]") {
       CHECK(run(bert, job_of(gpipe, 512), gpipe).memory_by_stage[0].activations >=
             base.memory_by_stage[0].activations);
     }
-    ++checked;
   }
-  CHECK(checked == 400);
-  (void)cost;
 }
 
 TEST_CASE("a strategy that does not divide is refused with the reason", "[estimate]") {
