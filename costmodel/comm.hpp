@@ -35,6 +35,8 @@ class GroupLinks {
   // The link of every group of `size` ranks with `stride` among the first `world` ranks.
   profiles::PathMetrics group(int world, int size, int stride) const;
   const profiles::Topology& topology() const { return *topology_; }
+  const std::shared_ptr<const profiles::Topology>& shared_topology() const { return topology_; }
+  const std::vector<int>& device_of_rank() const { return device_of_rank_; }
 
  private:
   std::shared_ptr<const profiles::Topology> topology_;

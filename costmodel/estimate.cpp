@@ -92,28 +92,50 @@ CostModel::CostModel(profiles::ModelSpec model, profiles::Cluster cluster, CostO
       options_(options),
       links_(std::make_shared<const profiles::Topology>(cluster_), std::move(device_of_rank)) {}
 
-Prediction CostModel::estimate(const Job& job, const Strategy& s,
-                               const std::vector<StageRange>& stages) const {
-  if (auto why = check_strategy(model_, cluster_.device_count(), job, s)) {
-    throw std::invalid_argument(*why);
-  }
-  if (auto why = check_partition(model_, s, stages)) throw std::invalid_argument(*why);
+CostModel::CostModel(profiles::ModelSpec model, profiles::Cluster cluster, CostOptions options,
+                     std::shared_ptr<const profiles::Topology> topology,
+                     std::vector<int> device_of_rank)
+    : model_(std::move(model)),
+      cluster_(std::move(cluster)),
+      options_(options),
+      links_(std::move(topology), std::move(device_of_rank)) {}
 
-  const profiles::ModelSpec& m = model_;
+CostModel CostModel::with_mapping(std::vector<int> device_of_rank) const {
+  return CostModel(model_, cluster_, options_, links_.shared_topology(), std::move(device_of_rank));
+}
+
+namespace {
+
+// Every per-micro-batch quantity of one (job, strategy): compute and tensor-parallel time per
+// entry kind, p2p time, activation bytes. Shared by estimate(), sequence_costs() and
+// stage_memory() so that the partition balances what the estimate charges.
+struct Terms {
+  SequenceCosts costs;
+  double p2p_s = 0;
+  double recompute_buffer = 0;
+  double rate_memory_bytes_per_s = 0;
+  // Compute only, without tensor-parallel collectives (for the bubble and the exposed split).
+  LayerTime layer, embed, head;
+};
+
+Terms compute_terms(const profiles::ModelSpec& m, const CostOptions& options,
+                    const GroupLinks& links, const profiles::DeviceSpec& device, const Job& job,
+                    const Strategy& s) {
+  Terms t;
   const int world = s.world_size();
   const int e = element_bytes(job.precision);
   const double b = static_cast<double>(s.micro_batch);
   const double seq = static_cast<double>(job.seq_len);
   const double h = static_cast<double>(m.hidden);
   const double v = static_cast<double>(m.vocab);
-  const double mb = static_cast<double>(s.num_micro_batches);
   const double sp_split = s.sequence_parallel ? s.tp : 1;
 
-  const DeviceRates rates = device_rates(cluster_.device, job.precision, options_.efficiency);
+  const DeviceRates rates = device_rates(device, job.precision, options.efficiency);
+  t.rate_memory_bytes_per_s = rates.memory_bytes_per_s;
   const LayerShape shape{s.micro_batch, job.seq_len, s.tp, e, s.recompute};
-  const LayerTime layer = transformer_layer_time(m, shape, rates);
-  const LayerTime embed = embedding_time(m, shape, rates);
-  const LayerTime head = head_time(m, shape, rates);
+  t.layer = transformer_layer_time(m, shape, rates);
+  t.embed = embedding_time(m, shape, rates);
+  t.head = head_time(m, shape, rates);
   const ParameterCounts params = count_parameters(m);
 
   // Tensor parallelism: two collectives over the layer's activations forward (after attention and
@@ -125,7 +147,7 @@ Prediction CostModel::estimate(const Job& job, const Strategy& s,
   double tp_head_fwd = 0;
   double tp_head_bwd = 0;
   if (s.tp > 1) {
-    profiles::PathMetrics tp_link = links_.group(world, s.tp, 1);
+    profiles::PathMetrics tp_link = links.group(world, s.tp, 1);
     tp_ar = collective_time_s(Collective::kAllReduce, act_bytes, s.tp, tp_link);
     if (!m.num_labels) {
       // Vocab-parallel cross-entropy: max, sum-exp and target-logit reductions over b*s floats.
@@ -133,18 +155,15 @@ Prediction CostModel::estimate(const Job& job, const Strategy& s,
       tp_head_bwd = tp_ar;
     }
   }
-  const double tp_layer_fwd = 2 * tp_ar;
-  const double tp_layer_bwd = (s.recompute == Recompute::kFull ? 4 : 2) * tp_ar;
-  double p2p = 0;
   if (s.pp > 1) {
-    profiles::PathMetrics pp_link = links_.group(world, s.pp, s.tp * s.dp);
-    p2p = collective_time_s(Collective::kP2p, act_bytes / sp_split, 2, pp_link);
+    profiles::PathMetrics pp_link = links.group(world, s.pp, s.tp * s.dp);
+    t.p2p_s = collective_time_s(Collective::kP2p, act_bytes / sp_split, 2, pp_link);
   }
 
   // Per-micro-batch activations kept for backward.
   ActivationShape ashape{job.seq_len, s.micro_batch, m.hidden, m.heads, m.ffn_hidden, e};
   const double layer_act = transformer_layer_activation_bytes(
-      ashape, s.tp, s.sequence_parallel, s.recompute, options_.attention_scores);
+      ashape, s.tp, s.sequence_parallel, s.recompute, options.attention_scores);
   const double sbh = b * seq * h;
   const double embed_act =
       (m.family == Family::kEncoder ? (e + 1) * sbh : sbh) / sp_split;  // LayerNorm in, mask
@@ -154,54 +173,122 @@ Prediction CostModel::estimate(const Job& job, const Strategy& s,
                (e + 4) * b * seq * v / s.tp;  // logits and their fp32 softmax
   }
   // Working set while one layer is recomputed in the backward pass.
-  double recompute_buffer = 0;
   if (s.recompute != Recompute::kNone) {
     double full = transformer_layer_activation_bytes(ashape, s.tp, s.sequence_parallel,
-                                                     Recompute::kNone, options_.attention_scores);
-    recompute_buffer = full - layer_act;
+                                                     Recompute::kNone, options.attention_scores);
+    t.recompute_buffer = full - layer_act;
   }
+
+  t.costs.layer = {t.layer.forward_s + 2 * tp_ar,
+                   t.layer.backward_s + t.layer.recompute_s +
+                       (s.recompute == Recompute::kFull ? 4 : 2) * tp_ar,
+                   static_cast<double>(params.transformer_layer.per_rank(s.tp)), layer_act};
+  // Vocab-parallel embedding: an all-reduce of its output.
+  t.costs.embedding = {t.embed.forward_s + tp_ar, t.embed.backward_s,
+                       static_cast<double>(params.embedding.per_rank(s.tp)), embed_act};
+  t.costs.head = {t.head.forward_s + tp_head_fwd, t.head.backward_s + tp_head_bwd,
+                  static_cast<double>(params.head.per_rank(s.tp)), head_act};
+  return t;
+}
+
+}  // namespace
+
+SequenceCosts CostModel::sequence_costs(const Job& job, const Strategy& strategy) const {
+  return compute_terms(model_, options_, links_, cluster_.device, job, strategy).costs;
+}
+
+MemoryBreakdown CostModel::stage_memory(const Job& job, const Strategy& s, int pipeline_rank,
+                                        const StageLoad& load) const {
+  const Terms t = compute_terms(model_, options_, links_, cluster_.device, job, s);
+  return stage_memory_from(t.recompute_buffer, job, s, pipeline_rank, load);
+}
+
+MemoryBreakdown CostModel::stage_memory_from(double recompute_buffer, const Job& job,
+                                             const Strategy& s, int pipeline_rank,
+                                             const StageLoad& load) const {
+  const ModelStateBytes states = model_state_bytes(load.parameters, s.dp, s.zero, job.precision);
+  MemoryBreakdown mem;
+  mem.parameters = states.parameters;
+  mem.gradients = states.gradients;
+  mem.optimizer = states.optimizer;
+  mem.activations = load.activations *
+                    activation_micro_batches_in_flight(s.schedule, s.pp, pipeline_rank,
+                                                       s.num_micro_batches, s.virtual_stages);
+  mem.buffers = load.layers > 0 ? recompute_buffer : 0;
+  if (s.dp > 1) {
+    const double state_bytes = element_bytes(job.precision) == 2 ? 2 : 4;
+    if (s.zero <= 2) {
+      // Two gradient buckets in flight.
+      mem.buffers += 2 * std::min(options_.dp_bucket_bytes, load.parameters * state_bytes);
+    } else {
+      // ZeRO-3: the gathered layer being used and the one being prefetched.
+      double per_layer = load.layers > 0 ? load.largest_chunk_parameters / load.layers
+                                         : load.largest_chunk_parameters;
+      mem.buffers += 2 * per_layer * state_bytes;
+    }
+  }
+  return mem;
+}
+
+Prediction CostModel::estimate(const Job& job, const Strategy& s,
+                               const std::vector<StageRange>& stages) const {
+  if (auto why = check_strategy(model_, cluster_.device_count(), job, s)) {
+    throw std::invalid_argument(*why);
+  }
+  if (auto why = check_partition(model_, s, stages)) throw std::invalid_argument(*why);
+
+  const profiles::ModelSpec& m = model_;
+  const int world = s.world_size();
+  const int e = element_bytes(job.precision);
+  const double seq = static_cast<double>(job.seq_len);
+  const double h = static_cast<double>(m.hidden);
+  const double v = static_cast<double>(m.vocab);
+  const double mb = static_cast<double>(s.num_micro_batches);
+  const Terms terms = compute_terms(m, options_, links_, cluster_.device, job, s);
+  const SequenceCosts& cost = terms.costs;
+  const double p2p = terms.p2p_s;
 
   const int sequence_length = layer_sequence_length(m);
   const int chunks = s.pp * s.virtual_stages;
   std::vector<StageTime> compute(s.pp), with_tp(s.pp), with_pp(s.pp);
-  std::vector<double> params_rank(s.pp, 0), act_rank(s.pp, 0), layers_rank(s.pp, 0);
-  std::vector<double> largest_chunk_params(s.pp, 0);
+  std::vector<StageLoad> load(s.pp);
   for (int c = 0; c < chunks; ++c) {
     const Chunk k = chunk_of(stages[static_cast<std::size_t>(c)], sequence_length);
     const int r = c % s.pp;
-    double f = k.layers * layer.forward_s;
-    double bw = k.layers * (layer.backward_s + layer.recompute_s);
-    double tf = k.layers * tp_layer_fwd;
-    double tb = k.layers * tp_layer_bwd;
-    double p = k.layers * static_cast<double>(params.transformer_layer.per_rank(s.tp));
-    double a = k.layers * layer_act;
+    double f = k.layers * terms.layer.forward_s;
+    double bw = k.layers * (terms.layer.backward_s + terms.layer.recompute_s);
+    double tf = k.layers * cost.layer.forward_s;
+    double tb = k.layers * cost.layer.backward_s;
+    double p = k.layers * cost.layer.parameters;
+    double a = k.layers * cost.layer.activations;
     if (k.embedding) {
-      f += embed.forward_s;
-      bw += embed.backward_s;
-      tf += tp_ar;  // vocab-parallel embedding: all-reduce of its output
-      p += static_cast<double>(params.embedding.per_rank(s.tp));
-      a += embed_act;
+      f += terms.embed.forward_s;
+      bw += terms.embed.backward_s;
+      tf += cost.embedding.forward_s;
+      tb += cost.embedding.backward_s;
+      p += cost.embedding.parameters;
+      a += cost.embedding.activations;
     }
     if (k.head) {
-      f += head.forward_s;
-      bw += head.backward_s;
-      tf += tp_head_fwd;
-      tb += tp_head_bwd;
-      p += static_cast<double>(params.head.per_rank(s.tp));
+      f += terms.head.forward_s;
+      bw += terms.head.backward_s;
+      tf += cost.head.forward_s;
+      tb += cost.head.backward_s;
+      p += cost.head.parameters;
       // A tied LM head on another stage than the embedding keeps its own copy of the word table.
       if (!m.num_labels && m.tied_embeddings && r != 0) p += v * h / s.tp;
-      a += head_act;
+      a += cost.head.activations;
     }
     compute[r].forward_s += f;
     compute[r].backward_s += bw;
-    with_tp[r].forward_s += f + tf;
-    with_tp[r].backward_s += bw + tb;
-    with_pp[r].forward_s += f + tf + (s.pp > 1 ? p2p : 0);
-    with_pp[r].backward_s += bw + tb + (s.pp > 1 ? p2p : 0);
-    params_rank[r] += p;
-    act_rank[r] += a;
-    layers_rank[r] += k.layers;
-    largest_chunk_params[r] = std::max(largest_chunk_params[r], p);
+    with_tp[r].forward_s += tf;
+    with_tp[r].backward_s += tb;
+    with_pp[r].forward_s += tf + (s.pp > 1 ? p2p : 0);
+    with_pp[r].backward_s += tb + (s.pp > 1 ? p2p : 0);
+    load[r].parameters += p;
+    load[r].activations += a;
+    load[r].layers += k.layers;
+    load[r].largest_chunk_parameters = std::max(load[r].largest_chunk_parameters, p);
   }
   const double pipe_compute =
       pipeline_time_s(compute, s.num_micro_batches, s.schedule, s.virtual_stages);
@@ -226,18 +313,13 @@ Prediction CostModel::estimate(const Job& job, const Strategy& s,
   double tail = 0;
   out.memory_by_stage.resize(static_cast<std::size_t>(s.pp));
   for (int r = 0; r < s.pp; ++r) {
-    const ModelStateBytes states = model_state_bytes(params_rank[r], s.dp, s.zero, job.precision);
+    const StageLoad& l = load[static_cast<std::size_t>(r)];
     MemoryBreakdown& mem = out.memory_by_stage[static_cast<std::size_t>(r)];
-    mem.parameters = states.parameters;
-    mem.gradients = states.gradients;
-    mem.optimizer = states.optimizer;
-    mem.activations = act_rank[r] * activation_micro_batches_in_flight(
-                                        s.schedule, s.pp, r, s.num_micro_batches, s.virtual_stages);
-    mem.buffers = layers_rank[r] > 0 ? recompute_buffer : 0;
+    mem = stage_memory_from(terms.recompute_buffer, job, s, r, l);
 
     double dp_exposed = 0;
     double zero_exposed = 0;
-    const double grads = params_rank[r] * state_bytes;
+    const double grads = l.parameters * state_bytes;
     const double window_b = with_tp[r].backward_s;  // the last micro-batch's backward
     const double window_f = with_tp[r].forward_s;
     if (s.dp > 1) {
@@ -247,27 +329,21 @@ Prediction CostModel::estimate(const Job& job, const Strategy& s,
         // (ZeRO-1 reduce-scatters, which moves half the bytes of an all-reduce).
         Collective c = s.zero == 0 ? Collective::kAllReduce : Collective::kReduceScatter;
         dp_exposed = std::max(dp_time(c, grads) - window_b, dp_time(c, bucket));
-        mem.buffers += 2 * bucket;
       } else if (s.zero == 2) {
         // Gradients are reduce-scattered every micro-batch (they cannot accumulate unsharded).
         double rs = dp_time(Collective::kReduceScatter, grads);
         dp_exposed = (mb - 1) * std::max(0.0, rs - window_b) +
                      std::max(rs - window_b, dp_time(Collective::kReduceScatter, bucket));
-        mem.buffers += 2 * bucket;
       } else {
         // ZeRO-3: every micro-batch gathers each layer's parameters forward and backward and
         // reduce-scatters its gradients (one collective per layer, so latencies add up),
         // prefetching one layer ahead; the first gather is exposed.
-        double pieces = layers_rank[r] + 1;
+        double pieces = l.layers + 1;
         double ag = pieces * dp_time(Collective::kAllGather, grads / pieces);
         double rs = pieces * dp_time(Collective::kReduceScatter, grads / pieces);
         double first = ag / pieces;
         zero_exposed = mb * (std::max(0.0, ag - window_f) + first + std::max(0.0, ag - window_b));
         dp_exposed = mb * std::max(0.0, rs - std::max(0.0, window_b - ag));
-        // The gathered chunk being used and the one being prefetched.
-        double per_layer =
-            layers_rank[r] > 0 ? largest_chunk_params[r] / layers_rank[r] : largest_chunk_params[r];
-        mem.buffers += 2 * per_layer * state_bytes;
       }
       if (s.zero == 1 || s.zero == 2) {
         // Updated parameter shards are all-gathered after the optimizer step.
@@ -276,8 +352,8 @@ Prediction CostModel::estimate(const Job& job, const Strategy& s,
     }
     // AdamW reads and writes the fp32 master weights, both moments, the gradient and the
     // low-precision weights: about 28 bytes per parameter of this rank's optimizer shard.
-    double shard = params_rank[r] / (s.zero >= 1 ? s.dp : 1);
-    double optimizer_s = shard * 28 / rates.memory_bytes_per_s;
+    double shard = l.parameters / (s.zero >= 1 ? s.dp : 1);
+    double optimizer_s = shard * 28 / terms.rate_memory_bytes_per_s;
     out.optimizer_s = std::max(out.optimizer_s, optimizer_s);
     out.exposed_communication_s.dp = std::max(out.exposed_communication_s.dp, dp_exposed);
     out.exposed_communication_s.zero = std::max(out.exposed_communication_s.zero, zero_exposed);

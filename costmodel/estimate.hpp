@@ -59,6 +59,28 @@ struct Prediction {
 // The `predicted` object of loom-plan/1 (integers for byte counts).
 nlohmann::json prediction_to_json(const Prediction& prediction);
 
+// What one pipeline rank holds, summed over its chunks: the inputs of its memory.
+struct StageLoad {
+  double parameters = 0;   // parameters on this rank (after tp), all chunks
+  double activations = 0;  // activation bytes one micro-batch keeps for backward, all chunks
+  double layers = 0;       // transformer layers on this rank
+  double largest_chunk_parameters = 0;
+};
+
+// Per-micro-batch cost of each kind of entry of the layer sequence on one rank, tensor-parallel
+// collectives included (what the layer-to-stage partition balances).
+struct EntryCost {
+  double forward_s = 0;
+  double backward_s = 0;   // with recomputation
+  double parameters = 0;   // on one rank, after tp
+  double activations = 0;  // kept for backward, one micro-batch
+};
+struct SequenceCosts {
+  EntryCost embedding;
+  EntryCost layer;  // one transformer layer
+  EntryCost head;   // a tied LM head away from the embedding adds its word table (not included)
+};
+
 class CostModel {
  public:
   // Builds the topology of `cluster` and maps rank r to device r (node-major), Megatron's order.
@@ -72,12 +94,27 @@ class CostModel {
   const CostOptions& options() const { return options_; }
   const profiles::Topology& topology() const { return links_.topology(); }
 
+  // The same model and options over the same topology with another rank-to-device mapping.
+  CostModel with_mapping(std::vector<int> device_of_rank) const;
+  const std::vector<int>& device_of_rank() const { return links_.device_of_rank(); }
+
+  SequenceCosts sequence_costs(const Job& job, const Strategy& strategy) const;
+  // Memory of pipeline rank `pipeline_rank` holding `load` (what estimate() reports per stage).
+  MemoryBreakdown stage_memory(const Job& job, const Strategy& strategy, int pipeline_rank,
+                               const StageLoad& load) const;
+
   // Requires check_strategy() and check_partition() to pass (throws std::invalid_argument with
   // their message otherwise), and a device rate for the job's precision (InputError).
   Prediction estimate(const Job& job, const Strategy& strategy,
                       const std::vector<StageRange>& stages) const;
 
  private:
+  CostModel(profiles::ModelSpec model, profiles::Cluster cluster, CostOptions options,
+            std::shared_ptr<const profiles::Topology> topology, std::vector<int> device_of_rank);
+  MemoryBreakdown stage_memory_from(double recompute_buffer, const Job& job,
+                                    const Strategy& strategy, int pipeline_rank,
+                                    const StageLoad& load) const;
+
   profiles::ModelSpec model_;
   profiles::Cluster cluster_;
   CostOptions options_;
