@@ -116,6 +116,10 @@ struct Terms {
   double rate_memory_bytes_per_s = 0;
   // Compute only, without tensor-parallel collectives (for the bubble and the exposed split).
   LayerTime layer, embed, head;
+  // The same split for the simulator (step_terms()).
+  EntryTerms layer_terms, embed_terms, head_terms;
+  double p2p_bytes = 0;
+  double p2p_all_gather_bytes = 0;
 };
 
 Terms compute_terms(const profiles::ModelSpec& m, const CostOptions& options,
@@ -155,9 +159,35 @@ Terms compute_terms(const profiles::ModelSpec& m, const CostOptions& options,
       tp_head_bwd = tp_ar;
     }
   }
+  if (s.tp > 1) {
+    t.layer_terms.forward_tp = {2, act_bytes};
+    t.layer_terms.backward_tp = {s.recompute == Recompute::kFull ? 4.0 : 2.0, act_bytes};
+    t.embed_terms.forward_tp = {1, act_bytes};
+    if (!m.num_labels) {
+      t.head_terms.forward_tp = {3, b * seq * 4};
+      t.head_terms.backward_tp = {1, act_bytes};
+    }
+  }
+  t.layer_terms.forward_compute_s = t.layer.forward_s;
+  t.layer_terms.backward_compute_s = t.layer.backward_s + t.layer.recompute_s;
+  t.embed_terms.forward_compute_s = t.embed.forward_s;
+  t.embed_terms.backward_compute_s = t.embed.backward_s;
+  t.head_terms.forward_compute_s = t.head.forward_s;
+  t.head_terms.backward_compute_s = t.head.backward_s;
   if (s.pp > 1) {
+    t.p2p_bytes = act_bytes / s.tp;
+    if (s.tp > 1 && !s.sequence_parallel) t.p2p_all_gather_bytes = act_bytes;
+  }
+  if (s.pp > 1) {
+    // Megatron's scatter-gather between stages: each tensor-parallel rank sends 1/tp of the
+    // activation and the receiving group all-gathers it over the tp link (with sequence
+    // parallelism the activation is already split).
     profiles::PathMetrics pp_link = links.group(world, s.pp, s.tp * s.dp);
-    t.p2p_s = collective_time_s(Collective::kP2p, act_bytes / sp_split, 2, pp_link);
+    t.p2p_s = collective_time_s(Collective::kP2p, act_bytes / s.tp, 2, pp_link);
+    if (s.tp > 1 && !s.sequence_parallel) {
+      t.p2p_s += collective_time_s(Collective::kAllGather, act_bytes, s.tp,
+                                   links.group(world, s.tp, 1));
+    }
   }
 
   // Per-micro-batch activations kept for backward.
@@ -197,10 +227,28 @@ SequenceCosts CostModel::sequence_costs(const Job& job, const Strategy& strategy
   return compute_terms(model_, options_, links_, cluster_.device, job, strategy).costs;
 }
 
+StepTerms CostModel::step_terms(const Job& job, const Strategy& strategy) const {
+  const Terms t = compute_terms(model_, options_, links_, cluster_.device, job, strategy);
+  StepTerms out;
+  out.costs = t.costs;
+  out.embedding = t.embed_terms;
+  out.layer = t.layer_terms;
+  out.head = t.head_terms;
+  out.p2p_bytes = t.p2p_bytes;
+  out.p2p_all_gather_bytes = t.p2p_all_gather_bytes;
+  out.recompute_buffer_bytes = t.recompute_buffer;
+  out.memory_bytes_per_s = t.rate_memory_bytes_per_s;
+  return out;
+}
+
 MemoryBreakdown CostModel::stage_memory(const Job& job, const Strategy& s, int pipeline_rank,
                                         const StageLoad& load) const {
   const Terms t = compute_terms(model_, options_, links_, cluster_.device, job, s);
   return stage_memory_from(t.recompute_buffer, job, s, pipeline_rank, load);
+}
+
+double CostModel::recompute_buffer_bytes(const Job& job, const Strategy& s) const {
+  return compute_terms(model_, options_, links_, cluster_.device, job, s).recompute_buffer;
 }
 
 MemoryBreakdown CostModel::stage_memory_from(double recompute_buffer, const Job& job,
@@ -353,7 +401,7 @@ Prediction CostModel::estimate(const Job& job, const Strategy& s,
     // AdamW reads and writes the fp32 master weights, both moments, the gradient and the
     // low-precision weights: about 28 bytes per parameter of this rank's optimizer shard.
     double shard = l.parameters / (s.zero >= 1 ? s.dp : 1);
-    double optimizer_s = shard * 28 / terms.rate_memory_bytes_per_s;
+    double optimizer_s = shard * kOptimizerBytesPerParameter / terms.rate_memory_bytes_per_s;
     out.optimizer_s = std::max(out.optimizer_s, optimizer_s);
     out.exposed_communication_s.dp = std::max(out.exposed_communication_s.dp, dp_exposed);
     out.exposed_communication_s.zero = std::max(out.exposed_communication_s.zero, zero_exposed);

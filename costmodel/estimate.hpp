@@ -81,6 +81,37 @@ struct SequenceCosts {
   EntryCost head;   // a tied LM head away from the embedding adds its word table (not included)
 };
 
+// `count` all-reduces of `bytes` each over the tensor-parallel group (count 0 when tp = 1).
+struct TensorParallelAllReduces {
+  double count = 0;
+  double bytes = 0;
+};
+
+// The parts EntryCost sums, kept apart for the simulator, which plays compute and communication
+// as separate tasks: forward_s = forward_compute_s + forward_tp.count * the all-reduce time of
+// forward_tp.bytes over the tensor-parallel group, and likewise backward.
+struct EntryTerms {
+  double forward_compute_s = 0;
+  double backward_compute_s = 0;  // recomputation included
+  TensorParallelAllReduces forward_tp;
+  TensorParallelAllReduces backward_tp;
+};
+
+// Everything per micro-batch that estimate() charges, split into compute and communication volume.
+struct StepTerms {
+  SequenceCosts costs;  // what sequence_costs() returns
+  EntryTerms embedding;
+  EntryTerms layer;
+  EntryTerms head;
+  // One pipeline transfer between stages per micro-batch (an activation forward, its gradient
+  // backward): every tensor-parallel rank sends p2p_bytes, then the receiving group all-gathers
+  // p2p_all_gather_bytes over tp (0 when there is no gather).
+  double p2p_bytes = 0;
+  double p2p_all_gather_bytes = 0;
+  double recompute_buffer_bytes = 0;  // working set of one recomputed layer (0 without recompute)
+  double memory_bytes_per_s = 0;      // the device's effective memory bandwidth (optimizer step)
+};
+
 class CostModel {
  public:
   // Builds the topology of `cluster` and maps rank r to device r (node-major), Megatron's order.
@@ -99,9 +130,22 @@ class CostModel {
   const std::vector<int>& device_of_rank() const { return links_.device_of_rank(); }
 
   SequenceCosts sequence_costs(const Job& job, const Strategy& strategy) const;
+  // The terms behind sequence_costs() and estimate(), for the simulator.
+  StepTerms step_terms(const Job& job, const Strategy& strategy) const;
+  // The links groups of ranks get (what estimate() charges collectives with).
+  const GroupLinks& group_links() const { return links_; }
+  // AdamW's memory traffic per parameter of a rank's optimizer shard: it reads and writes the fp32
+  // master weights, both moments, the gradient and the low-precision weights.
+  static constexpr double kOptimizerBytesPerParameter = 28;
   // Memory of pipeline rank `pipeline_rank` holding `load` (what estimate() reports per stage).
   MemoryBreakdown stage_memory(const Job& job, const Strategy& strategy, int pipeline_rank,
                                const StageLoad& load) const;
+  // The same with the recomputation working set given (recompute_buffer_bytes(job, strategy)),
+  // for callers that evaluate many loads of one strategy.
+  MemoryBreakdown stage_memory_from(double recompute_buffer, const Job& job,
+                                    const Strategy& strategy, int pipeline_rank,
+                                    const StageLoad& load) const;
+  double recompute_buffer_bytes(const Job& job, const Strategy& strategy) const;
 
   // Requires check_strategy() and check_partition() to pass (throws std::invalid_argument with
   // their message otherwise), and a device rate for the job's precision (InputError).
@@ -111,9 +155,6 @@ class CostModel {
  private:
   CostModel(profiles::ModelSpec model, profiles::Cluster cluster, CostOptions options,
             std::shared_ptr<const profiles::Topology> topology, std::vector<int> device_of_rank);
-  MemoryBreakdown stage_memory_from(double recompute_buffer, const Job& job,
-                                    const Strategy& strategy, int pipeline_rank,
-                                    const StageLoad& load) const;
 
   profiles::ModelSpec model_;
   profiles::Cluster cluster_;

@@ -1,8 +1,10 @@
 #include "planner/plan.hpp"
 
 #include <nlohmann/json.hpp>
+#include <numeric>
 
 #include "profiles/errors.hpp"
+#include "profiles/json_reader.hpp"
 
 #ifndef LOOM_VERSION
 #define LOOM_VERSION "0.0.0"
@@ -14,11 +16,19 @@ const char* loom_version() { return LOOM_VERSION; }
 
 std::vector<RankPlacement> megatron_placement(const costmodel::Strategy& s,
                                               const profiles::Cluster& cluster) {
+  std::vector<int> identity(static_cast<std::size_t>(s.world_size()));
+  std::iota(identity.begin(), identity.end(), 0);
+  return placement(s, cluster, identity);
+}
+
+std::vector<RankPlacement> placement(const costmodel::Strategy& s,
+                                     const profiles::Cluster& cluster,
+                                     const std::vector<int>& device_of_rank) {
   std::vector<RankPlacement> out;
   for (int rank = 0; rank < s.world_size(); ++rank) {
     RankPlacement p;
     p.rank = rank;
-    p.device = profiles::device_name(cluster, rank);
+    p.device = profiles::device_name(cluster, device_of_rank.at(static_cast<std::size_t>(rank)));
     p.tp = rank % s.tp;
     p.dp = (rank / s.tp) % s.dp;
     p.pp = rank / (s.tp * s.dp);
@@ -55,10 +65,17 @@ nlohmann::json plan_to_json(const Plan& plan) {
 }
 
 Plan evaluate_strategy(const costmodel::CostModel& cost, const costmodel::Job& job,
-                       const costmodel::Strategy& strategy) {
+                       const costmodel::Strategy& strategy,
+                       std::vector<costmodel::StageRange> stages) {
   if (auto why =
           costmodel::check_strategy(cost.model(), cost.cluster().device_count(), job, strategy)) {
     throw InputError("strategy", "", *why);
+  }
+  if (stages.empty()) {
+    stages = costmodel::even_partition(cost.model(), strategy.pp * strategy.virtual_stages);
+  }
+  if (auto why = costmodel::check_partition(cost.model(), strategy, stages)) {
+    throw InputError("stages", "", *why);
   }
   Plan plan;
   plan.loom_version = loom_version();
@@ -66,11 +83,184 @@ Plan evaluate_strategy(const costmodel::CostModel& cost, const costmodel::Job& j
   plan.cluster = cost.cluster();
   plan.job = job;
   plan.strategy = strategy;
-  plan.stages = costmodel::even_partition(cost.model(), strategy.pp * strategy.virtual_stages);
-  plan.ranks = megatron_placement(strategy, cost.cluster());
+  plan.stages = std::move(stages);
+  plan.ranks = placement(strategy, cost.cluster(), cost.device_of_rank());
   plan.predicted = cost.estimate(job, strategy, plan.stages);
   plan.cost_options = cost.options();
   return plan;
+}
+
+namespace {
+
+// Rethrows an error from a nested reader with the nested object's path in front.
+template <typename F>
+auto nested(const std::string& source, const std::string& path, F&& read) {
+  try {
+    return read();
+  } catch (const InputError& e) {
+    std::string inner = e.path();
+    if (inner.rfind('$', 0) == 0) inner = inner.substr(1);
+    throw InputError(source, path + inner, e.expectation());
+  }
+}
+
+// Versions compare numerically part by part ("0.10.0" > "0.9.1").
+bool newer_version(const std::string& a, const std::string& b) {
+  auto parts = [](const std::string& v) {
+    std::vector<long> out;
+    std::size_t pos = 0;
+    while (pos < v.size()) {
+      std::size_t end = v.find('.', pos);
+      if (end == std::string::npos) end = v.size();
+      out.push_back(std::strtol(v.substr(pos, end - pos).c_str(), nullptr, 10));
+      pos = end + 1;
+    }
+    return out;
+  };
+  return parts(a) > parts(b);
+}
+
+costmodel::Prediction prediction_from_json(profiles::ObjectReader r) {
+  costmodel::Prediction p;
+  p.step_time_s = r.number("step_time_s", 0, true);
+  p.samples_per_s = r.number("samples_per_s", 0, false);
+  p.tokens_per_s = r.number("tokens_per_s", 0, false);
+  p.model_tflops_per_gpu = r.number("model_tflops_per_gpu", 0, false);
+  p.hardware_tflops_per_gpu = r.number("hardware_tflops_per_gpu", 0, false);
+  p.mfu = r.number("mfu", 0, false);
+  p.peak_memory_bytes = r.number("peak_memory_bytes", 0, false);
+  const nlohmann::json& stages = r.array("memory_bytes_by_stage");
+  for (std::size_t i = 0; i < stages.size(); ++i) {
+    profiles::ObjectReader m(stages[i], r.source(), r.element_path("memory_bytes_by_stage", i));
+    costmodel::MemoryBreakdown b;
+    b.parameters = m.number("parameters", 0, false);
+    b.gradients = m.number("gradients", 0, false);
+    b.optimizer = m.number("optimizer", 0, false);
+    b.activations = m.number("activations", 0, false);
+    b.buffers = m.number("buffers", 0, false);
+    m.skip("total");
+    m.finish();
+    p.memory_by_stage.push_back(b);
+  }
+  p.bubble_fraction = r.number("bubble_fraction", 0, false);
+  profiles::ObjectReader e = r.object("exposed_communication_s");
+  p.exposed_communication_s.dp = e.number("dp", 0, false);
+  p.exposed_communication_s.tp = e.number("tp", 0, false);
+  p.exposed_communication_s.pp = e.number("pp", 0, false);
+  p.exposed_communication_s.zero = e.number("zero", 0, false);
+  e.finish();
+  p.optimizer_s = r.optional_number("optimizer_s", 0, false).value_or(0);
+  p.source = r.choice("source", {"analytical", "simulation"});
+  r.finish();
+  return p;
+}
+
+costmodel::CostOptions cost_options_from_json(profiles::ObjectReader r) {
+  costmodel::CostOptions o;
+  o.efficiency.gpu_matrix = r.number("gpu_matrix_efficiency", 0, true);
+  o.efficiency.gpu_memory = r.number("gpu_memory_efficiency", 0, true);
+  o.efficiency.cpu_matrix = r.number("cpu_matrix_efficiency", 0, true);
+  o.efficiency.cpu_memory = r.number("cpu_memory_efficiency", 0, true);
+  o.efficiency.gpu_kernel_launch_s = r.number("gpu_kernel_launch_s", 0, false);
+  o.dp_bucket_bytes = r.number("dp_bucket_bytes", 0, true);
+  o.attention_scores = r.boolean("attention_scores");
+  r.finish();
+  return o;
+}
+
+}  // namespace
+
+Plan plan_from_json(const nlohmann::json& value, const std::string& source) {
+  profiles::ObjectReader r(value, source);
+  r.expect_format("loom-plan");
+  Plan plan;
+  plan.loom_version = r.string("loom_version");
+  if (newer_version(plan.loom_version, loom_version())) {
+    r.fail("loom_version", std::string("a plan from loom ") + loom_version() +
+                               " or older (this plan was written by loom " + plan.loom_version +
+                               "; upgrade loom)");
+  }
+  r.object("model");  // presence and type
+  plan.model = nested(source, "$.model", [&] { return profiles::model_from_json(value.at("model"), source); });
+  r.object("cluster");
+  plan.cluster =
+      nested(source, "$.cluster", [&] { return profiles::cluster_from_json(value.at("cluster"), source); });
+  r.object("job");
+  plan.job = costmodel::job_from_json(value.at("job"), source, "$.job");
+  r.object("strategy");
+  plan.strategy = costmodel::strategy_from_json(value.at("strategy"), source, "$.strategy");
+  const costmodel::Strategy& s = plan.strategy;
+  if (auto why = costmodel::check_strategy(plan.model, plan.cluster.device_count(), plan.job, s)) {
+    r.fail("strategy", "a strategy that can run this job on this cluster: " + *why);
+  }
+
+  const nlohmann::json& stages = r.array("stages");
+  for (std::size_t i = 0; i < stages.size(); ++i) {
+    profiles::ObjectReader st(stages[i], source, r.element_path("stages", i));
+    if (st.integer("stage", 0) != static_cast<std::int64_t>(i)) {
+      st.fail("stage", "stages listed in order, this one numbered " + std::to_string(i));
+    }
+    costmodel::StageRange range;
+    range.first_layer = static_cast<int>(st.integer("first_layer", 0));
+    range.last_layer = static_cast<int>(st.integer("last_layer", 0));
+    st.finish();
+    plan.stages.push_back(range);
+  }
+  if (auto why = costmodel::check_partition(plan.model, s, plan.stages)) {
+    r.fail("stages", "a partition of the layer sequence: " + *why);
+  }
+
+  const nlohmann::json& ranks = r.array("ranks");
+  if (static_cast<std::int64_t>(ranks.size()) != s.world_size()) {
+    r.fail("ranks", "one entry per rank: dp*tp*pp = " + std::to_string(s.world_size()) +
+                        ", found " + std::to_string(ranks.size()));
+  }
+  const profiles::Topology topology(plan.cluster);
+  std::vector<bool> used(static_cast<std::size_t>(plan.cluster.device_count()), false);
+  const std::vector<RankPlacement> expected = megatron_placement(s, plan.cluster);
+  for (std::size_t i = 0; i < ranks.size(); ++i) {
+    profiles::ObjectReader rr(ranks[i], source, r.element_path("ranks", i));
+    RankPlacement p;
+    p.rank = static_cast<int>(rr.integer("rank", 0));
+    p.device = rr.string("device");
+    p.dp = static_cast<int>(rr.integer("dp", 0));
+    p.tp = static_cast<int>(rr.integer("tp", 0));
+    p.pp = static_cast<int>(rr.integer("pp", 0));
+    rr.finish();
+    const RankPlacement& want = expected[i];
+    if (p.rank != want.rank || p.dp != want.dp || p.tp != want.tp || p.pp != want.pp) {
+      rr.fail("rank", "ranks in order with Megatron coordinates (tp fastest, then dp, then pp): "
+                      "rank " + std::to_string(want.rank) + " is dp " + std::to_string(want.dp) +
+                      " tp " + std::to_string(want.tp) + " pp " + std::to_string(want.pp));
+    }
+    std::optional<int> device = topology.find_device(p.device);
+    if (!device) rr.fail("device", "a device of the plan's cluster, such as \"node0/gpu0\"");
+    if (used[static_cast<std::size_t>(*device)]) {
+      rr.fail("device", "each device used by one rank only; " + p.device + " appears twice");
+    }
+    used[static_cast<std::size_t>(*device)] = true;
+    plan.ranks.push_back(p);
+  }
+  if (r.has("predicted")) plan.predicted = prediction_from_json(r.object("predicted"));
+  if (r.has("why")) {
+    const nlohmann::json& why = r.array("why");
+    for (std::size_t i = 0; i < why.size(); ++i) {
+      if (!why[i].is_string()) {
+        throw InputError(source, r.element_path("why", i), "a string");
+      }
+      plan.why.push_back(why[i].get<std::string>());
+    }
+  }
+  if (r.has("cost_model")) plan.cost_options = cost_options_from_json(r.object("cost_model"));
+  r.finish();
+  return plan;
+}
+
+std::vector<int> device_of_rank(const Plan& plan) {
+  const profiles::Topology topology(plan.cluster);
+  std::vector<int> out;
+  for (const RankPlacement& p : plan.ranks) out.push_back(topology.find_device(p.device).value());
+  return out;
 }
 
 }  // namespace loom::planner

@@ -40,13 +40,30 @@ struct Plan {
 // Megatron-LM's rank order: tp varies fastest, then dp, then pp; rank r on device r.
 std::vector<RankPlacement> megatron_placement(const costmodel::Strategy& strategy,
                                               const profiles::Cluster& cluster);
+// The same coordinates with rank r on device device_of_rank[r].
+std::vector<RankPlacement> placement(const costmodel::Strategy& strategy,
+                                     const profiles::Cluster& cluster,
+                                     const std::vector<int>& device_of_rank);
 
 nlohmann::json plan_to_json(const Plan& plan);
 
-// Evaluates exactly `strategy` (even stage partition, Megatron placement) with the analytical
-// cost model; `why` is left for the caller. Throws InputError (source "strategy") when the strategy
+// Reads a loom-plan/1 document (as written by plan_to_json). Checks what a plan must satisfy to
+// be run: the model and cluster are valid, the strategy fits the cluster and the job, the stages
+// partition the layer sequence, every rank appears once with coordinates matching Megatron's
+// order and a device of the cluster, and the plan's loom version is not newer than this one.
+// `predicted`, `why` and `cost_model` are read when present. Throws InputError naming `source`
+// and the JSON path.
+Plan plan_from_json(const nlohmann::json& value, const std::string& source);
+
+// The rank-to-device mapping a plan records (device indices of its cluster, by rank).
+std::vector<int> device_of_rank(const Plan& plan);
+
+// Evaluates exactly `strategy` with the analytical cost model (rank r on
+// cost.device_of_rank()[r]); `why` is left for the caller. With no `stages`, Megatron's even
+// partition. Throws InputError (source "strategy" or "stages") when the strategy or the partition
 // cannot run the job.
 Plan evaluate_strategy(const costmodel::CostModel& model, const costmodel::Job& job,
-                       const costmodel::Strategy& strategy);
+                       const costmodel::Strategy& strategy,
+                       std::vector<costmodel::StageRange> stages = {});
 
 }  // namespace loom::planner

@@ -1,10 +1,17 @@
 #include "planner/search.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <limits>
+#include <map>
+#include <memory>
+#include <set>
+#include <tuple>
 
 #include "costmodel/layers.hpp"
+#include "planner/mapping.hpp"
+#include "planner/partition.hpp"
 
 namespace loom::planner {
 
@@ -40,6 +47,7 @@ std::string short_name(const Strategy& s) {
 // What the search remembers of every candidate, to rank and to explain.
 struct Candidate {
   Strategy strategy;
+  std::vector<costmodel::StageRange> stages;
   double step_time_s = 0;
   double peak_memory_bytes = 0;
   int peak_stage = 0;
@@ -198,6 +206,136 @@ std::vector<Strategy> candidate_strategies(const profiles::ModelSpec& model,
 
 }  // namespace
 
+namespace {
+
+// One CostModel per (tp, dp, pp) shape: the rank-to-device mapping depends on the shape only.
+class ShapeCosts {
+ public:
+  explicit ShapeCosts(const costmodel::CostModel& base) : base_(base) {}
+  const costmodel::CostModel& of(const Strategy& s) {
+    auto key = std::make_tuple(s.tp, s.dp, s.pp);
+    auto it = costs_.find(key);
+    if (it == costs_.end()) {
+      std::vector<int> mapping = map_ranks(base_.topology(), base_.cluster(), s);
+      it = costs_.emplace(key, std::make_unique<costmodel::CostModel>(
+                                   base_.with_mapping(std::move(mapping))))
+               .first;
+    }
+    return *it->second;
+  }
+
+ private:
+  const costmodel::CostModel& base_;
+  std::map<std::tuple<int, int, int>, std::unique_ptr<costmodel::CostModel>> costs_;
+};
+
+std::string gb(double bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.4g GB", bytes / 1e9);
+  return buf;
+}
+
+std::string ranges(const std::vector<costmodel::StageRange>& stages) {
+  std::string out;
+  for (const auto& r : stages) {
+    if (!out.empty()) out += " | ";
+    out += std::to_string(r.first_layer) + "-" + std::to_string(r.last_layer);
+  }
+  return out;
+}
+
+// The slowest stage's per-micro-batch time (forward + backward) under a partition.
+double slowest_stage_s(const costmodel::CostModel& cost, const costmodel::Job& job,
+                       const Strategy& s, const std::vector<costmodel::StageRange>& stages) {
+  const costmodel::SequenceCosts c = cost.sequence_costs(job, s);
+  const int last = costmodel::layer_sequence_length(cost.model()) - 1;
+  std::vector<double> per_rank(static_cast<std::size_t>(s.pp), 0);
+  for (std::size_t i = 0; i < stages.size(); ++i) {
+    double t = 0;
+    for (int e = stages[i].first_layer; e <= stages[i].last_layer; ++e) {
+      const costmodel::EntryCost& k = e == 0 ? c.embedding : e == last ? c.head : c.layer;
+      t += k.forward_s + k.backward_s;
+    }
+    per_rank[i % static_cast<std::size_t>(s.pp)] += t;
+  }
+  return *std::max_element(per_rank.begin(), per_rank.end());
+}
+
+// Reasons about the chosen plan itself: its partition, its mapping, its tensor-parallel traffic.
+std::vector<std::string> describe(const Plan& plan, const costmodel::CostModel& cost,
+                                  bool pinned_stages) {
+  std::vector<std::string> why;
+  const Strategy& s = plan.strategy;
+  const auto even = costmodel::even_partition(plan.model, s.pp * s.virtual_stages);
+  char buf[256];
+  if (pinned_stages) {
+    std::snprintf(buf, sizeof buf, "stages %s as pinned; slowest stage %.4g ms per micro-batch",
+                  ranges(plan.stages).c_str(),
+                  1e3 * slowest_stage_s(cost, plan.job, s, plan.stages));
+    why.emplace_back(buf);
+  } else if (plan.stages != even) {
+    std::snprintf(buf, sizeof buf,
+                  "stages %s balanced by time and memory: slowest stage %.4g ms per micro-batch "
+                  "vs %.4g ms with equal layer counts (%s)",
+                  ranges(plan.stages).c_str(),
+                  1e3 * slowest_stage_s(cost, plan.job, s, plan.stages),
+                  1e3 * slowest_stage_s(cost, plan.job, s, even), ranges(even).c_str());
+    why.emplace_back(buf);
+  }
+  const std::vector<int>& mapping = cost.device_of_rank();
+  bool identity = true;
+  for (std::size_t r = 0; r < mapping.size(); ++r) identity = identity && mapping[r] == int(r);
+  const profiles::Topology& topo = cost.topology();
+  if (!identity) {
+    const int inner = s.tp > 1 ? s.tp : s.dp > 1 ? s.dp : s.pp;
+    const char* name = s.tp > 1 ? "tp" : s.dp > 1 ? "dp" : "pp";
+    std::vector<std::vector<int>> mapped, ordered;
+    for (int n = 0; n < plan.cluster.devices_per_node; n += inner) {
+      mapped.emplace_back(mapping.begin() + n, mapping.begin() + n + inner);
+      ordered.emplace_back();
+      for (int i = 0; i < inner; ++i) ordered.back().push_back(n + i);
+    }
+    std::string groups;
+    for (const auto& g : mapped) {
+      groups += groups.empty() ? "" : ", ";
+      for (std::size_t i = 0; i < g.size(); ++i) {
+        groups += (i ? "+" : "") + topo.device_name(g[i]);
+      }
+    }
+    std::snprintf(buf, sizeof buf,
+                  "%s groups placed on %s by link bandwidth: %.4g GB/s per ring hop vs %.4g GB/s "
+                  "in device order",
+                  name, groups.c_str(), topo.concurrent_rings(mapped).bandwidth_gbps,
+                  topo.concurrent_rings(ordered).bandwidth_gbps);
+    why.emplace_back(buf);
+  }
+  if (s.tp > 1) {
+    // Megatron's f and g: two all-reduces of b*s*h forward and two backward per layer (two more
+    // with full recomputation), each moving 2 (n-1)/n of the buffer per rank.
+    const double act = static_cast<double>(s.micro_batch * plan.job.seq_len * plan.model.hidden) *
+                       costmodel::element_bytes(plan.job.precision);
+    const double per_layer = (s.recompute == costmodel::Recompute::kFull ? 6 : 4) * act;
+    const double layers_per_rank = static_cast<double>(plan.model.layers) / s.pp;
+    const double bytes = per_layer * layers_per_rank * static_cast<double>(s.num_micro_batches) *
+                         2 * (s.tp - 1) / s.tp;
+    std::vector<int> group(mapping.begin(), mapping.begin() + s.tp);
+    const profiles::PathMetrics link = topo.slowest_link(group);
+    const bool one_node = topo.node_of(group.front()) == topo.node_of(group.back());
+    const std::string kind =
+        one_node ? (plan.cluster.links.empty() ? plan.cluster.intra_node.kind : "declared links")
+                 : (plan.cluster.inter_node ? plan.cluster.inter_node->kind : "inter-node");
+    std::snprintf(buf, sizeof buf,
+                  "tp=%d keeps %s per step per rank of tensor-parallel traffic on %s (%.4g GB/s, "
+                  "%s)",
+                  s.tp, gb(bytes).c_str(), kind.c_str(), link.bandwidth_gbps,
+                  one_node ? "inside a node" : "across nodes");
+    why.emplace_back(buf);
+  }
+  return why;
+}
+
+}  // namespace
+
 SearchResult search(const costmodel::CostModel& cost, const costmodel::Job& job,
                     const SearchOptions& o) {
   const profiles::ModelSpec& model = cost.model();
@@ -207,17 +345,50 @@ SearchResult search(const costmodel::CostModel& cost, const costmodel::Job& job,
   SearchResult result;
   std::vector<Candidate> all;
   std::string first_refusal;
+  SearchOptions pinned = o;
+  if (o.stages) {
+    const int stage_count = static_cast<int>(o.stages->size());
+    if (o.pp && *o.pp != stage_count) {
+      result.infeasible_reason = "--stages lists " + std::to_string(stage_count) +
+                                 " stages but --pp is " + std::to_string(*o.pp);
+      return result;
+    }
+    if (o.schedule == Schedule::kInterleaved) {
+      result.infeasible_reason =
+          "--stages pins one range per pipeline rank; the interleaved schedule needs pp*v chunks";
+      return result;
+    }
+    pinned.pp = stage_count;
+    if (!o.schedule && stage_count > 1) pinned.schedule = Schedule::k1F1B;
+  }
   const std::vector<Recompute> recomputes =
       o.recompute
           ? std::vector<Recompute>{*o.recompute}
           : std::vector<Recompute>{Recompute::kNone, Recompute::kSelective, Recompute::kFull};
-  for (Strategy s : candidate_strategies(model, cluster, job, o, &first_refusal)) {
-    const auto stages = costmodel::even_partition(model, s.pp * s.virtual_stages);
+  ShapeCosts costs(cost);
+  // (tp, pp, dp, zero, schedule, v) whose leanest recomputation did not fit at a smaller
+  // micro-batch: larger micro-batches cannot fit either.
+  std::set<std::tuple<int, int, int, int, int, int>> too_big;
+  for (Strategy s : candidate_strategies(model, cluster, job, pinned, &first_refusal)) {
+    const auto key = std::make_tuple(s.tp, s.pp, s.dp, s.zero, static_cast<int>(s.schedule),
+                                     s.virtual_stages);
+    result.searched += static_cast<std::int64_t>(recomputes.size());
+    if (o.prune && too_big.count(key) != 0) continue;
+    std::vector<costmodel::StageRange> stages =
+        o.stages ? *o.stages : costmodel::even_partition(model, s.pp * s.virtual_stages);
+    if (o.stages) {
+      if (auto why = costmodel::check_partition(model, s, stages)) {
+        if (first_refusal.empty()) first_refusal = "--stages: " + *why;
+        continue;
+      }
+    }
+    const costmodel::CostModel& shaped = costs.of(s);
     for (Recompute rc : recomputes) {
       s.recompute = rc;
-      const costmodel::Prediction p = cost.estimate(job, s, stages);
+      const costmodel::Prediction p = shaped.estimate(job, s, stages);
       Candidate c;
       c.strategy = s;
+      c.stages = stages;
       c.step_time_s = p.step_time_s;
       c.peak_memory_bytes = p.peak_memory_bytes;
       auto peak =
@@ -225,12 +396,41 @@ SearchResult search(const costmodel::CostModel& cost, const costmodel::Job& job,
                            [](const auto& x, const auto& y) { return x.total() < y.total(); });
       c.peak_stage = static_cast<int>(peak - p.memory_by_stage.begin());
       c.fits = p.peak_memory_bytes <= limit;
-      c.order = result.searched++;
-      if (c.fits) ++result.feasible;
+      c.order = result.evaluated++;
       all.push_back(c);
       // Recomputing more only adds time: once one fits, the rest cannot win.
-      if (c.fits) break;
+      if (o.prune && c.fits) break;
+      if (rc == recomputes.back() && !c.fits) too_big.insert(key);
     }
+  }
+
+  // The balanced partition, for the pipelined strategies that could win: within 30 % of the best
+  // feasible time with even stages (all pipelined ones when none fits).
+  if (!o.stages) {
+    double best = std::numeric_limits<double>::infinity();
+    for (const Candidate& c : all) {
+      if (c.fits) best = std::min(best, c.step_time_s);
+    }
+    for (Candidate& c : all) {
+      const Strategy& s = c.strategy;
+      if (s.pp == 1 || s.schedule == Schedule::kInterleaved) continue;
+      if (std::isfinite(best) && c.step_time_s > 1.3 * best) continue;
+      const costmodel::CostModel& shaped = costs.of(s);
+      auto balanced = balanced_partition(shaped, job, s, limit);
+      if (!balanced || *balanced == c.stages) continue;
+      const costmodel::Prediction p = shaped.estimate(job, s, *balanced);
+      ++result.evaluated;
+      const bool fits = p.peak_memory_bytes <= limit;
+      if ((fits && !c.fits) || (fits == c.fits && p.step_time_s < c.step_time_s)) {
+        c.stages = *balanced;
+        c.step_time_s = p.step_time_s;
+        c.peak_memory_bytes = p.peak_memory_bytes;
+        c.fits = fits;
+      }
+    }
+  }
+  for (const Candidate& c : all) {
+    if (c.fits) ++result.feasible;
   }
 
   if (result.feasible == 0) {
@@ -246,7 +446,8 @@ SearchResult search(const costmodel::CostModel& cost, const costmodel::Job& job,
     char buf[64];
     std::snprintf(buf, sizeof buf, "%.2f", o.memory_margin);
     result.infeasible_reason = "does not fit: the smallest memory need is " +
-                               gib(lean.peak_memory_bytes) + " per device at " +
+                               gib(lean.peak_memory_bytes) + " per device (stage " +
+                               std::to_string(lean.peak_stage) + ") at " +
                                short_name(lean.strategy) + "; the device has " +
                                gib(static_cast<double>(cluster.device.memory_bytes)) +
                                " and plans may use " + buf + " of it (" + gib(limit) + ")";
@@ -264,12 +465,16 @@ SearchResult search(const costmodel::CostModel& cost, const costmodel::Job& job,
   std::size_t keep =
       std::min<std::size_t>(ranked.size(), static_cast<std::size_t>(std::max(1, o.top)));
   for (std::size_t i = 0; i < keep; ++i) {
-    Plan plan = evaluate_strategy(cost, job, ranked[i]->strategy);
+    const costmodel::CostModel& shaped = costs.of(ranked[i]->strategy);
+    Plan plan = evaluate_strategy(shaped, job, ranked[i]->strategy, ranked[i]->stages);
     if (i == 0) {
       if (result.searched == 1) {
         plan.why.push_back("every dimension was pinned; evaluated as given");
       } else {
         plan.why = explain(*ranked[0], all);
+      }
+      for (std::string& w : describe(plan, shaped, o.stages.has_value())) {
+        plan.why.push_back(std::move(w));
       }
     } else {
       char buf[96];

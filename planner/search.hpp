@@ -15,6 +15,11 @@
 namespace loom::planner {
 
 // Dimensions the user pinned; nullopt ones are searched.
+//
+// Pruning: for a fixed (tp, pp, dp, zero, schedule), memory only grows with the micro-batch size,
+// so once the leanest recomputation does not fit at micro-batch b, larger ones are not estimated;
+// and recomputing more only adds time, so once a recomputation choice fits the heavier ones are
+// not estimated. Both are counted in `searched` but not in `evaluated`.
 struct SearchOptions {
   std::optional<int> tp;
   std::optional<int> pp;
@@ -24,14 +29,20 @@ struct SearchOptions {
   std::optional<costmodel::Schedule> schedule;
   std::optional<int> virtual_stages;
   std::optional<costmodel::Recompute> recompute;
+  // A pinned layer-to-stage partition (pp ranges; pins pp to its size). Without it the search
+  // tries Megatron's even split and, for the most promising strategies, the balanced one
+  // (partition.hpp), and keeps the faster that fits.
+  std::optional<std::vector<costmodel::StageRange>> stages;
   double memory_margin = 0.9;  // fraction of device memory a plan may use
+  bool prune = true;           // false: estimate every point (to check that pruning loses nothing)
   int top = 5;
 };
 
 struct SearchResult {
-  std::vector<Plan> plans;    // the best `top` feasible plans, fastest first
-  std::int64_t searched = 0;  // candidates estimated
-  std::int64_t feasible = 0;  // of which fit in memory
+  std::vector<Plan> plans;      // the best `top` feasible plans, fastest first
+  std::int64_t searched = 0;    // strategies in the space (each recomputation choice counts)
+  std::int64_t evaluated = 0;   // of which estimated; the rest were pruned by dominance
+  std::int64_t feasible = 0;    // of the evaluated, those that fit in memory
   // When nothing fits: which limit was hit and by how much (empty otherwise).
   std::string infeasible_reason;
 };

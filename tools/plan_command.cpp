@@ -10,6 +10,7 @@
 
 #include "costmodel/estimate.hpp"
 #include "planner/plan.hpp"
+#include "planner/partition.hpp"
 #include "planner/search.hpp"
 #include "profiles/errors.hpp"
 #include "profiles/loader.hpp"
@@ -28,7 +29,7 @@ struct PlanArgs {
   std::string profile;
   std::optional<int> tp, pp, dp, zero, virtual_stages;
   std::optional<std::int64_t> micro_batch;
-  std::optional<std::string> schedule, recompute;
+  std::optional<std::string> schedule, recompute, stages;
   double memory_margin = 0.9;
   int top = 5;
   std::string output;
@@ -124,6 +125,7 @@ planner::SearchOptions search_options(const PlanArgs& a, const profiles::ModelSp
   if (a.schedule) o.schedule = costmodel::parse_schedule(*a.schedule);
   if (a.recompute) o.recompute = costmodel::parse_recompute(*a.recompute);
   o.virtual_stages = a.virtual_stages;
+  if (a.stages) o.stages = planner::parse_stages(*a.stages, "--stages");
   o.memory_margin = a.memory_margin;
   o.top = a.top;
   auto n = [](std::int64_t v) { return std::to_string(v); };
@@ -209,6 +211,7 @@ int run_plan(const PlanArgs& a) {
     doc["plans"] = nlohmann::json::array();
     for (const planner::Plan& p : result.plans) doc["plans"].push_back(plan_to_json(p));
     doc["searched"] = result.searched;
+    doc["evaluated"] = result.evaluated;
     doc["feasible"] = result.feasible;
     doc["search_time_s"] = elapsed;
     std::cout << doc.dump(2) << "\n";
@@ -218,10 +221,12 @@ int run_plan(const PlanArgs& a) {
   if (result.searched > 1) {
     std::cout << "\n";
     print_table(std::cout, result.plans, a.memory_margin);
-    char line[160];
-    std::snprintf(line, sizeof line, "\nsearched %lld strategies, %lld fit in memory, in %.1f ms\n",
-                  static_cast<long long>(result.searched), static_cast<long long>(result.feasible),
-                  elapsed * 1e3);
+    char line[200];
+    std::snprintf(line, sizeof line,
+                  "\nsearched %lld strategies (%lld evaluated, the rest pruned), %lld fit in "
+                  "memory, in %.1f ms\n",
+                  static_cast<long long>(result.searched), static_cast<long long>(result.evaluated),
+                  static_cast<long long>(result.feasible), elapsed * 1e3);
     std::cout << line;
   }
   return 0;
@@ -259,6 +264,9 @@ Runner add_plan_command(CLI::App& app) {
       ->check(CLI::PositiveNumber);
   cmd->add_option("--recompute", args->recompute, "none | selective | full")
       ->check(CLI::IsMember({"none", "selective", "full"}));
+  cmd->add_option("--stages", args->stages,
+                  "pin the layer-to-stage partition: inclusive ranges of the layer sequence, one "
+                  "per pipeline stage (0 = embedding, last = head), e.g. 0-0,1-13");
   cmd->add_option("--memory-margin", args->memory_margin,
                   "fraction of device memory a plan may use (default 0.9)");
   cmd->add_option("--top", args->top, "plans to show (default 5)")->check(CLI::PositiveNumber);

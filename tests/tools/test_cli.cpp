@@ -303,3 +303,34 @@ TEST_CASE("loom plan: a strategy that does not fit in memory", "[tools][cli][err
   CHECK_THAT(r.err, Contains("does not fit") && Contains("GiB"));
   CHECK_FALSE(fs::exists(box.work() / "PLAN.json"));  // nothing half-written
 }
+
+TEST_CASE("loom plan --stages pins the seed's naive split", "[tools][cli]") {
+  Sandbox box;
+  RunResult r = box.loom(
+      "plan --model bert-base --cluster v100-32g-2x-pcie --global-batch 32 --seq-len 512 "
+      "--precision fp16 --stages 0-0,1-13 --micro-batch 32 --zero 0 --recompute none --json");
+  INFO("stderr: " << r.err);
+  REQUIRE(r.exit_code == 0);
+  nlohmann::json doc = nlohmann::json::parse(r.out);
+  const nlohmann::json& plan = doc.at("plans").at(0);
+  CHECK(plan.at("strategy").at("pp") == 2);
+  CHECK(plan.at("stages").at(0).at("last_layer") == 0);
+  CHECK(plan.at("stages").at(1).at("first_layer") == 1);
+  CHECK(plan.at("stages").at(1).at("last_layer") == 13);
+  CHECK(doc.at("evaluated").get<int>() <= doc.at("searched").get<int>());
+}
+
+TEST_CASE("loom plan refuses a malformed or impossible --stages", "[tools][cli]") {
+  Sandbox box;
+  const std::string base =
+      "plan --model bert-base --cluster v100-32g-2x-pcie --global-batch 32 --seq-len 512 ";
+  RunResult syntax = box.loom(base + "--stages 0-0,1");
+  require_plan_error(syntax);
+  CHECK_THAT(syntax.err, Contains("--stages"));
+  RunResult coverage = box.loom(base + "--stages 0-0,1-12");
+  require_plan_error(coverage);
+  CHECK_THAT(coverage.err, Contains("--stages") && Contains("0..13"));
+  RunResult count = box.loom(base + "--stages 0-0,1-13 --pp 1");
+  require_plan_error(count);
+  CHECK_THAT(count.err, Contains("--pp"));
+}

@@ -1,0 +1,56 @@
+// Full planner search times (issue 3's performance targets): bert-large on 8 to 64 GPUs of
+// dgx-a100-80g (target < 50 ms each) and GPT-3 175B on 128 nodes = 1024 GPUs (target < 1 s),
+// single thread. Prints, per case, the median wall time over repeated searches and the number of
+// strategies searched, evaluated and feasible.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <vector>
+
+#include "planner/search.hpp"
+#include "profiles/loader.hpp"
+
+namespace {
+
+struct Case {
+  const char* model;
+  std::int64_t nodes;
+  std::int64_t global_batch;
+  std::int64_t seq_len;
+};
+
+}  // namespace
+
+int main() {
+  using namespace loom;
+  const Case cases[] = {{"bert-large", 1, 512, 512},  {"bert-large", 2, 512, 512},
+                        {"bert-large", 4, 512, 512},  {"bert-large", 8, 512, 512},
+                        {"gpt3-175b", 128, 1536, 2048}};
+  std::printf("%-11s %5s %9s %9s %9s %12s  %s\n", "model", "gpus", "searched", "evaluated",
+              "feasible", "median ms", "best");
+  for (const Case& c : cases) {
+    const profiles::Cluster cluster =
+        profiles::with_nodes(profiles::load_cluster("dgx-a100-80g"), c.nodes, "bench");
+    const costmodel::Job job{c.global_batch, c.seq_len, profiles::Precision::kBf16, "adamw"};
+    std::vector<double> times_ms;
+    planner::SearchResult result;
+    for (int run = 0; run < 7; ++run) {
+      const auto start = std::chrono::steady_clock::now();
+      // The cost model (topology included) is built inside the timed region, as `loom plan` does.
+      costmodel::CostModel cost(profiles::load_model(c.model), cluster);
+      result = planner::search(cost, job, {});
+      times_ms.push_back(
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+              .count());
+    }
+    std::sort(times_ms.begin(), times_ms.end());
+    const costmodel::Strategy& s = result.plans.at(0).strategy;
+    std::printf("%-11s %5lld %9lld %9lld %9lld %12.2f  dp=%d tp=%d pp=%d zero=%d mb=%lld %s\n",
+                c.model, static_cast<long long>(cluster.device_count()),
+                static_cast<long long>(result.searched), static_cast<long long>(result.evaluated),
+                static_cast<long long>(result.feasible), times_ms[times_ms.size() / 2], s.dp, s.tp,
+                s.pp, s.zero, static_cast<long long>(s.micro_batch),
+                costmodel::to_string(s.schedule));
+  }
+  return 0;
+}
