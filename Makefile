@@ -25,6 +25,7 @@ test: build
 
 bench: build
 	@$(BUILD)/bench/bench_estimate
+	@$(BUILD)/bench/bench_search
 
 format:
 	@git ls-files '*.cpp' '*.hpp' | xargs clang-format -i
