@@ -1,0 +1,1292 @@
+#include "costmodel/simulator.hpp"
+
+#include <algorithm>
+#include <climits>
+#include <cmath>
+#include <cstdio>
+#include <limits>
+#include <map>
+#include <stdexcept>
+#include <tuple>
+#include <utility>
+
+#include "costmodel/comm.hpp"
+#include "costmodel/layers.hpp"
+#include "costmodel/memory.hpp"
+#include "profiles/topology.hpp"
+
+namespace loom::costmodel {
+
+void EventQueue::push(double time_s, EventKind kind, int task, std::uint64_t version) {
+  heap_.push(Event{time_s, next_sequence_++, kind, task, version});
+}
+
+Event EventQueue::pop() {
+  Event e = heap_.top();
+  heap_.pop();
+  return e;
+}
+
+const char* to_string(Stream stream) {
+  switch (stream) {
+    case Stream::kCompute:
+      return "compute";
+    case Stream::kTensorParallel:
+      return "comm tp";
+    case Stream::kPipeline:
+      return "comm pp";
+    case Stream::kDataParallel:
+      return "comm dp";
+    case Stream::kZero:
+      return "comm zero";
+  }
+  return "?";
+}
+
+namespace {
+
+constexpr double kInfinity = std::numeric_limits<double>::infinity();
+
+// ---- Links --------------------------------------------------------------------------------------
+
+// The directed links of a cluster graph and the links each route crosses, built from the Cluster
+// value with profiles::Topology's rules (its graph is private to it): the shorthand gives every
+// device an uplink to its node's switch and every node an uplink to the fabric; explicit links
+// are routed on the widest path, then the fewest hops. Directed link 2e crosses undirected edge e
+// from its lower vertex to its higher, 2e + 1 the other way. The simulator checks every route's
+// bottleneck against Topology::route and takes latencies from the topology.
+class LinkGraph {
+ public:
+  explicit LinkGraph(const profiles::Cluster& cluster) {
+    nodes_ = static_cast<int>(cluster.nodes);
+    per_node_ = static_cast<int>(cluster.devices_per_node);
+    devices_ = nodes_ * per_node_;
+    regular_ = cluster.links.empty();
+    if (regular_) {
+      for (int i = 0; i < devices_; ++i) {
+        add_edge(i, devices_ + i / per_node_, cluster.intra_node.bandwidth_gbps);
+      }
+      if (nodes_ > 1) {
+        for (int k = 0; k < nodes_; ++k) {
+          add_edge(devices_ + k, devices_ + nodes_, cluster.inter_node->bandwidth_gbps);
+        }
+      }
+      return;
+    }
+    // Explicit links, vertices and edges in the order Topology creates them.
+    for (int i = 0; i < devices_; ++i) vertex(profiles::device_name(cluster, i));
+    bool template_links = std::all_of(
+        cluster.links.begin(), cluster.links.end(),
+        [](const auto& l) { return l.a.rfind("node0/", 0) == 0 && l.b.rfind("node0/", 0) == 0; });
+    auto endpoint = [&](const std::string& name, int node) {
+      return vertex(template_links ? "node" + std::to_string(node) + name.substr(5) : name);
+    };
+    int copies = template_links ? nodes_ : 1;
+    for (int k = 0; k < copies; ++k) {
+      for (const profiles::ExplicitLink& l : cluster.links) {
+        int a = endpoint(l.a, k);
+        int b = endpoint(l.b, k);
+        add_edge(a, b, l.bandwidth_gbps);
+      }
+    }
+    if (nodes_ > 1) {
+      int fabric = vertex("fabric");
+      for (int k = 0; k < nodes_; ++k) {
+        std::string nic_name = "node" + std::to_string(k) + "/nic";
+        bool declared = vertex_by_name_.count(nic_name) > 0;
+        int nic = vertex(nic_name);
+        if (!declared) {
+          for (int j = 0; j < per_node_; ++j) {
+            add_edge(k * per_node_ + j, nic, cluster.intra_node.bandwidth_gbps);
+          }
+        }
+        add_edge(nic, fabric, cluster.inter_node->bandwidth_gbps);
+      }
+    }
+    routes_.resize(static_cast<std::size_t>(devices_));
+  }
+
+  std::vector<double> capacities_bytes_per_s() const { return capacity_; }
+  double capacity_bytes_per_s(int link) const { return capacity_[static_cast<std::size_t>(link)]; }
+
+  // The directed links of the route from device a to device b (none when a == b).
+  std::vector<int> route(int a, int b) const {
+    if (a == b) return {};
+    if (regular_) {
+      int na = a / per_node_;
+      int nb = b / per_node_;
+      if (na == nb) return {2 * a, 2 * b + 1};
+      return {2 * a, 2 * (devices_ + na), 2 * (devices_ + nb) + 1, 2 * b + 1};
+    }
+    auto& from = routes_[static_cast<std::size_t>(a)];
+    if (from.empty()) from = widest_routes_from(a);
+    return from[static_cast<std::size_t>(b)];
+  }
+
+ private:
+  int vertex(const std::string& name) {
+    auto it = vertex_by_name_.find(name);
+    if (it != vertex_by_name_.end()) return it->second;
+    int v = static_cast<int>(adjacency_.size());
+    vertex_by_name_.emplace(name, v);
+    adjacency_.emplace_back();
+    return v;
+  }
+
+  void add_edge(int a, int b, double bandwidth_gbps) {
+    int e = static_cast<int>(ends_.size());
+    int high = std::max(a, b);
+    if (static_cast<int>(adjacency_.size()) <= high) {
+      adjacency_.resize(static_cast<std::size_t>(high) + 1);
+    }
+    adjacency_[static_cast<std::size_t>(a)].emplace_back(e, b);
+    adjacency_[static_cast<std::size_t>(b)].emplace_back(e, a);
+    ends_.emplace_back(std::min(a, b), high);
+    capacity_.push_back(bandwidth_gbps * 1e9);
+    capacity_.push_back(bandwidth_gbps * 1e9);
+  }
+
+  int directed(int edge, int from) const {
+    return 2 * edge + (ends_[static_cast<std::size_t>(edge)].first == from ? 0 : 1);
+  }
+
+  // Widest path (largest bottleneck), then fewest hops, then lowest vertex: Topology's rule.
+  std::vector<std::vector<int>> widest_routes_from(int source) const {
+    const int n = static_cast<int>(adjacency_.size());
+    std::vector<double> width(static_cast<std::size_t>(n), 0.0);
+    std::vector<int> hops(static_cast<std::size_t>(n), INT_MAX);
+    std::vector<int> via_edge(static_cast<std::size_t>(n), -1);
+    std::vector<int> via_vertex(static_cast<std::size_t>(n), -1);
+    std::vector<char> done(static_cast<std::size_t>(n), 0);
+    using Entry = std::tuple<double, int, int>;  // (-width, hops, vertex): smallest first
+    std::priority_queue<Entry, std::vector<Entry>, std::greater<>> queue;
+    width[static_cast<std::size_t>(source)] = kInfinity;
+    hops[static_cast<std::size_t>(source)] = 0;
+    queue.emplace(-kInfinity, 0, source);
+    while (!queue.empty()) {
+      auto [neg_width, h, v] = queue.top();
+      queue.pop();
+      if (done[static_cast<std::size_t>(v)]) continue;
+      done[static_cast<std::size_t>(v)] = 1;
+      for (auto [e, u] : adjacency_[static_cast<std::size_t>(v)]) {
+        double w = std::min(width[static_cast<std::size_t>(v)],
+                            capacity_[2 * static_cast<std::size_t>(e)] / 1e9);
+        int uh = h + 1;
+        auto ui = static_cast<std::size_t>(u);
+        if (w > width[ui] || (w == width[ui] && uh < hops[ui])) {
+          width[ui] = w;
+          hops[ui] = uh;
+          via_edge[ui] = e;
+          via_vertex[ui] = v;
+          queue.emplace(-w, uh, u);
+        }
+      }
+    }
+    std::vector<std::vector<int>> out(static_cast<std::size_t>(devices_));
+    for (int b = 0; b < devices_; ++b) {
+      if (b == source || via_edge[static_cast<std::size_t>(b)] < 0) continue;
+      std::vector<int> path;
+      for (int v = b; v != source; v = via_vertex[static_cast<std::size_t>(v)]) {
+        path.push_back(directed(via_edge[static_cast<std::size_t>(v)],
+                                via_vertex[static_cast<std::size_t>(v)]));
+      }
+      std::reverse(path.begin(), path.end());
+      out[static_cast<std::size_t>(b)] = std::move(path);
+    }
+    return out;
+  }
+
+  int nodes_ = 1;
+  int per_node_ = 1;
+  int devices_ = 1;
+  bool regular_ = true;
+  std::map<std::string, int> vertex_by_name_;
+  std::vector<std::vector<std::pair<int, int>>> adjacency_;  // (edge, other vertex)
+  std::vector<std::pair<int, int>> ends_;                    // (lower vertex, higher vertex)
+  std::vector<double> capacity_;                             // per directed link
+  mutable std::vector<std::vector<std::vector<int>>> routes_;
+};
+
+// ---- Network ------------------------------------------------------------------------------------
+
+// Flows over directed links. A shape lists the links a flow's copies cross, with how many copies
+// cross each; every copy on a link gets capacity / (copies of all active flows on it), and a flow
+// moves at its smallest share. A flow's rate changes only when a flow sharing one of its links
+// starts or ends; then its progress is brought up to date and its drain event rescheduled (the old
+// one goes stale through the version number).
+class Network {
+ public:
+  using Shape = std::vector<std::pair<int, int>>;  // (link, copies)
+
+  explicit Network(std::vector<double> capacity_bytes_per_s)
+      : capacity_(std::move(capacity_bytes_per_s)),
+        load_(capacity_.size(), 0),
+        flows_on_(capacity_.size()) {}
+
+  int add_shape(Shape shape) {
+    shapes_.push_back(std::move(shape));
+    return static_cast<int>(shapes_.size()) - 1;
+  }
+
+  void resize(std::size_t tasks) {
+    flows_.resize(tasks);
+    mark_.resize(tasks, 0);
+  }
+
+  // Starts moving `bytes` across every hop of `shape` for `task`.
+  void start(int task, int shape, double bytes, double now_s, EventQueue& queue) {
+    Flow& f = flows_[static_cast<std::size_t>(task)];
+    f.shape = shape;
+    f.remaining_bytes = bytes;
+    f.rate_bytes_per_s = 0;
+    f.since_s = now_s;
+    f.active = true;
+    for (auto [link, copies] : shapes_[static_cast<std::size_t>(shape)]) {
+      load_[static_cast<std::size_t>(link)] += copies;
+      flows_on_[static_cast<std::size_t>(link)].push_back(task);
+    }
+    update_sharers(task, now_s, queue);
+  }
+
+  // The flow of `task` has drained: frees its links.
+  void finish(int task, double now_s, EventQueue& queue) {
+    Flow& f = flows_[static_cast<std::size_t>(task)];
+    f.active = false;
+    for (auto [link, copies] : shapes_[static_cast<std::size_t>(f.shape)]) {
+      load_[static_cast<std::size_t>(link)] -= copies;
+      auto& on = flows_on_[static_cast<std::size_t>(link)];
+      auto it = std::find(on.begin(), on.end(), task);
+      *it = on.back();
+      on.pop_back();
+    }
+    update_sharers(task, now_s, queue);
+  }
+
+  bool is_current(int task, std::uint64_t version) const {
+    const Flow& f = flows_[static_cast<std::size_t>(task)];
+    return f.active && f.version == version;
+  }
+
+ private:
+  struct Flow {
+    int shape = -1;
+    double remaining_bytes = 0;
+    double rate_bytes_per_s = 0;
+    double since_s = 0;
+    std::uint64_t version = 0;
+    bool active = false;
+  };
+
+  double rate_of(const Flow& f) const {
+    double rate = kInfinity;
+    for (auto [link, copies] : shapes_[static_cast<std::size_t>(f.shape)]) {
+      auto l = static_cast<std::size_t>(link);
+      rate = std::min(rate, capacity_[l] / load_[l]);
+    }
+    return rate;
+  }
+
+  // Re-rates every active flow that shares a link with `task`'s (and `task`'s own, if active).
+  void update_sharers(int task, double now_s, EventQueue& queue) {
+    ++epoch_;
+    affected_.clear();
+    auto visit = [&](int t) {
+      if (mark_[static_cast<std::size_t>(t)] == epoch_) return;
+      mark_[static_cast<std::size_t>(t)] = epoch_;
+      affected_.push_back(t);
+    };
+    if (flows_[static_cast<std::size_t>(task)].active) visit(task);
+    for (auto [link, copies] : shapes_[static_cast<std::size_t>(flows_[task].shape)]) {
+      for (int t : flows_on_[static_cast<std::size_t>(link)]) visit(t);
+    }
+    for (int t : affected_) {
+      Flow& f = flows_[static_cast<std::size_t>(t)];
+      double rate = rate_of(f);
+      if (rate == f.rate_bytes_per_s) continue;  // its drain event still holds
+      if (f.rate_bytes_per_s > 0) {
+        f.remaining_bytes =
+            std::max(0.0, f.remaining_bytes - f.rate_bytes_per_s * (now_s - f.since_s));
+      }
+      f.since_s = now_s;
+      f.rate_bytes_per_s = rate;
+      ++f.version;
+      double drain_s = std::isinf(rate) ? now_s : now_s + f.remaining_bytes / rate;
+      queue.push(drain_s, EventKind::kFlowDrain, t, f.version);
+    }
+  }
+
+  std::vector<double> capacity_;
+  std::vector<int> load_;
+  std::vector<std::vector<int>> flows_on_;
+  std::vector<Shape> shapes_;
+  std::vector<Flow> flows_;
+  std::vector<std::uint64_t> mark_;
+  std::uint64_t epoch_ = 0;
+  std::vector<int> affected_;
+};
+
+// ---- Tasks, streams and the loop --------------------------------------------------------------
+
+// A flow to play: `latency_s`, then `hop_bytes` across every hop of network shape `shape`.
+struct FlowSpec {
+  int shape = -1;
+  double latency_s = 0;
+  double hop_bytes = 0;
+  bool empty() const { return shape < 0; }
+};
+
+struct Task {
+  int rank = 0;  // index of the representative (pipeline rank), or of a transfer
+  Stream stream = Stream::kCompute;
+  double duration_s = 0;  // tasks without a flow
+  FlowSpec flow;
+  bool pipeline = false;      // a forward or backward compute task
+  bool optimizer = false;     // the optimizer step
+  double allocate_bytes = 0;  // activations allocated when it starts
+  double free_bytes = 0;      // and freed when it ends
+  int pending = 0;            // predecessors not yet done
+  std::vector<int> successors;
+  int released_by = -1;  // the task whose end let it start (a predecessor or its stream's previous)
+  double start_s = -1;
+  double end_s = -1;
+  std::string name;
+  int peer_rank = -1;
+};
+
+struct StreamState {
+  std::vector<int> tasks;  // program order
+  std::size_t next = 0;
+  bool busy = false;
+};
+
+struct RankState {
+  double static_bytes = 0;
+  double activation_bytes = 0;
+  double peak_activation_bytes = 0;
+  std::vector<MemorySample> memory;
+  double last_compute_end_s = 0;
+  double busy_s = 0;
+  double pipeline_busy_s = 0;
+  double pipeline_end_s = 0;
+  double exposed_s[kStreamCount] = {0, 0, 0, 0, 0};
+  double bubble_s = 0;
+  double finish_s = 0;
+};
+
+class Engine {
+ public:
+  Engine(int ranks, Network* network)
+      : network_(network),
+        streams_(static_cast<std::size_t>(ranks) * kStreamCount),
+        ranks_(static_cast<std::size_t>(ranks)) {}
+
+  int add(Task task) {
+    int id = static_cast<int>(tasks_.size());
+    stream_of(task.rank, task.stream).tasks.push_back(id);
+    tasks_.push_back(std::move(task));
+    return id;
+  }
+  // `after` waits for `before` (no-op when either is -1).
+  void depend(int before, int after) {
+    if (before < 0 || after < 0) return;
+    tasks_[static_cast<std::size_t>(before)].successors.push_back(after);
+    ++tasks_[static_cast<std::size_t>(after)].pending;
+  }
+  int last_on(int rank, Stream stream) {
+    const auto& t = stream_of(rank, stream).tasks;
+    return t.empty() ? -1 : t.back();
+  }
+
+  RankState& rank(int r) { return ranks_[static_cast<std::size_t>(r)]; }
+  Task& task(int id) { return tasks_[static_cast<std::size_t>(id)]; }
+  const std::vector<Task>& tasks() const { return tasks_; }
+  std::int64_t events_processed() const { return events_; }
+
+  void run() {
+    if (network_) network_->resize(tasks_.size());
+    for (RankState& r : ranks_) r.memory.push_back({0, r.static_bytes});
+    for (std::size_t s = 0; s < streams_.size(); ++s) try_start(s, -1);
+    while (!queue_.empty()) {
+      Event e = queue_.pop();
+      now_s_ = e.time_s;
+      switch (e.kind) {
+        case EventKind::kTaskEnd:
+          finish(e.task);
+          break;
+        case EventKind::kLatencyEnd:
+          enter_network(e.task);
+          break;
+        case EventKind::kFlowDrain:
+          if (!network_->is_current(e.task, e.version)) continue;
+          network_->finish(e.task, now_s_, queue_);
+          finish(e.task);
+          break;
+      }
+      ++events_;
+    }
+    for (const Task& t : tasks_) {
+      if (t.end_s < 0) {
+        throw std::logic_error("simulator: the task graph deadlocked at \"" + t.name + "\"");
+      }
+    }
+  }
+
+ private:
+  StreamState& stream_of(int rank, Stream stream) {
+    return streams_[static_cast<std::size_t>(rank) * kStreamCount +
+                    static_cast<std::size_t>(stream)];
+  }
+  std::size_t stream_index(const Task& t) const {
+    return static_cast<std::size_t>(t.rank) * kStreamCount + static_cast<std::size_t>(t.stream);
+  }
+
+  void try_start(std::size_t stream, int trigger) {
+    StreamState& s = streams_[stream];
+    if (s.busy || s.next >= s.tasks.size()) return;
+    int id = s.tasks[s.next];
+    Task& t = tasks_[static_cast<std::size_t>(id)];
+    if (t.pending > 0) return;
+    s.busy = true;
+    ++s.next;
+    t.start_s = now_s_;
+    t.released_by = trigger;
+    RankState& r = rank(t.rank);
+    if (t.stream == Stream::kCompute) charge_wait(t, r);
+    if (t.allocate_bytes != 0) change_memory(r, t.allocate_bytes);
+    if (t.flow.empty()) {
+      queue_.push(now_s_ + t.duration_s, EventKind::kTaskEnd, id);
+    } else if (t.flow.latency_s > 0) {
+      queue_.push(now_s_ + t.flow.latency_s, EventKind::kLatencyEnd, id);
+    } else {
+      enter_network(id);
+    }
+  }
+
+  void enter_network(int id) {
+    const Task& t = tasks_[static_cast<std::size_t>(id)];
+    if (t.flow.hop_bytes <= 0) {
+      queue_.push(now_s_, EventKind::kTaskEnd, id);
+    } else {
+      network_->start(id, t.flow.shape, t.flow.hop_bytes, now_s_, queue_);
+    }
+  }
+
+  void finish(int id) {
+    Task& t = tasks_[static_cast<std::size_t>(id)];
+    t.end_s = now_s_;
+    const std::size_t own = stream_index(t);
+    streams_[own].busy = false;
+    RankState& r = rank(t.rank);
+    r.finish_s = std::max(r.finish_s, now_s_);
+    if (t.stream == Stream::kCompute) {
+      double d = t.end_s - t.start_s;
+      r.busy_s += d;
+      r.last_compute_end_s = now_s_;
+      if (t.pipeline) {
+        r.pipeline_busy_s += d;
+        r.pipeline_end_s = now_s_;
+      }
+    }
+    if (t.free_bytes != 0) change_memory(r, -t.free_bytes);
+    for (int next : t.successors) {
+      Task& n = tasks_[static_cast<std::size_t>(next)];
+      if (--n.pending == 0) try_start(stream_index(n), id);
+    }
+    try_start(own, id);
+  }
+
+  // A compute task starts after a gap: the part of the gap covered by the chain of communication
+  // tasks that released it is exposed communication of their kinds, the rest is bubble.
+  void charge_wait(const Task& t, RankState& r) {
+    const double gap_start = r.last_compute_end_s;
+    const double gap = now_s_ - gap_start;
+    if (gap <= 0) return;
+    double cursor = now_s_;
+    double charged = 0;
+    for (int b = t.released_by; b >= 0 && cursor > gap_start;) {
+      const Task& c = tasks_[static_cast<std::size_t>(b)];
+      if (c.stream == Stream::kCompute) break;
+      double from = std::max(c.start_s, gap_start);
+      double to = std::min(c.end_s, cursor);
+      if (to > from) {
+        r.exposed_s[static_cast<std::size_t>(c.stream)] += to - from;
+        charged += to - from;
+      }
+      cursor = std::min(cursor, c.start_s);
+      b = c.released_by;
+    }
+    r.bubble_s += gap - charged;
+  }
+
+  void change_memory(RankState& r, double delta_bytes) {
+    r.activation_bytes += delta_bytes;
+    r.peak_activation_bytes = std::max(r.peak_activation_bytes, r.activation_bytes);
+    double total = r.static_bytes + r.activation_bytes;
+    if (r.memory.size() > 1 && r.memory.back().time_s == now_s_) {
+      r.memory.back().bytes = total;
+    } else {
+      r.memory.push_back({now_s_, total});
+    }
+  }
+
+  Network* network_;
+  std::vector<Task> tasks_;
+  std::vector<StreamState> streams_;
+  std::vector<RankState> ranks_;
+  EventQueue queue_;
+  double now_s_ = 0;
+  std::int64_t events_ = 0;
+};
+
+// ---- Flows of a plan ----------------------------------------------------------------------------
+
+enum class Group { kTensor, kData };
+
+// Builds (and caches) the network shapes of a plan's collectives and transfers: every group of
+// the stage, or every rank pair between two stages, as one flow.
+class Comms {
+ public:
+  Comms(const profiles::Topology& topology, const LinkGraph& links, Network& network,
+        std::vector<int> device_of_rank, int dp, int tp)
+      : topology_(topology),
+        links_(links),
+        network_(network),
+        device_of_rank_(std::move(device_of_rank)),
+        dp_(dp),
+        tp_(tp),
+        touched_count_(static_cast<std::size_t>(links.capacities_bytes_per_s().size()), 0) {}
+
+  // `count` collectives of `bytes` each over every `group` of `stage`, lumped into one flow.
+  FlowSpec collective(Collective c, Group group, int stage, double bytes, double count = 1) {
+    const int n = group == Group::kTensor ? tp_ : dp_;
+    if (n <= 1 || bytes <= 0 || count <= 0) return {};
+    const ShapeInfo& s = shape(group == Group::kTensor ? 0 : 1, stage, -1);
+    double dn = n;
+    double hops = c == Collective::kAllReduce ? 2 * (dn - 1) : dn - 1;
+    double share = c == Collective::kAllReduce ? 2 * (dn - 1) / dn : (dn - 1) / dn;
+    return FlowSpec{s.id, count * hops * s.latency_s, count * share * bytes};
+  }
+
+  // Every rank of stage `from` sends `bytes` to its peer of stage `to`.
+  FlowSpec p2p(int from, int to, double bytes) {
+    if (bytes <= 0) return {};
+    const ShapeInfo& s = shape(2, from, to);
+    return FlowSpec{s.id, s.latency_s, bytes};
+  }
+
+ private:
+  struct ShapeInfo {
+    int id = -1;
+    double latency_s = 0;
+  };
+
+  const ShapeInfo& shape(int kind, int stage, int peer) {
+    auto key = std::make_tuple(kind, stage, peer);
+    auto it = cache_.find(key);
+    if (it != cache_.end()) return it->second;
+    const int per_stage = dp_ * tp_;
+    const int base = stage * per_stage;
+    std::vector<std::pair<int, int>> hops;  // (rank, rank)
+    auto ring = [&](const std::vector<int>& ranks) {
+      if (ranks.size() < 2) return;
+      for (std::size_t i = 0; i < ranks.size(); ++i) {
+        hops.emplace_back(ranks[i], ranks[(i + 1) % ranks.size()]);
+      }
+    };
+    if (kind == 0) {
+      for (int d = 0; d < dp_; ++d) {
+        std::vector<int> g(static_cast<std::size_t>(tp_));
+        for (int i = 0; i < tp_; ++i) g[static_cast<std::size_t>(i)] = base + d * tp_ + i;
+        ring(g);
+      }
+    } else if (kind == 1) {
+      for (int t = 0; t < tp_; ++t) {
+        std::vector<int> g(static_cast<std::size_t>(dp_));
+        for (int i = 0; i < dp_; ++i) g[static_cast<std::size_t>(i)] = base + t + i * tp_;
+        ring(g);
+      }
+    } else {
+      for (int i = 0; i < per_stage; ++i) hops.emplace_back(base + i, peer * per_stage + i);
+    }
+    ShapeInfo info;
+    double latency_us = 0;
+    std::vector<int> touched;
+    for (auto [ra, rb] : hops) {
+      int a = device_of_rank_[static_cast<std::size_t>(ra)];
+      int b = device_of_rank_[static_cast<std::size_t>(rb)];
+      profiles::PathMetrics m = topology_.route(a, b);
+      latency_us = std::max(latency_us, m.latency_us);
+      double narrowest = kInfinity;
+      for (int l : links_.route(a, b)) {
+        narrowest = std::min(narrowest, links_.capacity_bytes_per_s(l));
+        if (touched_count_[static_cast<std::size_t>(l)]++ == 0) touched.push_back(l);
+      }
+      if (narrowest != m.bandwidth_gbps * 1e9 && !(std::isinf(narrowest) && a == b)) {
+        throw std::logic_error("simulator: the route from " + topology_.device_name(a) + " to " +
+                               topology_.device_name(b) + " differs from the topology's");
+      }
+    }
+    std::sort(touched.begin(), touched.end());
+    Network::Shape loads;
+    for (int l : touched) {
+      loads.emplace_back(l, touched_count_[static_cast<std::size_t>(l)]);
+      touched_count_[static_cast<std::size_t>(l)] = 0;
+    }
+    info.id = network_.add_shape(std::move(loads));
+    info.latency_s = latency_us * 1e-6;
+    return cache_.emplace(key, info).first->second;
+  }
+
+  const profiles::Topology& topology_;
+  const LinkGraph& links_;
+  Network& network_;
+  std::vector<int> device_of_rank_;
+  int dp_;
+  int tp_;
+  std::vector<int> touched_count_;
+  std::map<std::tuple<int, int, int>, ShapeInfo> cache_;
+};
+
+// ---- The step as a task graph -------------------------------------------------------------------
+
+// One layer of a chunk under ZeRO-3 (the embedding and the head count as layers).
+struct PieceSpec {
+  std::string label;  // "L5"
+  double forward_s = 0;
+  double backward_s = 0;
+  double parameter_bytes = 0;  // what its all-gather and its gradients' reduce-scatter move
+};
+
+// A tensor-parallel flow with what its slice name says.
+struct TpSpec {
+  FlowSpec flow;
+  double count = 0;
+  double bytes = 0;
+};
+
+struct ChunkSpec {
+  StageRange range;
+  double forward_s = 0;  // compute only
+  double backward_s = 0;
+  TpSpec tp_forward;
+  TpSpec tp_backward;
+  double activation_bytes = 0;
+  double gradient_bytes = 0;
+  std::vector<PieceSpec> pieces;
+};
+
+struct StepSpec {
+  int pp = 1;
+  int virtual_stages = 1;
+  int ranks_per_stage = 1;  // dp * tp
+  int dp = 1;
+  int zero = 0;
+  std::int64_t micro_batches = 1;
+  Schedule schedule = Schedule::k1F1B;
+  double bucket_bytes = 0;
+  double p2p_bytes = 0;
+  double p2p_all_gather_bytes = 0;
+  std::vector<ChunkSpec> chunks;
+  std::vector<double> optimizer_s;            // per pipeline rank
+  std::vector<double> post_all_gather_bytes;  // per pipeline rank (ZeRO-1/2)
+};
+
+struct Op {
+  bool forward = true;
+  std::int64_t micro_batch = 0;
+  int chunk = 0;  // global chunk index
+};
+
+// Megatron-LM's order of forward and backward passes on pipeline rank `rank`.
+std::vector<Op> megatron_order(Schedule schedule, int pp, int rank, std::int64_t m, int v) {
+  std::vector<Op> ops;
+  if (schedule != Schedule::kInterleaved) {
+    std::int64_t warm = schedule == Schedule::kGpipe ? m : std::min<std::int64_t>(pp - rank - 1, m);
+    for (std::int64_t i = 0; i < warm; ++i) ops.push_back({true, i, rank});
+    for (std::int64_t i = 0; i < m - warm; ++i) {
+      ops.push_back({true, warm + i, rank});
+      ops.push_back({false, i, rank});
+    }
+    for (std::int64_t i = m - warm; i < m; ++i) ops.push_back({false, i, rank});
+    return ops;
+  }
+  const std::int64_t group = static_cast<std::int64_t>(pp) * v;
+  const std::int64_t total = m * v;
+  std::int64_t warm =
+      m == pp ? total : std::min<std::int64_t>((pp - rank - 1) * 2 + (v - 1) * pp, total);
+  auto op = [&](std::int64_t k, bool forward) {
+    int local = static_cast<int>((k % group) / pp);
+    if (!forward) local = v - 1 - local;
+    return Op{forward, (k / group) * pp + k % pp, local * pp + rank};
+  };
+  for (std::int64_t k = 0; k < warm; ++k) ops.push_back(op(k, true));
+  for (std::int64_t i = 0; i < total - warm; ++i) {
+    ops.push_back(op(warm + i, true));
+    ops.push_back(op(i, false));
+  }
+  for (std::int64_t k = total - warm; k < total; ++k) ops.push_back(op(k, false));
+  return ops;
+}
+
+std::string bytes_text(double bytes) {
+  static constexpr const char* kUnits[] = {"B", "kB", "MB", "GB", "TB"};
+  int u = 0;
+  while (bytes >= 1000 && u < 4) {
+    bytes /= 1000;
+    ++u;
+  }
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.3g %s", bytes, kUnits[u]);
+  return buf;
+}
+
+std::string layers_text(const StageRange& r) {
+  return r.first_layer == r.last_layer
+             ? "L" + std::to_string(r.first_layer)
+             : "L" + std::to_string(r.first_layer) + "-" + std::to_string(r.last_layer);
+}
+
+// Adds the tasks of one step to `engine` (pipeline rank r is engine rank r).
+class StepBuilder {
+ public:
+  StepBuilder(const StepSpec& spec, Engine& engine, Comms* comms, bool names)
+      : spec_(spec), engine_(engine), comms_(comms), names_(names) {}
+
+  void build() {
+    const int chunks = static_cast<int>(spec_.chunks.size());
+    const std::size_t ops =
+        2 * static_cast<std::size_t>(spec_.micro_batches) * static_cast<std::size_t>(chunks);
+    op_tasks_.assign(ops, OpTasks{});
+    for (int r = 0; r < spec_.pp; ++r) build_rank(r);
+    // Inputs: a chunk's forward needs the previous chunk's output, a backward the next chunk's
+    // gradient.
+    for (std::int64_t mb = 0; mb < spec_.micro_batches; ++mb) {
+      for (int c = 0; c < chunks; ++c) {
+        if (c > 0) connect(at(true, mb, c - 1), at(true, mb, c));
+        if (c + 1 < chunks) connect(at(false, mb, c + 1), at(false, mb, c));
+      }
+    }
+  }
+
+ private:
+  struct OpTasks {
+    int first = -1;  // the first task that needs the op's input
+    int recv = -1;   // the receiving group's all-gather of the input
+    int send = -1;   // the transfer of the op's output
+    int done = -1;   // the op's last task on its rank
+  };
+
+  OpTasks& at(bool forward, std::int64_t mb, int chunk) {
+    std::size_t i =
+        (static_cast<std::size_t>(forward ? 0 : 1) * static_cast<std::size_t>(spec_.micro_batches) +
+         static_cast<std::size_t>(mb)) *
+            spec_.chunks.size() +
+        static_cast<std::size_t>(chunk);
+    return op_tasks_[i];
+  }
+
+  void connect(const OpTasks& producer, const OpTasks& consumer) {
+    int from = producer.send >= 0 ? producer.send : producer.done;
+    if (consumer.recv >= 0) {
+      engine_.depend(from, consumer.recv);
+      engine_.depend(consumer.recv, consumer.first);
+    } else {
+      engine_.depend(from, consumer.first);
+    }
+  }
+
+  int compute(int rank, double duration_s, bool pipeline, std::string name) {
+    Task t;
+    t.rank = rank;
+    t.stream = Stream::kCompute;
+    t.duration_s = duration_s;
+    t.pipeline = pipeline;
+    if (names_) t.name = std::move(name);
+    return engine_.add(std::move(t));
+  }
+
+  int flow(int rank, Stream stream, const FlowSpec& f, std::string name, int peer = -1) {
+    if (f.empty()) return -1;
+    Task t;
+    t.rank = rank;
+    t.stream = stream;
+    t.flow = f;
+    t.peer_rank = peer;
+    if (names_) t.name = std::move(name);
+    return engine_.add(std::move(t));
+  }
+
+  // `before` -> `task` when both exist; returns the later of the two for chaining.
+  int chain(int before, int task) {
+    if (task < 0) return before;
+    engine_.depend(before, task);
+    return task;
+  }
+
+  void build_rank(int r) {
+    const int chunks = static_cast<int>(spec_.chunks.size());
+    const bool zero3 = comms_ && spec_.dp > 1 && spec_.zero == 3;
+    int prev = -1;  // the previous op's last task: the compute stream waits for it
+    for (const Op& op :
+         megatron_order(spec_.schedule, spec_.pp, r, spec_.micro_batches, spec_.virtual_stages)) {
+      const ChunkSpec& c = spec_.chunks[static_cast<std::size_t>(op.chunk)];
+      OpTasks& ot = at(op.forward, op.micro_batch, op.chunk);
+      const std::string mb = "mb" + std::to_string(op.micro_batch);
+      const std::string what = (op.forward ? "F " : "B ") + mb + " " + layers_text(c.range);
+      const bool has_input = op.forward ? op.chunk > 0 : op.chunk + 1 < chunks;
+      if (has_input && comms_ && spec_.p2p_all_gather_bytes > 0) {
+        ot.recv = flow(r, Stream::kPipeline,
+                       comms_->collective(Collective::kAllGather, Group::kTensor, r,
+                                          spec_.p2p_all_gather_bytes),
+                       "all-gather " + std::string(op.forward ? "act " : "grad ") + mb);
+      }
+      int last = -1;
+      if (zero3) {
+        last = zero3_pass(r, op, c, prev, ot);
+      } else if (!op.forward && comms_ && spec_.dp > 1 && spec_.zero <= 2 && c.gradient_bytes > 0 &&
+                 (spec_.zero == 2 || op.micro_batch == spec_.micro_batches - 1)) {
+        last = bucketed_backward(r, c, what, prev, ot);
+      } else {
+        int t = compute(r, op.forward ? c.forward_s : c.backward_s, true, what);
+        engine_.depend(prev, t);
+        ot.first = t;
+        last = t;
+      }
+      if (op.forward) {
+        engine_.task(ot.first).allocate_bytes = c.activation_bytes;
+      } else {
+        engine_.task(last).free_bytes = c.activation_bytes;
+      }
+      const TpSpec& tp = op.forward ? c.tp_forward : c.tp_backward;
+      last = chain(last, flow(r, Stream::kTensorParallel, tp.flow,
+                              "allreduce tp " + what + " (" +
+                                  std::to_string(static_cast<long long>(tp.count)) + "x " +
+                                  bytes_text(tp.bytes) + ")"));
+      const int next_chunk = op.forward ? op.chunk + 1 : op.chunk - 1;
+      if (comms_ && next_chunk >= 0 && next_chunk < chunks) {
+        const int to = next_chunk % spec_.pp;
+        ot.send = flow(r, Stream::kPipeline, comms_->p2p(r, to, spec_.p2p_bytes),
+                       std::string(op.forward ? "send act " : "send grad ") + mb,
+                       to * spec_.ranks_per_stage);
+        last = chain(last, ot.send);
+      }
+      ot.done = last;
+      prev = last;
+    }
+    // The optimizer step after every gradient reduction, then ZeRO-1/2's parameter all-gather.
+    int opt = -1;
+    const double opt_s =
+        spec_.optimizer_s.empty() ? 0 : spec_.optimizer_s[static_cast<std::size_t>(r)];
+    if (opt_s > 0) {
+      opt = compute(r, opt_s, false, "optimizer step");
+      engine_.task(opt).optimizer = true;
+      engine_.depend(prev, opt);
+      engine_.depend(engine_.last_on(r, Stream::kDataParallel), opt);
+    }
+    int gather = -1;
+    if (comms_ && (spec_.zero == 1 || spec_.zero == 2)) {
+      double bytes = spec_.post_all_gather_bytes[static_cast<std::size_t>(r)];
+      gather =
+          flow(r, Stream::kZero, comms_->collective(Collective::kAllGather, Group::kData, r, bytes),
+               "all-gather zero params " + bytes_text(bytes));
+      engine_.depend(opt >= 0 ? opt : prev, gather);
+    }
+    // The rank's step ends when every one of its streams is done.
+    int lasts[kStreamCount];
+    for (int s = 0; s < kStreamCount; ++s) lasts[s] = engine_.last_on(r, static_cast<Stream>(s));
+    int end = compute(r, 0, false, "step end");
+    for (int t : lasts) engine_.depend(t, end);
+    engine_.depend(prev, end);
+    engine_.depend(gather, end);
+  }
+
+  // A backward pass cut where its gradients fill a bucket; each bucket is reduced on the dp
+  // stream as soon as it is full.
+  int bucketed_backward(int r, const ChunkSpec& c, const std::string& what, int prev, OpTasks& ot) {
+    const double total = c.gradient_bytes;
+    const auto buckets = static_cast<std::int64_t>(std::ceil(total / spec_.bucket_bytes));
+    const Collective kind = spec_.zero == 0 ? Collective::kAllReduce : Collective::kReduceScatter;
+    const char* kind_name = spec_.zero == 0 ? "allreduce dp " : "reduce-scatter dp ";
+    int last = prev;
+    for (std::int64_t j = 0; j < buckets; ++j) {
+      double bytes =
+          std::min(spec_.bucket_bytes, total - static_cast<double>(j) * spec_.bucket_bytes);
+      int seg = compute(r, c.backward_s * bytes / total, true, what);
+      engine_.depend(last, seg);
+      if (j == 0) ot.first = seg;
+      int bucket = flow(r, Stream::kDataParallel, comms_->collective(kind, Group::kData, r, bytes),
+                        kind_name + bytes_text(bytes));
+      engine_.depend(seg, bucket);
+      last = seg;
+    }
+    return last;
+  }
+
+  // ZeRO-3: per layer, gather (one layer ahead), compute, and after a backward reduce-scatter.
+  int zero3_pass(int r, const Op& op, const ChunkSpec& c, int prev, OpTasks& ot) {
+    const std::size_t n = c.pieces.size();
+    const std::string mb = " mb" + std::to_string(op.micro_batch);
+    std::vector<int> computes;
+    for (std::size_t q = 0; q < n; ++q) {
+      const PieceSpec& p = c.pieces[op.forward ? q : n - 1 - q];
+      int gather =
+          flow(r, Stream::kZero,
+               comms_->collective(Collective::kAllGather, Group::kData, r, p.parameter_bytes),
+               "all-gather zero " + p.label + " " + bytes_text(p.parameter_bytes));
+      if (q == 0) engine_.depend(prev, gather);
+      if (q >= 2) engine_.depend(computes[q - 2], gather);
+      int t = compute(r, op.forward ? p.forward_s : p.backward_s, true,
+                      std::string(op.forward ? "F" : "B") + mb + " " + p.label);
+      engine_.depend(gather, t);
+      engine_.depend(q == 0 ? prev : computes.back(), t);
+      if (q == 0) ot.first = t;
+      computes.push_back(t);
+      if (!op.forward) {
+        int rs =
+            flow(r, Stream::kDataParallel,
+                 comms_->collective(Collective::kReduceScatter, Group::kData, r, p.parameter_bytes),
+                 "reduce-scatter dp " + p.label + " " + bytes_text(p.parameter_bytes));
+        engine_.depend(t, rs);
+      }
+    }
+    return computes.back();
+  }
+
+  const StepSpec& spec_;
+  Engine& engine_;
+  Comms* comms_;
+  bool names_;
+  std::vector<OpTasks> op_tasks_;
+};
+
+// ---- Results ------------------------------------------------------------------------------------
+
+// The schedule's own bubble, from a run without communication: (end of the last forward or
+// backward - ideal) / ideal, the ideal being the busiest rank's forward and backward compute.
+double pipeline_bubble(Engine& engine, int pp) {
+  double ideal = 0;
+  double pipeline = 0;
+  for (int r = 0; r < pp; ++r) {
+    ideal = std::max(ideal, engine.rank(r).pipeline_busy_s);
+    pipeline = std::max(pipeline, engine.rank(r).pipeline_end_s);
+  }
+  return ideal > 0 ? pipeline / ideal - 1 : 0;
+}
+
+// The same schedule with the same compute, communication free (no flows, no optimizer).
+double replay_bubble(const StepSpec& spec) {
+  StepSpec bare;
+  bare.pp = spec.pp;
+  bare.virtual_stages = spec.virtual_stages;
+  bare.micro_batches = spec.micro_batches;
+  bare.schedule = spec.schedule;
+  for (const ChunkSpec& c : spec.chunks) {
+    ChunkSpec k;
+    k.range = c.range;
+    k.forward_s = c.forward_s;
+    k.backward_s = c.backward_s;
+    bare.chunks.push_back(std::move(k));
+  }
+  Engine engine(bare.pp, nullptr);
+  StepBuilder(bare, engine, nullptr, false).build();
+  engine.run();
+  return pipeline_bubble(engine, bare.pp);
+}
+
+SimulationResult collect(Engine& engine, const StepSpec& spec, int ranks_per_stage,
+                         bool record_trace, double bubble_fraction) {
+  SimulationResult out;
+  out.ranks_per_stage = ranks_per_stage;
+  out.world_size = spec.pp * ranks_per_stage;
+  out.events_processed = engine.events_processed();
+  for (int r = 0; r < spec.pp; ++r) {
+    out.step_time_s = std::max(out.step_time_s, engine.rank(r).finish_s);
+  }
+  out.bubble_fraction = bubble_fraction;
+  for (int r = 0; r < spec.pp; ++r) {
+    RankState& s = engine.rank(r);
+    RankTimeline t;
+    t.rank = r * ranks_per_stage;
+    t.pipeline_rank = r;
+    t.busy_s = s.busy_s;
+    t.idle_s = out.step_time_s - s.busy_s;
+    t.finish_s = s.finish_s;
+    t.exposed_communication_s.tp = s.exposed_s[static_cast<int>(Stream::kTensorParallel)];
+    t.exposed_communication_s.pp = s.exposed_s[static_cast<int>(Stream::kPipeline)];
+    t.exposed_communication_s.dp = s.exposed_s[static_cast<int>(Stream::kDataParallel)];
+    t.exposed_communication_s.zero = s.exposed_s[static_cast<int>(Stream::kZero)];
+    t.bubble_s = s.bubble_s + (out.step_time_s - s.finish_s);
+    t.static_memory_bytes = s.static_bytes;
+    t.peak_activation_bytes = s.peak_activation_bytes;
+    t.peak_memory_bytes = s.static_bytes + s.peak_activation_bytes;
+    t.memory = std::move(s.memory);
+    ExposedCommunication& e = out.exposed_communication_s;
+    e.tp = std::max(e.tp, t.exposed_communication_s.tp);
+    e.pp = std::max(e.pp, t.exposed_communication_s.pp);
+    e.dp = std::max(e.dp, t.exposed_communication_s.dp);
+    e.zero = std::max(e.zero, t.exposed_communication_s.zero);
+    out.ranks.push_back(std::move(t));
+  }
+  for (const Task& t : engine.tasks()) {
+    if (t.optimizer) {
+      out.ranks[static_cast<std::size_t>(t.rank)].optimizer_s = t.end_s - t.start_s;
+    }
+  }
+  if (record_trace) {
+    for (const Task& t : engine.tasks()) {
+      if (t.end_s <= t.start_s) continue;
+      out.slices.push_back(TraceSlice{t.rank * ranks_per_stage, t.stream, t.name, t.start_s,
+                                      t.end_s - t.start_s, t.peer_rank});
+    }
+    std::sort(out.slices.begin(), out.slices.end(), [](const TraceSlice& a, const TraceSlice& b) {
+      return std::tie(a.rank, a.stream, a.start_s, a.name) <
+             std::tie(b.rank, b.stream, b.start_s, b.name);
+    });
+  }
+  out.prediction.step_time_s = out.step_time_s;
+  out.prediction.bubble_fraction = out.bubble_fraction;
+  out.prediction.exposed_communication_s = out.exposed_communication_s;
+  out.prediction.source = "simulation";
+  return out;
+}
+
+// What one chunk of the layer sequence holds.
+struct ChunkContent {
+  int layers = 0;
+  bool embedding = false;
+  bool head = false;
+};
+
+ChunkContent content_of(const StageRange& r, int sequence_length) {
+  ChunkContent c;
+  c.embedding = r.first_layer == 0;
+  c.head = r.last_layer == sequence_length - 1;
+  c.layers =
+      std::max(0, std::min(r.last_layer, sequence_length - 2) - std::max(r.first_layer, 1) + 1);
+  return c;
+}
+
+}  // namespace
+
+SimulationResult simulate(const CostModel& cost, const Job& job, const Strategy& s,
+                          const std::vector<StageRange>& stages, const SimulationOptions& options) {
+  const profiles::ModelSpec& m = cost.model();
+  if (auto why = check_strategy(m, cost.cluster().device_count(), job, s)) {
+    throw std::invalid_argument(*why);
+  }
+  if (auto why = check_partition(m, s, stages)) throw std::invalid_argument(*why);
+
+  const StepTerms terms = cost.step_terms(job, s);
+  const SequenceCosts& costs = terms.costs;
+  const int world = s.world_size();
+  const int per_stage = s.dp * s.tp;
+  const int sequence_length = layer_sequence_length(m);
+  const int chunks = s.pp * s.virtual_stages;
+  const double state_bytes = element_bytes(job.precision) == 2 ? 2 : 4;
+
+  const LinkGraph links(cost.cluster());
+  Network network(links.capacities_bytes_per_s());
+  std::vector<int> device_of_rank(cost.device_of_rank().begin(),
+                                  cost.device_of_rank().begin() + world);
+  Comms comms(cost.topology(), links, network, device_of_rank, s.dp, s.tp);
+
+  StepSpec spec;
+  spec.pp = s.pp;
+  spec.virtual_stages = s.virtual_stages;
+  spec.ranks_per_stage = per_stage;
+  spec.dp = s.dp;
+  spec.zero = s.zero;
+  spec.micro_batches = s.num_micro_batches;
+  spec.schedule = s.schedule;
+  spec.bucket_bytes = cost.options().dp_bucket_bytes;
+  spec.p2p_bytes = terms.p2p_bytes;
+  spec.p2p_all_gather_bytes = terms.p2p_all_gather_bytes;
+
+  std::vector<StageLoad> load(static_cast<std::size_t>(s.pp));
+  for (int c = 0; c < chunks; ++c) {
+    const StageRange& range = stages[static_cast<std::size_t>(c)];
+    const ChunkContent k = content_of(range, sequence_length);
+    const int r = c % s.pp;
+    ChunkSpec spec_c;
+    spec_c.range = range;
+    double tp_fwd_latency = 0, tp_fwd_bytes = 0, tp_bwd_latency = 0, tp_bwd_bytes = 0;
+    double tp_fwd_count = 0, tp_bwd_count = 0;
+    double parameters = 0;
+    auto add = [&](const EntryTerms& e, const EntryCost& ec, double times, const std::string& label,
+                   double extra_parameters) {
+      if (times <= 0) return;
+      spec_c.forward_s += times * e.forward_compute_s;
+      spec_c.backward_s += times * e.backward_compute_s;
+      FlowSpec f = comms.collective(Collective::kAllReduce, Group::kTensor, r, e.forward_tp.bytes,
+                                    times * e.forward_tp.count);
+      FlowSpec b = comms.collective(Collective::kAllReduce, Group::kTensor, r, e.backward_tp.bytes,
+                                    times * e.backward_tp.count);
+      if (!f.empty()) {
+        spec_c.tp_forward.flow.shape = f.shape;
+        tp_fwd_latency += f.latency_s;
+        tp_fwd_bytes += f.hop_bytes;
+        tp_fwd_count += times * e.forward_tp.count;
+        spec_c.tp_forward.bytes = std::max(spec_c.tp_forward.bytes, e.forward_tp.bytes);
+      }
+      if (!b.empty()) {
+        spec_c.tp_backward.flow.shape = b.shape;
+        tp_bwd_latency += b.latency_s;
+        tp_bwd_bytes += b.hop_bytes;
+        tp_bwd_count += times * e.backward_tp.count;
+        spec_c.tp_backward.bytes = std::max(spec_c.tp_backward.bytes, e.backward_tp.bytes);
+      }
+      spec_c.activation_bytes += times * ec.activations;
+      parameters += times * ec.parameters + extra_parameters;
+      if (!label.empty()) {
+        spec_c.pieces.push_back(PieceSpec{label, e.forward_compute_s, e.backward_compute_s,
+                                          (ec.parameters + extra_parameters) * state_bytes});
+      }
+    };
+    if (k.embedding) add(terms.embedding, costs.embedding, 1, "L0", 0);
+    if (s.zero == 3) {
+      for (int i = std::max(range.first_layer, 1);
+           i <= std::min(range.last_layer, sequence_length - 2); ++i) {
+        add(terms.layer, costs.layer, 1, "L" + std::to_string(i), 0);
+      }
+    } else {
+      add(terms.layer, costs.layer, k.layers, "", 0);
+    }
+    if (k.head) {
+      // A tied LM head on another stage than the embedding keeps its own copy of the word table.
+      double tied = (!m.num_labels && m.tied_embeddings && r != 0)
+                        ? static_cast<double>(m.vocab) * static_cast<double>(m.hidden) / s.tp
+                        : 0;
+      add(terms.head, costs.head, 1, "L" + std::to_string(sequence_length - 1), tied);
+    }
+    spec_c.tp_forward.flow.latency_s = tp_fwd_latency;
+    spec_c.tp_forward.flow.hop_bytes = tp_fwd_bytes;
+    spec_c.tp_forward.count = tp_fwd_count;
+    spec_c.tp_backward.flow.latency_s = tp_bwd_latency;
+    spec_c.tp_backward.flow.hop_bytes = tp_bwd_bytes;
+    spec_c.tp_backward.count = tp_bwd_count;
+    spec_c.gradient_bytes = parameters * state_bytes;
+    StageLoad& l = load[static_cast<std::size_t>(r)];
+    l.parameters += parameters;
+    l.activations += spec_c.activation_bytes;
+    l.layers += k.layers;
+    l.largest_chunk_parameters = std::max(l.largest_chunk_parameters, parameters);
+    spec.chunks.push_back(std::move(spec_c));
+  }
+
+  std::vector<MemoryBreakdown> memory(static_cast<std::size_t>(s.pp));
+  for (int r = 0; r < s.pp; ++r) {
+    const StageLoad& l = load[static_cast<std::size_t>(r)];
+    memory[static_cast<std::size_t>(r)] = cost.stage_memory(job, s, r, l);
+    double shard = l.parameters / (s.zero >= 1 ? s.dp : 1);
+    spec.optimizer_s.push_back(shard * CostModel::kOptimizerBytesPerParameter /
+                               terms.memory_bytes_per_s);
+    spec.post_all_gather_bytes.push_back(l.parameters * state_bytes);
+  }
+
+  Engine engine(s.pp, &network);
+  for (int r = 0; r < s.pp; ++r) {
+    const MemoryBreakdown& mem = memory[static_cast<std::size_t>(r)];
+    engine.rank(r).static_bytes = mem.total() - mem.activations;
+  }
+  StepBuilder(spec, engine, &comms, options.record_trace).build();
+  engine.run();
+
+  SimulationResult out =
+      collect(engine, spec, per_stage, options.record_trace, replay_bubble(spec));
+  for (int g = 0; g < world; ++g) {
+    out.device_names.push_back(
+        cost.topology().device_name(device_of_rank[static_cast<std::size_t>(g)]));
+  }
+  Prediction& p = out.prediction;
+  for (int r = 0; r < s.pp; ++r) {
+    RankTimeline& t = out.ranks[static_cast<std::size_t>(r)];
+    t.activation_bytes_per_micro_batch = load[static_cast<std::size_t>(r)].activations;
+    MemoryBreakdown mem = memory[static_cast<std::size_t>(r)];
+    mem.activations = t.peak_activation_bytes;
+    p.memory_by_stage.push_back(mem);
+    p.peak_memory_bytes = std::max(p.peak_memory_bytes, t.peak_memory_bytes);
+    p.optimizer_s = std::max(p.optimizer_s, t.optimizer_s);
+  }
+  const double seq = static_cast<double>(job.seq_len);
+  p.samples_per_s = static_cast<double>(job.global_batch) / p.step_time_s;
+  p.tokens_per_s = p.samples_per_s * seq;
+  const double per_gpu = p.step_time_s * world * 1e12;
+  p.model_tflops_per_gpu = model_flops_per_step(m, job.global_batch, job.seq_len) / per_gpu;
+  p.hardware_tflops_per_gpu =
+      hardware_flops_per_step(m, job.global_batch, job.seq_len, s.recompute) / per_gpu;
+  p.mfu = p.model_tflops_per_gpu / cost.cluster().device.peak_tflops.of(job.precision);
+  return out;
+}
+
+SimulationResult simulate_schedule(const std::vector<StageTime>& chunks, int pp,
+                                   std::int64_t micro_batches, Schedule schedule,
+                                   int virtual_stages, const SimulationOptions& options) {
+  if (pp < 1 || virtual_stages < 1 || micro_batches < 1 ||
+      chunks.size() != static_cast<std::size_t>(pp) * virtual_stages) {
+    throw std::invalid_argument("simulate_schedule: expected pp * virtual_stages chunk times");
+  }
+  if (schedule != Schedule::kInterleaved && virtual_stages != 1) {
+    throw std::invalid_argument("simulate_schedule: virtual stages > 1 need interleaved");
+  }
+  if (schedule == Schedule::kInterleaved && micro_batches % pp != 0) {
+    throw std::invalid_argument("simulate_schedule: interleaved needs micro-batches % pp == 0");
+  }
+  StepSpec spec;
+  spec.pp = pp;
+  spec.virtual_stages = virtual_stages;
+  spec.micro_batches = micro_batches;
+  spec.schedule = schedule;
+  for (std::size_t c = 0; c < chunks.size(); ++c) {
+    ChunkSpec k;
+    k.range = {static_cast<int>(c), static_cast<int>(c)};
+    k.forward_s = chunks[c].forward_s;
+    k.backward_s = chunks[c].backward_s;
+    spec.chunks.push_back(k);
+  }
+  Engine engine(pp, nullptr);
+  StepBuilder(spec, engine, nullptr, options.record_trace).build();
+  engine.run();
+  SimulationResult out =
+      collect(engine, spec, 1, options.record_trace, pipeline_bubble(engine, pp));
+  for (int r = 0; r < pp; ++r) out.device_names.push_back("stage" + std::to_string(r));
+  return out;
+}
+
+std::vector<double> simulate_transfers(const profiles::Cluster& cluster,
+                                       const std::vector<Transfer>& transfers) {
+  const profiles::Topology topology(cluster);
+  const LinkGraph links(cluster);
+  Network network(links.capacities_bytes_per_s());
+  Engine engine(static_cast<int>(transfers.size()), &network);
+  std::vector<int> flows;
+  for (std::size_t i = 0; i < transfers.size(); ++i) {
+    const Transfer& x = transfers[i];
+    if (x.from_device < 0 || x.to_device < 0 || x.from_device >= topology.device_count() ||
+        x.to_device >= topology.device_count()) {
+      throw std::invalid_argument("simulate_transfers: transfer " + std::to_string(i) +
+                                  " names a device out of range");
+    }
+    Network::Shape shape;
+    for (int l : links.route(x.from_device, x.to_device)) shape.emplace_back(l, 1);
+    FlowSpec f{network.add_shape(std::move(shape)),
+               topology.route(x.from_device, x.to_device).latency_us * 1e-6, x.bytes};
+    Task wait;
+    wait.rank = static_cast<int>(i);
+    wait.duration_s = x.start_s;
+    int w = engine.add(std::move(wait));
+    Task t;
+    t.rank = static_cast<int>(i);
+    t.stream = Stream::kPipeline;
+    t.flow = f;
+    int id = engine.add(std::move(t));
+    engine.depend(w, id);
+    flows.push_back(id);
+  }
+  engine.run();
+  std::vector<double> out;
+  out.reserve(flows.size());
+  for (int id : flows) out.push_back(engine.tasks()[static_cast<std::size_t>(id)].end_s);
+  return out;
+}
+
+}  // namespace loom::costmodel
