@@ -1189,6 +1189,12 @@ SimulationResult simulate(const CostModel& cost, const Job& job, const Strategy&
     engine.rank(r).static_bytes = mem.total() - mem.activations;
   }
   StepBuilder(spec, engine, &comms, options.record_trace).build();
+  if (options.max_tasks > 0 && static_cast<std::int64_t>(engine.tasks().size()) > options.max_tasks) {
+    SimulationResult skipped;
+    skipped.skipped = true;
+    skipped.tasks = static_cast<std::int64_t>(engine.tasks().size());
+    return skipped;
+  }
   engine.run();
 
   SimulationResult out =

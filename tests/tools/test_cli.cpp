@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <sstream>
 #include <string>
 
@@ -145,7 +146,7 @@ TEST_CASE("loom plan --json prints one JSON document", "[tools][cli]") {
   CHECK(s.at("recompute") == "selective");
   CHECK(plan.at("ranks").size() == 32);
   const nlohmann::json& p = plan.at("predicted");
-  CHECK(p.at("source") == "analytical");
+  CHECK(p.at("source") == "simulation");
   CHECK(p.at("step_time_s").get<double>() > 0);
   CHECK(p.at("peak_memory_bytes").get<double>() > 0);
   CHECK(p.at("peak_memory_bytes").get<double>() < 85899345920.0);
@@ -175,7 +176,7 @@ TEST_CASE("loom plan -o writes the plan file", "[tools][cli]") {
   CHECK(plan.at("format") == "loom-plan/1");
   CHECK(plan.at("strategy").at("dp") == 4);
   CHECK(plan.at("strategy").at("tp") == 8);
-  CHECK(plan.at("predicted").at("source") == "analytical");
+  CHECK(plan.at("predicted").at("source") == "simulation");
   // Written through a temporary file and a rename: nothing else is left behind.
   std::size_t files = 0;
   for (const auto& entry : fs::directory_iterator(box.work())) {
@@ -333,4 +334,30 @@ TEST_CASE("loom plan refuses a malformed or impossible --stages", "[tools][cli]"
   RunResult count = box.loom(base + "--stages 0-0,1-13 --pp 1");
   require_plan_error(count);
   CHECK_THAT(count.err, Contains("--pp"));
+}
+
+TEST_CASE("loom simulate plays a plan and writes a Chrome trace", "[tools][cli]") {
+  Sandbox box;
+  REQUIRE(box.loom("plan --model bert-large --cluster dgx-a100-80g --global-batch 512 --seq-len "
+                   "512 --tp 2 --pp 2 -o plan.json")
+              .exit_code == 0);
+  RunResult r = box.loom("simulate plan.json --trace trace.json");
+  INFO("stderr: " << r.err);
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.out, Contains("step time") && Contains("events in"));
+  nlohmann::json trace = nlohmann::json::parse(read_all(box.work() / "trace.json"));
+  std::set<int> ranks;
+  for (const nlohmann::json& e : trace.at("traceEvents")) {
+    if (e.at("ph") == "M" && e.at("name") == "process_name") ranks.insert(e.at("pid").get<int>());
+  }
+  CHECK(ranks.size() == 32);
+  RunResult j = box.loom("simulate plan.json --json");
+  REQUIRE(j.exit_code == 0);
+  nlohmann::json predicted = nlohmann::json::parse(j.out);
+  CHECK(predicted.at("source") == "simulation");
+  CHECK(predicted.at("step_time_s").get<double>() > 0);
+  box.write("bad.json", "{\"format\": \"loom-plan/1\"}");
+  RunResult bad = box.loom("simulate bad.json");
+  CHECK(bad.exit_code == 2);
+  CHECK_THAT(bad.err, StartsWith("loom simulate: error: bad.json: $.loom_version"));
 }

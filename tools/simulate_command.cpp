@@ -1,0 +1,74 @@
+// loom simulate: plays a plan's step on the event-driven simulator (spec/cli.md).
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "costmodel/simulator.hpp"
+#include "costmodel/trace.hpp"
+#include "planner/plan.hpp"
+#include "profiles/json_reader.hpp"
+#include "profiles/loader.hpp"
+#include "tools/commands.hpp"
+
+namespace loom::tools {
+
+namespace {
+
+struct SimulateArgs {
+  std::string plan;
+  std::string trace;
+  bool json = false;
+};
+
+int run_simulate(const SimulateArgs& a) {
+  const auto start = std::chrono::steady_clock::now();
+  planner::Plan plan = planner::plan_from_json(
+      profiles::parse_json_text(profiles::read_text_file(a.plan), a.plan), a.plan);
+  const costmodel::CostModel cost(plan.model, plan.cluster, plan.cost_options,
+                                  planner::device_of_rank(plan));
+  costmodel::SimulationOptions options;
+  options.record_trace = !a.trace.empty();
+  const costmodel::SimulationResult sim =
+      costmodel::simulate(cost, plan.job, plan.strategy, plan.stages, options);
+  const double elapsed_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (!a.trace.empty()) {
+    profiles::write_file_atomically(a.trace, costmodel::chrome_trace_json(sim));
+  }
+  if (a.json) {
+    std::cout << costmodel::prediction_to_json(sim.prediction).dump(2) << "\n";
+    return 0;
+  }
+  const double analytical_s = plan.predicted.step_time_s;
+  plan.predicted = sim.prediction;
+  print_plan(std::cout, plan);
+  char line[256];
+  if (analytical_s > 0) {
+    std::snprintf(line, sizeof line,
+                  "\nsimulated step %.6g s; the plan's %s prediction was %.6g s (%+.1f %%)\n",
+                  sim.step_time_s, "analytical/recorded", analytical_s,
+                  100 * (analytical_s / sim.step_time_s - 1));
+    std::cout << line;
+  }
+  std::snprintf(line, sizeof line, "%lld events in %.1f ms\n",
+                static_cast<long long>(sim.events_processed), elapsed_s * 1e3);
+  std::cout << line;
+  if (!a.trace.empty()) std::cout << "trace written to " << a.trace << "\n";
+  return 0;
+}
+
+}  // namespace
+
+Runner add_simulate_command(CLI::App& app) {
+  auto args = std::make_shared<SimulateArgs>();
+  CLI::App* cmd = app.add_subcommand("simulate", "Play a plan's step on the event-driven simulator");
+  cmd->add_option("plan", args->plan, "PLAN.json (loom-plan/1)")->required();
+  cmd->add_option("--trace", args->trace, "write a Chrome trace (open in Perfetto)");
+  cmd->add_flag("--json", args->json, "print the plan's `predicted` object, simulated");
+  return [args]() { return run_simulate(*args); };
+}
+
+}  // namespace loom::tools
