@@ -12,7 +12,9 @@ namespace {
 class GroupSearch {
  public:
   GroupSearch(const profiles::Topology& topology, std::vector<int> devices, int size)
-      : topology_(topology), devices_(std::move(devices)), size_(size),
+      : topology_(topology),
+        devices_(std::move(devices)),
+        size_(size),
         used_(devices_.size(), false) {}
 
   std::vector<std::vector<int>> best() {
@@ -74,7 +76,7 @@ std::vector<int> map_ranks(const profiles::Topology& topology, const profiles::C
   const int world = s.world_size();
   std::vector<int> identity(static_cast<std::size_t>(world));
   std::iota(identity.begin(), identity.end(), 0);
-  const int per_node = cluster.devices_per_node;
+  const int per_node = static_cast<int>(cluster.devices_per_node);
   const int inner = s.tp > 1 ? s.tp : s.dp > 1 ? s.dp : s.pp;
   if (cluster.links.empty() || inner <= 1 || inner >= per_node || per_node % inner != 0 ||
       per_node > kMaxEnumeratedDevices || world % per_node != 0) {

@@ -125,15 +125,14 @@ std::vector<StageRange> parse_stages(const std::string& text, const std::string&
     if (end == std::string::npos) end = text.size();
     const std::string item = text.substr(pos, end - pos);
     const std::size_t dash = item.find('-');
+    const std::string refusal = expectation + "; found \"" + item + "\"";
     auto number = [&](const std::string& s) {
       if (s.empty() || s.find_first_not_of("0123456789") != std::string::npos || s.size() > 6) {
-        throw InputError(source, "", expectation + "; found \"" + item + "\"");
+        throw InputError(source, "", refusal);
       }
       return std::stoi(s);
     };
-    if (dash == std::string::npos) {
-      throw InputError(source, "", expectation + "; found \"" + item + "\"");
-    }
+    if (dash == std::string::npos) throw InputError(source, "", refusal);
     out.push_back(StageRange{number(item.substr(0, dash)), number(item.substr(dash + 1))});
     pos = end + 1;
   }

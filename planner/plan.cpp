@@ -21,8 +21,7 @@ std::vector<RankPlacement> megatron_placement(const costmodel::Strategy& s,
   return placement(s, cluster, identity);
 }
 
-std::vector<RankPlacement> placement(const costmodel::Strategy& s,
-                                     const profiles::Cluster& cluster,
+std::vector<RankPlacement> placement(const costmodel::Strategy& s, const profiles::Cluster& cluster,
                                      const std::vector<int>& device_of_rank) {
   std::vector<RankPlacement> out;
   for (int rank = 0; rank < s.world_size(); ++rank) {
@@ -181,10 +180,11 @@ Plan plan_from_json(const nlohmann::json& value, const std::string& source) {
                                "; upgrade loom)");
   }
   r.object("model");  // presence and type
-  plan.model = nested(source, "$.model", [&] { return profiles::model_from_json(value.at("model"), source); });
+  plan.model = nested(source, "$.model",
+                      [&] { return profiles::model_from_json(value.at("model"), source); });
   r.object("cluster");
-  plan.cluster =
-      nested(source, "$.cluster", [&] { return profiles::cluster_from_json(value.at("cluster"), source); });
+  plan.cluster = nested(source, "$.cluster",
+                        [&] { return profiles::cluster_from_json(value.at("cluster"), source); });
   r.object("job");
   plan.job = costmodel::job_from_json(value.at("job"), source, "$.job");
   r.object("strategy");
@@ -229,9 +229,11 @@ Plan plan_from_json(const nlohmann::json& value, const std::string& source) {
     rr.finish();
     const RankPlacement& want = expected[i];
     if (p.rank != want.rank || p.dp != want.dp || p.tp != want.tp || p.pp != want.pp) {
-      rr.fail("rank", "ranks in order with Megatron coordinates (tp fastest, then dp, then pp): "
-                      "rank " + std::to_string(want.rank) + " is dp " + std::to_string(want.dp) +
-                      " tp " + std::to_string(want.tp) + " pp " + std::to_string(want.pp));
+      rr.fail("rank",
+              "ranks in order with Megatron coordinates (tp fastest, then dp, then pp): "
+              "rank " +
+                  std::to_string(want.rank) + " is dp " + std::to_string(want.dp) + " tp " +
+                  std::to_string(want.tp) + " pp " + std::to_string(want.pp));
     }
     std::optional<int> device = topology.find_device(p.device);
     if (!device) rr.fail("device", "a device of the plan's cluster, such as \"node0/gpu0\"");

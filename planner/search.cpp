@@ -219,8 +219,9 @@ class ShapeCosts {
     auto it = costs_.find(key);
     if (it == costs_.end()) {
       std::vector<int> mapping = map_ranks(base_.topology(), base_.cluster(), s);
-      it = costs_.emplace(key, std::make_unique<costmodel::CostModel>(
-                                   base_.with_mapping(std::move(mapping))))
+      it = costs_
+               .emplace(key, std::make_unique<costmodel::CostModel>(
+                                 base_.with_mapping(std::move(mapping))))
                .first;
     }
     return *it->second;
@@ -363,9 +364,10 @@ void refine_by_simulation(ShapeCosts& costs, std::vector<Plan>* plans) {
   for (std::size_t i : order) ranked.push_back(std::move((*plans)[i]));
   if (order.front() != 0) {
     // The simulation overturned the analytical winner: the reasons travel with the first place.
-    std::swap(ranked.front().why, ranked[static_cast<std::size_t>(
-                                      std::find(order.begin(), order.end(), 0) - order.begin())]
-                                      .why);
+    std::swap(
+        ranked.front().why,
+        ranked[static_cast<std::size_t>(std::find(order.begin(), order.end(), 0) - order.begin())]
+            .why);
   }
   char buf[200];
   const std::size_t first = order.front();
@@ -421,8 +423,8 @@ SearchResult search(const costmodel::CostModel& cost, const costmodel::Job& job,
   // micro-batch: larger micro-batches cannot fit either.
   std::set<std::tuple<int, int, int, int, int, int>> too_big;
   for (Strategy s : candidate_strategies(model, cluster, job, pinned, &first_refusal)) {
-    const auto key = std::make_tuple(s.tp, s.pp, s.dp, s.zero, static_cast<int>(s.schedule),
-                                     s.virtual_stages);
+    const auto key =
+        std::make_tuple(s.tp, s.pp, s.dp, s.zero, static_cast<int>(s.schedule), s.virtual_stages);
     result.searched += static_cast<std::int64_t>(recomputes.size());
     if (o.prune && too_big.count(key) != 0) continue;
     std::vector<costmodel::StageRange> stages =

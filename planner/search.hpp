@@ -37,15 +37,15 @@ struct SearchOptions {
   // Refine the top `top` plans with the event-driven simulator (costmodel/simulator.hpp): their
   // `predicted` becomes the simulation's (source "simulation") and they are re-ranked by it.
   bool simulate = true;
-  bool prune = true;           // false: estimate every point (to check that pruning loses nothing)
+  bool prune = true;  // false: estimate every point (to check that pruning loses nothing)
   int top = 5;
 };
 
 struct SearchResult {
-  std::vector<Plan> plans;      // the best `top` feasible plans, fastest first
-  std::int64_t searched = 0;    // strategies in the space (each recomputation choice counts)
-  std::int64_t evaluated = 0;   // of which estimated; the rest were pruned by dominance
-  std::int64_t feasible = 0;    // of the evaluated, those that fit in memory
+  std::vector<Plan> plans;     // the best `top` feasible plans, fastest first
+  std::int64_t searched = 0;   // strategies in the space (each recomputation choice counts)
+  std::int64_t evaluated = 0;  // of which estimated; the rest were pruned by dominance
+  std::int64_t feasible = 0;   // of the evaluated, those that fit in memory
   // When nothing fits: which limit was hit and by how much (empty otherwise).
   std::string infeasible_reason;
 };

@@ -9,8 +9,8 @@
 #include <string>
 
 #include "costmodel/estimate.hpp"
-#include "planner/plan.hpp"
 #include "planner/partition.hpp"
+#include "planner/plan.hpp"
 #include "planner/search.hpp"
 #include "profiles/errors.hpp"
 #include "profiles/loader.hpp"

@@ -64,7 +64,8 @@ int run_simulate(const SimulateArgs& a) {
 
 Runner add_simulate_command(CLI::App& app) {
   auto args = std::make_shared<SimulateArgs>();
-  CLI::App* cmd = app.add_subcommand("simulate", "Play a plan's step on the event-driven simulator");
+  CLI::App* cmd =
+      app.add_subcommand("simulate", "Play a plan's step on the event-driven simulator");
   cmd->add_option("plan", args->plan, "PLAN.json (loom-plan/1)")->required();
   cmd->add_option("--trace", args->trace, "write a Chrome trace (open in Perfetto)");
   cmd->add_flag("--json", args->json, "print the plan's `predicted` object, simulated");

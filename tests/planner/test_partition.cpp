@@ -24,7 +24,8 @@ Strategy pipeline(int pp, std::int64_t micro_batches) {
 }
 }  // namespace
 
-TEST_CASE("balanced partition: GPT-2's heavy LM head gets a stage of its own", "[planner][partition]") {
+TEST_CASE("balanced partition: GPT-2's heavy LM head gets a stage of its own",
+          "[planner][partition]") {
   // The LM head is a 768 x 50257 matmul, about V / (12 h) = 5.5 transformer layers of work.
   profiles::Cluster four = profiles::with_nodes(profiles::load_cluster("dgx-a100-80g"), 1, "test");
   four.devices_per_node = 4;
@@ -36,10 +37,12 @@ TEST_CASE("balanced partition: GPT-2's heavy LM head gets a stage of its own", "
   const auto even = costmodel::even_partition(cost.model(), 4);
   CHECK(even == std::vector<StageRange>{{0, 3}, {4, 6}, {7, 9}, {10, 13}});
   CHECK(*balanced == std::vector<StageRange>{{0, 4}, {5, 8}, {9, 12}, {13, 13}});
-  CHECK(cost.estimate(job, s, *balanced).step_time_s < 0.8 * cost.estimate(job, s, even).step_time_s);
+  CHECK(cost.estimate(job, s, *balanced).step_time_s <
+        0.8 * cost.estimate(job, s, even).step_time_s);
 }
 
-TEST_CASE("balanced partition: every stage within the memory limit, or none", "[planner][partition]") {
+TEST_CASE("balanced partition: every stage within the memory limit, or none",
+          "[planner][partition]") {
   costmodel::CostModel cost(profiles::load_model("bert-large"),
                             profiles::load_cluster("v100-32g-2x-pcie"));
   const costmodel::Job job{64, 512, profiles::Precision::kFp16, "adamw"};
@@ -86,12 +89,10 @@ TEST_CASE("mapping: on an irregular node tp pairs follow the fast links", "[plan
   // Two NVLink pairs wired crosswise: gpu0-gpu2 and gpu1-gpu3 fast, everything else over PCIe.
   profiles::Cluster c = profiles::load_cluster("v100-16g-4x-nvlink");
   c.name = "crossed-pairs";
-  c.links = {{"node0/gpu0", "node0/gpu2", 50, 2, "nvlink"},
-             {"node0/gpu1", "node0/gpu3", 50, 2, "nvlink"},
-             {"node0/gpu0", "node0/pcie", 12, 5, "pcie"},
-             {"node0/gpu1", "node0/pcie", 12, 5, "pcie"},
-             {"node0/gpu2", "node0/pcie", 12, 5, "pcie"},
-             {"node0/gpu3", "node0/pcie", 12, 5, "pcie"}};
+  c.links = {
+      {"node0/gpu0", "node0/gpu2", 50, 2, "nvlink"}, {"node0/gpu1", "node0/gpu3", 50, 2, "nvlink"},
+      {"node0/gpu0", "node0/pcie", 12, 5, "pcie"},   {"node0/gpu1", "node0/pcie", 12, 5, "pcie"},
+      {"node0/gpu2", "node0/pcie", 12, 5, "pcie"},   {"node0/gpu3", "node0/pcie", 12, 5, "pcie"}};
   const profiles::Topology t(c);
   Strategy s;
   s.tp = 2;
@@ -113,7 +114,8 @@ TEST_CASE("mapping: on an irregular node tp pairs follow the fast links", "[plan
   CHECK(p.ranks[1].device == "node0/gpu2");
   CHECK(p.ranks[2].device == "node0/gpu1");
   bool said = false;
-  for (const std::string& w : p.why) said = said || w.find("tp groups placed on") != std::string::npos;
+  for (const std::string& w : p.why)
+    said = said || w.find("tp groups placed on") != std::string::npos;
   CHECK(said);
   // And it is faster than device order.
   costmodel::CostModel identity(profiles::load_model("bert-large"), c);

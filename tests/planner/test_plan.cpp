@@ -54,14 +54,19 @@ TEST_CASE("plans that cannot run are refused with the field and the expectation"
       {"bad model field", [](nlohmann::json& j) { j["model"]["hidden"] = -1; }, "$.model.hidden"},
       {"world size", [](nlohmann::json& j) { j["strategy"]["dp"] = 4; }, "$.strategy"},
       {"stages gap",
-       [](nlohmann::json& j) { j["stages"][1]["first_layer"] = j["stages"][1]["first_layer"].get<int>() + 1; },
+       [](nlohmann::json& j) {
+         j["stages"][1]["first_layer"] = j["stages"][1]["first_layer"].get<int>() + 1;
+       },
        "$.stages"},
-      {"missing rank", [](nlohmann::json& j) { j["ranks"].erase(j["ranks"].size() - 1); }, "$.ranks"},
+      {"missing rank", [](nlohmann::json& j) { j["ranks"].erase(j["ranks"].size() - 1); },
+       "$.ranks"},
       {"rank coordinates", [](nlohmann::json& j) { j["ranks"][3]["tp"] = 0; }, "$.ranks[3].rank"},
       {"unknown device", [](nlohmann::json& j) { j["ranks"][0]["device"] = "node9/gpu0"; },
        "$.ranks[0].device"},
-      {"device twice", [](nlohmann::json& j) { j["ranks"][1]["device"] = "node0/gpu0"; }, "appears twice"},
-      {"unknown key", [](nlohmann::json& j) { j["strategy"]["pipeline"] = 2; }, "$.strategy.pipeline"},
+      {"device twice", [](nlohmann::json& j) { j["ranks"][1]["device"] = "node0/gpu0"; },
+       "appears twice"},
+      {"unknown key", [](nlohmann::json& j) { j["strategy"]["pipeline"] = 2; },
+       "$.strategy.pipeline"},
       {"predicted source", [](nlohmann::json& j) { j["predicted"]["source"] = "guess"; },
        "$.predicted.source"},
   };

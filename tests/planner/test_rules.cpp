@@ -51,8 +51,9 @@ TEST_CASE("rule: a model that fits one GPU trains on one GPU, as is", "[planner]
 }
 
 TEST_CASE("rule: a model that fits each GPU of a node is data-parallel", "[planner][rules]") {
-  costmodel::CostModel cost(profiles::load_model("bert-large"),
-                            profiles::with_nodes(profiles::load_cluster("dgx-a100-80g"), 1, "test"));
+  costmodel::CostModel cost(
+      profiles::load_model("bert-large"),
+      profiles::with_nodes(profiles::load_cluster("dgx-a100-80g"), 1, "test"));
   const Plan p = best(search(cost, Job{256, 512, Precision::kBf16, "adamw"}, {}));
   CHECK(p.strategy.dp == 8);
   CHECK(p.strategy.tp == 1);
@@ -199,27 +200,34 @@ TEST_CASE("pruning loses nothing: the same best plans with and without it", "[pl
 }
 
 TEST_CASE("golden plans", "[planner][golden]") {
-  auto strategy = [](const SearchResult& r) { return costmodel::strategy_to_json(best(r).strategy); };
+  auto strategy = [](const SearchResult& r) {
+    return costmodel::strategy_to_json(best(r).strategy);
+  };
   {
-    costmodel::CostModel cost(profiles::load_model("bert-large"),
-                              profiles::with_nodes(profiles::load_cluster("dgx-a100-80g"), 1, "test"));
-    CHECK(strategy(search(cost, Job{256, 512, Precision::kBf16, "adamw"}, {})).dump() ==
-          R"({"dp":8,"micro_batch":32,"num_micro_batches":1,"pp":1,"recompute":"none","schedule":"1f1b","sequence_parallel":false,"tp":1,"virtual_stages":1,"zero":3})");
+    costmodel::CostModel cost(
+        profiles::load_model("bert-large"),
+        profiles::with_nodes(profiles::load_cluster("dgx-a100-80g"), 1, "test"));
+    CHECK(
+        strategy(search(cost, Job{256, 512, Precision::kBf16, "adamw"}, {})).dump() ==
+        R"({"dp":8,"micro_batch":32,"num_micro_batches":1,"pp":1,"recompute":"none","schedule":"1f1b","sequence_parallel":false,"tp":1,"virtual_stages":1,"zero":3})");
   }
   {
     costmodel::CostModel cost(profiles::load_model("gpt3-175b"), slow_ethernet(16));
-    CHECK(strategy(search(cost, Job{1536, 2048, Precision::kBf16, "adamw"}, {})).dump() ==
-          R"({"dp":2,"micro_batch":1,"num_micro_batches":768,"pp":8,"recompute":"selective","schedule":"1f1b","sequence_parallel":false,"tp":8,"virtual_stages":1,"zero":1})");
+    CHECK(
+        strategy(search(cost, Job{1536, 2048, Precision::kBf16, "adamw"}, {})).dump() ==
+        R"({"dp":2,"micro_batch":1,"num_micro_batches":768,"pp":8,"recompute":"selective","schedule":"1f1b","sequence_parallel":false,"tp":8,"virtual_stages":1,"zero":1})");
   }
   {
     SearchOptions o;
     o.pp = 4;
     o.tp = 1;
-    costmodel::CostModel cost(profiles::load_model("gpt2"),
-                              profiles::with_nodes(profiles::load_cluster("dgx-a100-80g"), 1, "test"));
+    costmodel::CostModel cost(
+        profiles::load_model("gpt2"),
+        profiles::with_nodes(profiles::load_cluster("dgx-a100-80g"), 1, "test"));
     const Plan p = best(search(cost, Job{256, 1024, Precision::kBf16, "adamw"}, o));
-    CHECK(costmodel::strategy_to_json(p.strategy).dump() ==
-          R"({"dp":2,"micro_batch":1,"num_micro_batches":128,"pp":4,"recompute":"none","schedule":"1f1b","sequence_parallel":false,"tp":1,"virtual_stages":1,"zero":1})");
+    CHECK(
+        costmodel::strategy_to_json(p.strategy).dump() ==
+        R"({"dp":2,"micro_batch":1,"num_micro_batches":128,"pp":4,"recompute":"none","schedule":"1f1b","sequence_parallel":false,"tp":1,"virtual_stages":1,"zero":1})");
     CHECK(p.stages == std::vector<costmodel::StageRange>{{0, 4}, {5, 8}, {9, 12}, {13, 13}});
   }
 }
