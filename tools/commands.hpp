@@ -16,7 +16,9 @@ namespace loom::tools {
 using Runner = std::function<int()>;
 Runner add_plan_command(CLI::App& app);
 Runner add_demo_command(CLI::App& app);
+Runner add_train_command(CLI::App& app);
 Runner add_simulate_command(CLI::App& app);
+Runner add_report_command(CLI::App& app);
 
 // The human-readable summary of a plan: model, cluster, job, strategy, prediction, memory per
 // stage and the reasons (`loom plan`, `loom simulate`).

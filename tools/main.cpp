@@ -14,7 +14,9 @@ int main(int argc, char** argv) {
   std::map<std::string, loom::tools::Runner> runners;
   runners["plan"] = loom::tools::add_plan_command(app);
   runners["demo"] = loom::tools::add_demo_command(app);
+  runners["train"] = loom::tools::add_train_command(app);
   runners["simulate"] = loom::tools::add_simulate_command(app);
+  runners["report"] = loom::tools::add_report_command(app);
 
   std::string sub = argc > 1 ? argv[1] : "";
   if (runners.count(sub) == 0) sub = "";

@@ -279,26 +279,4 @@ Runner add_plan_command(CLI::App& app) {
   return [args]() { return run_plan(*args); };
 }
 
-Runner add_demo_command(CLI::App& app) {
-  app.add_subcommand("demo", "Plan and predict a small encoder on this machine");
-  return []() {
-    PlanArgs a;
-    a.model = "tiny-bert";
-    a.cluster = "local-cpu";
-    a.global_batch = 32;
-    a.seq_len = 128;
-    a.precision = "fp32";
-    a.tp = 1;
-    a.pp = 1;
-    a.zero = 0;
-    a.micro_batch = 8;
-    a.schedule = "1f1b";
-    a.recompute = "none";
-    std::cout << "loom demo: plan for tiny-bert fine-tuning on this machine's 2 CPU ranks\n"
-              << "(equivalent: loom plan --model tiny-bert --cluster local-cpu --global-batch 32 "
-                 "--seq-len 128 --precision fp32 --tp 1 --pp 1 --zero 0 --micro-batch 8)\n\n";
-    return run_plan(a);
-  };
-}
-
 }  // namespace loom::tools

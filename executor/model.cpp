@@ -1,0 +1,540 @@
+#include "executor/model.hpp"
+
+#include <ATen/CPUGeneratorImpl.h>
+
+#include <cstring>
+#include <map>
+#include <sstream>
+#include <string_view>
+
+#include "executor/safetensors.hpp"
+#include "executor/torch_compat.hpp"
+#include "profiles/errors.hpp"
+
+namespace loom::executor {
+
+using profiles::ModelSpec;
+using profiles::ModelType;
+
+// ---------------------------------------------------------------------------------------------
+// Tensor parallelism
+
+namespace {
+
+// g: the forward all-reduces a copy, the backward passes the gradient through.
+struct ReduceFromTensorParallel : torch::autograd::Function<ReduceFromTensorParallel> {
+  static torch::Tensor forward(torch::autograd::AutogradContext* /*ctx*/, const torch::Tensor& x,
+                               TensorParallelComm* comm) {
+    torch::Tensor sum = x.clone();
+    comm->allreduce_sum(sum);
+    return sum;
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* /*ctx*/,
+                                                 torch::autograd::variable_list grads) {
+    return {grads[0], torch::Tensor()};
+  }
+};
+
+}  // namespace
+
+torch::Tensor copy_to_tensor_parallel(const torch::Tensor& x,
+                                      const std::shared_ptr<TensorParallelComm>& comm) {
+  if (comm->size() == 1 || !x.requires_grad() || !torch::GradMode::is_enabled()) return x;
+  torch::Tensor y = x.view_as(x);
+  y.register_hook([comm](const torch::Tensor& grad) {
+    torch::Tensor sum = grad.clone();
+    comm->allreduce_sum(sum);
+    return sum;
+  });
+  return y;
+}
+
+torch::Tensor reduce_from_tensor_parallel(const torch::Tensor& x,
+                                          const std::shared_ptr<TensorParallelComm>& comm) {
+  if (comm->size() == 1) return x;
+  return ReduceFromTensorParallel::apply(x, comm.get());
+}
+
+torch::Tensor column_parallel_linear(const torch::Tensor& x, const torch::Tensor& weight_shard,
+                                     const torch::Tensor& bias_shard,
+                                     const std::shared_ptr<TensorParallelComm>& comm) {
+  return torch::linear(copy_to_tensor_parallel(x, comm), weight_shard, bias_shard);
+}
+
+torch::Tensor row_parallel_linear(const torch::Tensor& x_shard, const torch::Tensor& weight_shard,
+                                  const torch::Tensor& bias,
+                                  const std::shared_ptr<TensorParallelComm>& comm) {
+  if (comm->size() == 1) return torch::linear(x_shard, weight_shard, bias);
+  torch::Tensor y = reduce_from_tensor_parallel(torch::linear(x_shard, weight_shard), comm);
+  return bias.defined() ? y + bias : y;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Parameters
+
+std::int64_t pad_token_id(ModelType type) { return type == ModelType::kRoberta ? 1 : 0; }
+
+double layer_norm_eps(ModelType type) { return type == ModelType::kRoberta ? 1e-5 : 1e-12; }
+
+std::int64_t classifier_labels(const ModelSpec& spec) { return spec.num_labels.value_or(2); }
+
+namespace {
+
+void check_encoder(const ModelSpec& spec) {
+  if (spec.family != profiles::Family::kEncoder ||
+      (spec.model_type != ModelType::kBert && spec.model_type != ModelType::kRoberta)) {
+    throw InputError("model " + spec.name, "model_type",
+                     std::string("a BERT or RoBERTa encoder, got ") + to_string(spec.model_type));
+  }
+  if (spec.layers <= 0 || spec.hidden <= 0 || spec.heads <= 0 || spec.ffn_hidden <= 0 ||
+      spec.vocab <= 0 || spec.max_positions <= 0 || spec.type_vocab < 0 ||
+      spec.hidden % spec.heads != 0 || classifier_labels(spec) <= 0) {
+    throw InputError("model " + spec.name, "",
+                     "positive sizes, heads dividing hidden and a positive label count");
+  }
+}
+
+std::string base_prefix(const ModelSpec& spec) {
+  return spec.model_type == ModelType::kRoberta ? "roberta" : "bert";
+}
+
+std::string shape_text(const std::vector<std::int64_t>& shape) {
+  std::ostringstream out;
+  out << '[';
+  for (std::size_t i = 0; i < shape.size(); ++i) out << (i > 0 ? ", " : "") << shape[i];
+  out << ']';
+  return out.str();
+}
+
+bool ends_with(std::string_view text, std::string_view suffix) {
+  return text.size() >= suffix.size() && text.substr(text.size() - suffix.size()) == suffix;
+}
+
+bool starts_with(std::string_view text, std::string_view prefix) {
+  return text.substr(0, prefix.size()) == prefix;
+}
+
+// 64-bit FNV-1a of `text`, mixed with `seed` (splitmix64 finaliser): the per-tensor init seed.
+std::uint64_t tensor_seed(std::uint64_t seed, std::string_view text) {
+  std::uint64_t hash = 1469598103934665603ULL;
+  for (char c : text) {
+    hash ^= static_cast<unsigned char>(c);
+    hash *= 1099511628211ULL;
+  }
+  std::uint64_t z = hash ^ (seed + 0x9E3779B97F4A7C15ULL);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+  return z ^ (z >> 31);
+}
+
+// The full initial value of one parameter (fp32, CPU).
+torch::Tensor initial_value(const ParameterInfo& info, const ModelSpec& spec, std::uint64_t seed) {
+  const auto options = torch::TensorOptions().dtype(torch::kFloat);
+  if (ends_with(info.name, "LayerNorm.weight")) return torch::ones(info.shape, options);
+  if (ends_with(info.name, ".bias")) return torch::zeros(info.shape, options);
+  at::Generator generator = at::detail::createCPUGenerator(tensor_seed(seed, info.name));
+  torch::Tensor value = torch::normal(0.0, 0.02, info.shape, generator, options);
+  const std::int64_t pad = pad_token_id(spec.model_type);
+  const bool padded = ends_with(info.name, "embeddings.word_embeddings.weight") ||
+                      (spec.model_type == ModelType::kRoberta &&
+                       ends_with(info.name, "embeddings.position_embeddings.weight"));
+  if (padded && pad < info.shape[0]) value[pad].zero_();
+  return value;
+}
+
+// This rank's slice of a full tensor.
+torch::Tensor shard_of(const torch::Tensor& full, TensorParallelSplit split, int rank, int size) {
+  if (split == TensorParallelSplit::kReplicated || size == 1) return full;
+  const std::int64_t dim = split == TensorParallelSplit::kRows ? 0 : 1;
+  const std::int64_t part = full.size(dim) / size;
+  return full.narrow(dim, rank * part, part);
+}
+
+}  // namespace
+
+std::vector<ParameterInfo> parameter_table(const ModelSpec& spec) {
+  check_encoder(spec);
+  using S = TensorParallelSplit;
+  const std::string base = base_prefix(spec);
+  const std::int64_t h = spec.hidden;
+  const std::int64_t inner = spec.ffn_hidden;
+  const int head_layer = static_cast<int>(spec.layers) + 1;
+  std::vector<ParameterInfo> table;
+  auto add = [&table](std::string name, std::vector<std::int64_t> shape, S split, int layer) {
+    table.push_back({std::move(name), std::move(shape), split, layer});
+  };
+  const std::string emb = base + ".embeddings.";
+  add(emb + "word_embeddings.weight", {spec.vocab, h}, S::kReplicated, 0);
+  add(emb + "position_embeddings.weight", {spec.max_positions, h}, S::kReplicated, 0);
+  if (spec.type_vocab > 0) {
+    add(emb + "token_type_embeddings.weight", {spec.type_vocab, h}, S::kReplicated, 0);
+  }
+  add(emb + "LayerNorm.weight", {h}, S::kReplicated, 0);
+  add(emb + "LayerNorm.bias", {h}, S::kReplicated, 0);
+  for (std::int64_t i = 0; i < spec.layers; ++i) {
+    const std::string p = base + ".encoder.layer." + std::to_string(i) + ".";
+    const int layer = static_cast<int>(i) + 1;
+    for (const char* qkv : {"query", "key", "value"}) {
+      add(p + "attention.self." + qkv + ".weight", {h, h}, S::kRows, layer);
+      add(p + "attention.self." + qkv + ".bias", {h}, S::kRows, layer);
+    }
+    add(p + "attention.output.dense.weight", {h, h}, S::kColumns, layer);
+    add(p + "attention.output.dense.bias", {h}, S::kReplicated, layer);
+    add(p + "attention.output.LayerNorm.weight", {h}, S::kReplicated, layer);
+    add(p + "attention.output.LayerNorm.bias", {h}, S::kReplicated, layer);
+    add(p + "intermediate.dense.weight", {inner, h}, S::kRows, layer);
+    add(p + "intermediate.dense.bias", {inner}, S::kRows, layer);
+    add(p + "output.dense.weight", {h, inner}, S::kColumns, layer);
+    add(p + "output.dense.bias", {h}, S::kReplicated, layer);
+    add(p + "output.LayerNorm.weight", {h}, S::kReplicated, layer);
+    add(p + "output.LayerNorm.bias", {h}, S::kReplicated, layer);
+  }
+  const std::int64_t labels = classifier_labels(spec);
+  if (spec.model_type == ModelType::kRoberta) {
+    add("classifier.dense.weight", {h, h}, S::kReplicated, head_layer);
+    add("classifier.dense.bias", {h}, S::kReplicated, head_layer);
+    add("classifier.out_proj.weight", {labels, h}, S::kReplicated, head_layer);
+    add("classifier.out_proj.bias", {labels}, S::kReplicated, head_layer);
+  } else {
+    add(base + ".pooler.dense.weight", {h, h}, S::kReplicated, head_layer);
+    add(base + ".pooler.dense.bias", {h}, S::kReplicated, head_layer);
+    add("classifier.weight", {labels, h}, S::kReplicated, head_layer);
+    add("classifier.bias", {labels}, S::kReplicated, head_layer);
+  }
+  return table;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The model
+
+EncoderClassifier::EncoderClassifier(const ModelSpec& spec, const EncoderOptions& options,
+                                     ParallelContext parallel)
+    : spec_(spec),
+      parallel_(std::move(parallel)),
+      dropout_(options.dropout),
+      first_layer_(options.first_layer),
+      last_layer_(options.last_layer < 0 ? static_cast<int>(spec.layers) + 1 : options.last_layer),
+      pad_id_(pad_token_id(spec.model_type)),
+      eps_(layer_norm_eps(spec.model_type)),
+      base_(base_prefix(spec)) {
+  const std::vector<ParameterInfo> table = parameter_table(spec);
+  const std::string source = "model " + spec.name;
+  if (first_layer_ < 0 || first_layer_ > last_layer_ || last_layer_ > spec.layers + 1) {
+    throw InputError(source, "layer range",
+                     "0 <= first_layer <= last_layer <= " + std::to_string(spec.layers + 1) +
+                         ", got " + std::to_string(first_layer_) + ".." +
+                         std::to_string(last_layer_));
+  }
+  if (!parallel_.tp) throw std::invalid_argument("EncoderClassifier: null tensor-parallel comm");
+  const int tp = parallel_.tp_size();
+  const int tp_rank = parallel_.tp_rank();
+  if (tp < 1 || tp_rank < 0 || tp_rank >= tp || spec.heads % tp != 0 || spec.ffn_hidden % tp != 0) {
+    throw InputError(source, "tp",
+                     "a tensor-parallel size dividing heads (" + std::to_string(spec.heads) +
+                         ") and ffn_hidden (" + std::to_string(spec.ffn_hidden) + "), got " +
+                         std::to_string(tp));
+  }
+  if (options.dropout < 0.0 || options.dropout >= 1.0) {
+    throw InputError(source, "dropout", "a probability in [0, 1)");
+  }
+
+  const auto target = torch::TensorOptions().device(options.device).dtype(options.dtype);
+  for (const ParameterInfo& info : table) {
+    if (info.layer < first_layer_ || info.layer > last_layer_) continue;
+    torch::Tensor full = initial_value(info, spec, options.seed);
+    add_parameter(info, shard_of(full, info.split, tp_rank, tp).contiguous().to(target));
+  }
+
+  if (has_embeddings()) {
+    const std::string emb = base_ + ".embeddings.";
+    EmbeddingWeights e;
+    e.word = find(emb + "word_embeddings.weight");
+    e.position = find(emb + "position_embeddings.weight");
+    if (spec.type_vocab > 0) e.token_type = find(emb + "token_type_embeddings.weight");
+    e.norm = {find(emb + "LayerNorm.weight"), find(emb + "LayerNorm.bias")};
+    embeddings_ = e;
+  }
+  for (int layer = std::max(first_layer_, 1);
+       layer <= std::min(last_layer_, static_cast<int>(spec.layers)); ++layer) {
+    const std::string p = base_ + ".encoder.layer." + std::to_string(layer - 1) + ".";
+    auto linear = [&](const std::string& name) {
+      return Linear{find(p + name + ".weight"), find(p + name + ".bias")};
+    };
+    layers_.push_back({linear("attention.self.query"), linear("attention.self.key"),
+                       linear("attention.self.value"), linear("attention.output.dense"),
+                       linear("attention.output.LayerNorm"), linear("intermediate.dense"),
+                       linear("output.dense"), linear("output.LayerNorm")});
+  }
+  if (has_head()) {
+    auto linear = [&](const std::string& name) {
+      return Linear{find(name + ".weight"), find(name + ".bias")};
+    };
+    if (spec.model_type == ModelType::kRoberta) {
+      head_ = HeadWeights{linear("classifier.dense"), linear("classifier.out_proj")};
+    } else {
+      head_ = HeadWeights{linear(base_ + ".pooler.dense"), linear("classifier")};
+    }
+  }
+}
+
+torch::Tensor& EncoderClassifier::add_parameter(const ParameterInfo& info, torch::Tensor value) {
+  // Walk (creating as needed) the submodule path of the dotted name so that named_parameters()
+  // yields the Hugging Face name.
+  torch::nn::Module* node = this;
+  std::string_view rest = info.name;
+  for (std::size_t dot = rest.find('.'); dot != std::string_view::npos; dot = rest.find('.')) {
+    const std::string part(rest.substr(0, dot));
+    rest.remove_prefix(dot + 1);
+    auto children = node->named_children();  // a copy; the children live in `node`
+    std::shared_ptr<torch::nn::Module>* child = children.find(part);
+    node = child != nullptr
+               ? child->get()
+               : node->register_module(part, std::make_shared<torch::nn::Module>()).get();
+  }
+  torch::Tensor& parameter = node->register_parameter(std::string(rest), std::move(value));
+  infos_.push_back(info);
+  local_.emplace_back(info.name, parameter);
+  return parameter;
+}
+
+const torch::Tensor& EncoderClassifier::find(const std::string& name) const {
+  for (const auto& [key, tensor] : local_) {
+    if (key == name) return tensor;
+  }
+  throw std::logic_error("EncoderClassifier: no parameter " + name);
+}
+
+torch::Tensor EncoderClassifier::dropout(const torch::Tensor& x) const {
+  if (dropout_ <= 0.0 || !is_training()) return x;
+  return torch::dropout(x, dropout_, /*train=*/true);
+}
+
+torch::Tensor EncoderClassifier::layer_norm(const torch::Tensor& x, const Linear& w) const {
+  return torch::layer_norm(x, {spec_.hidden}, w.weight, w.bias, eps_);
+}
+
+torch::Tensor EncoderClassifier::row_linear(const torch::Tensor& x, const Linear& w) const {
+  return row_parallel_linear(x, w.weight, w.bias, parallel_.tp);
+}
+
+torch::Tensor EncoderClassifier::embed(const EncoderInputs& inputs) const {
+  const EmbeddingWeights& e = *embeddings_;
+  const torch::Tensor& ids = inputs.input_ids;
+  const std::int64_t batch = ids.size(0);
+  const std::int64_t seq = ids.size(1);
+  torch::Tensor positions;
+  if (spec_.model_type == ModelType::kRoberta) {
+    const torch::Tensor real = ids.ne(pad_id_).to(torch::kLong);
+    positions = torch::cumsum(real, 1) * real + pad_id_;
+  } else {
+    positions = torch::arange(seq, ids.options()).unsqueeze(0).expand({batch, seq});
+  }
+  torch::Tensor x = torch::embedding(e.word, ids, pad_id_);
+  x = x + torch::embedding(e.position, positions,
+                           spec_.model_type == ModelType::kRoberta ? pad_id_ : -1);
+  if (e.token_type.defined()) {
+    const torch::Tensor types =
+        inputs.token_type_ids.defined() ? inputs.token_type_ids : torch::zeros_like(ids);
+    x = x + torch::embedding(e.token_type, types);
+  }
+  return dropout(layer_norm(x, e.norm));
+}
+
+torch::Tensor EncoderClassifier::transformer_layer(const LayerWeights& w, const torch::Tensor& x,
+                                                   const torch::Tensor& keep) const {
+  const std::int64_t batch = x.size(0);
+  const std::int64_t seq = x.size(1);
+  const std::int64_t local_heads = spec_.heads / parallel_.tp_size();
+  const std::int64_t head_dim = spec_.hidden / spec_.heads;
+  const torch::Tensor input = copy_to_tensor_parallel(x, parallel_.tp);
+  auto heads = [&](const Linear& l) {
+    return torch::linear(input, l.weight, l.bias)
+        .view({batch, seq, local_heads, head_dim})
+        .permute({0, 2, 1, 3});
+  };
+  torch::Tensor context = compat::attention(heads(w.query), heads(w.key), heads(w.value), keep,
+                                            is_training() ? dropout_ : 0.0);
+  context = context.permute({0, 2, 1, 3}).reshape({batch, seq, local_heads * head_dim});
+  const torch::Tensor attended =
+      layer_norm(dropout(row_linear(context, w.attention_output)) + x, w.attention_norm);
+  const torch::Tensor inner = torch::gelu(
+      column_parallel_linear(attended, w.intermediate.weight, w.intermediate.bias, parallel_.tp));
+  return layer_norm(dropout(row_linear(inner, w.output)) + attended, w.output_norm);
+}
+
+torch::Tensor EncoderClassifier::head(const torch::Tensor& x) const {
+  const HeadWeights& h = *head_;
+  const torch::Tensor first = x.select(1, 0);
+  if (spec_.model_type == ModelType::kRoberta) {
+    torch::Tensor z = torch::tanh(torch::linear(dropout(first), h.dense.weight, h.dense.bias));
+    return torch::linear(dropout(z), h.out.weight, h.out.bias);
+  }
+  const torch::Tensor pooled = torch::tanh(torch::linear(first, h.dense.weight, h.dense.bias));
+  return torch::linear(dropout(pooled), h.out.weight, h.out.bias);
+}
+
+torch::Tensor EncoderClassifier::forward(const EncoderInputs& inputs, const torch::Tensor& hidden) {
+  torch::Tensor x;
+  if (has_embeddings()) {
+    x = embed(inputs);
+  } else {
+    TORCH_CHECK(hidden.defined(), "EncoderClassifier: a stage without embeddings needs hidden");
+    x = hidden;
+  }
+  torch::Tensor keep;
+  if (!layers_.empty() && inputs.attention_mask.defined()) {
+    keep = inputs.attention_mask.to(torch::kBool).view({x.size(0), 1, 1, x.size(1)});
+  }
+  for (const LayerWeights& layer : layers_) x = transformer_layer(layer, x, keep);
+  return has_head() ? head(x) : x;
+}
+
+// ---------------------------------------------------------------------------------------------
+// State
+
+std::vector<std::pair<std::string, torch::Tensor>> EncoderClassifier::full_state() {
+  torch::NoGradGuard no_grad;
+  const int tp = parallel_.tp_size();
+  const int rank = parallel_.tp_rank();
+  std::vector<std::pair<std::string, torch::Tensor>> state;
+  state.reserve(local_.size());
+  for (std::size_t i = 0; i < local_.size(); ++i) {
+    const ParameterInfo& info = infos_[i];
+    const torch::Tensor& local = local_[i].second;
+    torch::Tensor full;
+    if (tp == 1 || info.split == TensorParallelSplit::kReplicated) {
+      full = local.detach().clone();
+    } else {
+      // Each rank writes its slice into zeros; the sum over the group is the full tensor.
+      full = torch::zeros(info.shape, local.options());
+      shard_of(full, info.split, rank, tp).copy_(local);
+      parallel_.tp->allreduce_sum(full);
+    }
+    state.emplace_back(info.name, full.to(torch::kCPU).contiguous());
+  }
+  return state;
+}
+
+namespace {
+
+torch::ScalarType torch_dtype(DType dtype) {
+  switch (dtype) {
+    case DType::kF32:
+      return torch::kFloat;
+    case DType::kF16:
+      return torch::kHalf;
+    case DType::kBF16:
+      return torch::kBFloat16;
+    case DType::kF64:
+      return torch::kDouble;
+    default:
+      return torch::kByte;  // not floating; refused by the caller
+  }
+}
+
+bool is_float(DType dtype) {
+  return dtype == DType::kF32 || dtype == DType::kF16 || dtype == DType::kBF16 ||
+         dtype == DType::kF64;
+}
+
+// The Hugging Face name a checkpoint tensor stands for, or "" for tensors that are skipped.
+std::string canonical_name(std::string name, const std::string& base) {
+  if (ends_with(name, "position_ids") || starts_with(name, "cls.") ||
+      starts_with(name, "lm_head.")) {
+    return "";
+  }
+  for (const auto& [old_spelling, new_spelling] :
+       {std::pair<std::string_view, std::string_view>{"LayerNorm.gamma", "LayerNorm.weight"},
+        {"LayerNorm.beta", "LayerNorm.bias"}}) {
+    const std::size_t at = name.find(old_spelling);
+    if (at != std::string::npos) name.replace(at, old_spelling.size(), new_spelling);
+  }
+  if (starts_with(name, "embeddings.") || starts_with(name, "encoder.") ||
+      starts_with(name, "pooler.")) {
+    return base + "." + name;
+  }
+  return name;
+}
+
+}  // namespace
+
+LoadReport EncoderClassifier::load_safetensors(const std::string& path) {
+  const SafetensorsFile file = SafetensorsFile::read(path);
+  std::map<std::string, const TensorView*> by_name;
+  for (const TensorView& view : file.tensors()) {
+    const std::string name = canonical_name(view.name, base_);
+    if (!name.empty()) by_name.emplace(name, &view);
+  }
+  LoadReport report;
+  const int tp = parallel_.tp_size();
+  const int rank = parallel_.tp_rank();
+  const int head_layer = static_cast<int>(spec_.layers) + 1;
+  torch::NoGradGuard no_grad;
+  std::vector<std::pair<torch::Tensor, torch::Tensor>> assignments;  // checked before any copy
+  for (std::size_t i = 0; i < local_.size(); ++i) {
+    const ParameterInfo& info = infos_[i];
+    const auto found = by_name.find(info.name);
+    if (found == by_name.end()) {
+      if (info.layer == head_layer) {
+        report.initialized.push_back(info.name);
+        continue;
+      }
+      throw InputError(path, info.name,
+                       "a tensor of shape " + shape_text(info.shape) + ", missing from the file");
+    }
+    const TensorView& view = *found->second;
+    by_name.erase(found);
+    if (view.shape != info.shape) {
+      throw InputError(path, view.name,
+                       "shape " + shape_text(info.shape) + " for " + info.name + ", found " +
+                           shape_text(view.shape));
+    }
+    if (!is_float(view.dtype)) {
+      throw InputError(
+          path, view.name,
+          "a floating-point tensor (F32, F16, BF16 or F64), found " + to_string(view.dtype));
+    }
+    const auto dtype = torch_dtype(view.dtype);
+    torch::Tensor full = torch::empty(info.shape, torch::TensorOptions().dtype(dtype));
+    if (static_cast<std::size_t>(full.nbytes()) != view.size_bytes) {
+      throw InputError(path, view.name, "a data size matching its shape and dtype");
+    }
+    if (view.size_bytes > 0) std::memcpy(full.data_ptr(), view.data, view.size_bytes);
+    assignments.emplace_back(local_[i].second, shard_of(full, info.split, rank, tp));
+  }
+  for (auto& [parameter, value] : assignments) parameter.copy_(value);
+  for (const auto& [name, view] : by_name) report.unused.push_back(view->name);
+  return report;
+}
+
+void EncoderClassifier::save_safetensors(const std::string& path) {
+  const auto state = full_state();
+  if (parallel_.tp_rank() != 0) return;
+  std::vector<torch::Tensor> keep_alive;
+  std::vector<TensorView> views;
+  for (const auto& [name, tensor] : state) {
+    torch::Tensor t = tensor;
+    DType dtype = DType::kF32;
+    if (t.scalar_type() == torch::kHalf) {
+      dtype = DType::kF16;
+    } else if (t.scalar_type() == torch::kBFloat16) {
+      dtype = DType::kBF16;
+    } else if (t.scalar_type() == torch::kDouble) {
+      dtype = DType::kF64;
+    } else {
+      t = t.to(torch::kFloat);
+    }
+    t = t.contiguous();
+    keep_alive.push_back(t);
+    TensorView view;
+    view.name = name;
+    view.dtype = dtype;
+    view.shape = t.sizes().vec();
+    view.data = static_cast<const std::byte*>(t.data_ptr());
+    view.size_bytes = static_cast<std::size_t>(t.nbytes());
+    views.push_back(std::move(view));
+  }
+  write_safetensors(path, views, {{"format", "pt"}});
+}
+
+}  // namespace loom::executor

@@ -1,0 +1,171 @@
+// The one place that knows which LibTorch it is compiled against.
+//
+// Loom builds against Debian's CPU LibTorch 1.13 and against CUDA LibTorch 2.x. Every API that
+// differs between them is wrapped here, behind one function with one contract; no other file tests
+// TORCH_VERSION_MAJOR. CUDA-only headers are included only when the build defines LOOM_TORCH_CUDA
+// (set by executor/CMakeLists.txt when LibTorch was built with CUDA), so the CPU build never sees
+// them; code that may run on CUDA checks torch::cuda::is_available() at run time.
+#pragma once
+
+#include <ATen/autocast_mode.h>
+#include <torch/torch.h>
+#include <torch/version.h>
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+
+#if defined(LOOM_TORCH_CUDA)
+#include <c10/cuda/CUDACachingAllocator.h>
+#endif
+
+namespace loom::executor::compat {
+
+// True when this LibTorch provides at::scaled_dot_product_attention (2.0 and later).
+inline constexpr bool kHasFusedAttention = TORCH_VERSION_MAJOR >= 2;
+
+// The most negative finite value of `t`'s floating dtype (Hugging Face's finfo(dtype).min).
+inline double lowest_finite(const torch::Tensor& t) {
+  switch (t.scalar_type()) {
+    case torch::kHalf:
+      return -65504.0;
+    case torch::kBFloat16:
+      return -3.3895313892515355e38;
+    case torch::kDouble:
+      return std::numeric_limits<double>::lowest();
+    default:
+      return std::numeric_limits<float>::lowest();
+  }
+}
+
+// Multi-head attention softmax(q k^T / sqrt(head_dim) + mask) v with dropout on the probabilities.
+// q, k, v: [batch, heads, seq, head_dim]; keep: bool [batch, 1, 1, seq] (true = a key that may be
+// attended to; every row must keep at least one key) or undefined for no mask. dropout_p is applied
+// only when > 0. Returns [batch, heads, seq, head_dim]. On 2.x this is scaled_dot_product_attention
+// (fused kernels where the device has them); on 1.13 the same math written out, with masked scores
+// set to the lowest finite value of their dtype (as Hugging Face's additive finfo.min mask).
+inline torch::Tensor attention(const torch::Tensor& q, const torch::Tensor& k,
+                               const torch::Tensor& v, const torch::Tensor& keep,
+                               double dropout_p) {
+#if TORCH_VERSION_MAJOR >= 2
+  c10::optional<torch::Tensor> mask;
+  if (keep.defined()) mask = keep;
+  return at::scaled_dot_product_attention(q, k, v, mask, dropout_p, /*is_causal=*/false);
+#else
+  const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(-1)));
+  torch::Tensor scores = torch::matmul(q, k.transpose(-2, -1)) * scale;
+  if (keep.defined()) scores = scores.masked_fill(keep.logical_not(), lowest_finite(scores));
+  torch::Tensor probs = torch::softmax(scores, -1);
+  if (dropout_p > 0.0) probs = torch::dropout(probs, dropout_p, /*train=*/true);
+  return torch::matmul(probs, v);
+#endif
+}
+
+// Autocast for one device type while alive: ops run in `dtype` where autocast allows it. Restores
+// the previous enabled flag and dtype on destruction and clears the cast cache when the outermost
+// guard ends (what Python's torch.autocast does). `enabled` = false makes the guard a no-op.
+// Only kCPU and kCUDA are supported. Autocast state is per thread.
+class AutocastGuard {
+ public:
+  AutocastGuard(c10::DeviceType device_type, c10::ScalarType dtype, bool enabled = true)
+      : device_type_(device_type), active_(enabled) {
+    if (!active_) return;
+    previous_enabled_ = is_enabled(device_type_);
+    previous_dtype_ = get_dtype(device_type_);
+    set_dtype(device_type_, dtype);
+    set_enabled(device_type_, true);
+    at::autocast::increment_nesting();
+  }
+  ~AutocastGuard() {
+    if (!active_) return;
+    if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
+    set_enabled(device_type_, previous_enabled_);
+    set_dtype(device_type_, previous_dtype_);
+  }
+  AutocastGuard(const AutocastGuard&) = delete;
+  AutocastGuard& operator=(const AutocastGuard&) = delete;
+
+ private:
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
+  static bool is_enabled(c10::DeviceType type) { return at::autocast::is_autocast_enabled(type); }
+  static c10::ScalarType get_dtype(c10::DeviceType type) {
+    return at::autocast::get_autocast_dtype(type);
+  }
+  static void set_enabled(c10::DeviceType type, bool on) {
+    at::autocast::set_autocast_enabled(type, on);
+  }
+  static void set_dtype(c10::DeviceType type, c10::ScalarType dtype) {
+    at::autocast::set_autocast_dtype(type, dtype);
+  }
+#else
+  static bool is_enabled(c10::DeviceType type) {
+    return type == c10::DeviceType::CUDA ? at::autocast::is_enabled()
+                                         : at::autocast::is_cpu_enabled();
+  }
+  static c10::ScalarType get_dtype(c10::DeviceType type) {
+    return type == c10::DeviceType::CUDA ? at::autocast::get_autocast_gpu_dtype()
+                                         : at::autocast::get_autocast_cpu_dtype();
+  }
+  static void set_enabled(c10::DeviceType type, bool on) {
+    if (type == c10::DeviceType::CUDA) {
+      at::autocast::set_enabled(on);
+    } else {
+      at::autocast::set_cpu_enabled(on);
+    }
+  }
+  static void set_dtype(c10::DeviceType type, c10::ScalarType dtype) {
+    if (type == c10::DeviceType::CUDA) {
+      at::autocast::set_autocast_gpu_dtype(dtype);
+    } else {
+      at::autocast::set_autocast_cpu_dtype(dtype);
+    }
+  }
+#endif
+
+  c10::DeviceType device_type_;
+  bool active_;
+  bool previous_enabled_ = false;
+  c10::ScalarType previous_dtype_ = c10::ScalarType::Float;
+};
+
+// Whether this build can use CUDA: compiled with CUDA support and a device present.
+inline bool cuda_available() {
+#if defined(LOOM_TORCH_CUDA)
+  return torch::cuda::is_available();
+#else
+  return false;
+#endif
+}
+
+// Peak bytes allocated by the CUDA caching allocator on `device_index` since the last reset;
+// 0 when the build has no CUDA.
+inline std::int64_t cuda_peak_allocated_bytes(int device_index) {
+#if defined(LOOM_TORCH_CUDA)
+  const auto stats =
+      c10::cuda::CUDACachingAllocator::getDeviceStats(static_cast<c10::DeviceIndex>(device_index));
+  return stats.allocated_bytes[0].peak;  // index 0: the aggregate over all pools
+#else
+  (void)device_index;
+  return 0;
+#endif
+}
+
+// Resets the CUDA peak counters of `device_index`; no-op without CUDA.
+inline void cuda_reset_peak(int device_index) {
+#if defined(LOOM_TORCH_CUDA)
+  c10::cuda::CUDACachingAllocator::resetPeakStats(static_cast<c10::DeviceIndex>(device_index));
+#else
+  (void)device_index;
+#endif
+}
+
+// Blocks until queued CUDA work on `device_index` is done; no-op without CUDA.
+inline void cuda_synchronize(int device_index) {
+#if defined(LOOM_TORCH_CUDA)
+  torch::cuda::synchronize(device_index);
+#else
+  (void)device_index;
+#endif
+}
+
+}  // namespace loom::executor::compat

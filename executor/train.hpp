@@ -1,0 +1,125 @@
+// Single-rank training of a sequence classifier: the library function behind `loom train` for a
+// plan with dp = tp = pp = 1. No LibTorch types in this header.
+//
+// One optimizer step consumes global_batch = micro_batch * num_micro_batches examples: the
+// gradients of num_micro_batches micro-batches are accumulated, each micro-batch's mean loss
+// divided by num_micro_batches, so the step's gradient is that of the mean loss over the global
+// batch. Then gradients are clipped to a total L2 norm of max_grad_norm, the learning rate is set
+// by Hugging Face's linear schedule with warm-up (lr * s / warmup for s < warmup, then
+// lr * (total - s) / (total - warmup), never below 0; s = 0-based step), and AdamW (betas 0.9 /
+// 0.999, eps 1e-8, decoupled weight decay, none on biases and LayerNorm weights) updates.
+//
+// Data order is a pure function of (seed, epoch): each epoch is a seeded permutation of the
+// training examples, cut into ⌊N / global_batch⌋ steps (the incomplete rest is dropped), so step s
+// reads epoch s / steps_per_epoch at offset (s % steps_per_epoch) * global_batch. With the
+// checkpointed weights, optimizer state, dropout RNG state and step, a resumed run reproduces the
+// losses of an uninterrupted one exactly.
+//
+// Device: cpu trains in fp32 whatever the requested precision. cuda keeps fp32 master weights
+// and runs the forward pass under autocast for bf16 / fp16 (fp16 with dynamic loss scaling,
+// skipping steps whose gradients overflow), TF32 matmuls for tf32, plain fp32 for fp32.
+//
+// Metrics (spec/formats.md), one JSON object per line:
+//   {"step", "epoch", "loss", "lr", "samples_per_s", "step_time_s", "peak_memory_bytes", "rank",
+//    "time"} after every log_every-th step; "step" counts completed optimizer steps (1-based),
+//   "lr" is the rate the step used, "loss" the mean training loss over the step's global batch,
+//   "peak_memory_bytes" the CUDA caching allocator's peak on cuda and the process's maximum
+//   resident set size (getrusage ru_maxrss) on cpu, "time" ISO-8601 UTC;
+//   {"eval": true, "step", "accuracy", "loss"} after each evaluation (every eval_every steps and
+//   after the last step) on the whole validation set.
+// A resumed run appends to the metrics file; a fresh run truncates it.
+//
+// Checkpoints: `checkpoint_dir/step-NNNNNNNN/` holding model.safetensors (full fp32 weights,
+// Hugging Face names; usable as an init checkpoint), optimizer.pt and rng.pt (torch::save), and
+// trainer_state.json ({"format": "loom-checkpoint/1", "step", "epoch", "sample_offset", "seed",
+// "global_batch", "micro_batch", "num_micro_batches", "total_steps", "loss_scale",
+// "loss_scale_good_steps", "model"}). Each is written into a temporary folder in checkpoint_dir
+// and renamed into place; older step folders are removed only after that rename.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "executor/examples.hpp"
+#include "planner/plan.hpp"
+#include "profiles/cluster.hpp"
+#include "profiles/model_spec.hpp"
+
+namespace loom::executor {
+
+enum class Device { kCpu, kCuda };
+
+const char* to_string(Device device);
+// "cpu" or "cuda"; nullopt otherwise.
+std::optional<Device> parse_device(const std::string& text);
+
+struct TrainOptions {
+  profiles::ModelSpec model;  // BERT or RoBERTa; num_labels defaults to 2
+  std::string init_weights;   // safetensors file to start from; "" = seeded initialisation
+  double dropout = 0.1;
+
+  std::int64_t micro_batch = 8;        // examples per micro-batch
+  std::int64_t num_micro_batches = 1;  // micro-batches accumulated per optimizer step
+  std::int64_t steps = 0;              // exactly one of steps and epochs is positive
+  std::int64_t epochs = 0;
+
+  double lr = 2e-5;
+  std::int64_t warmup_steps = 0;
+  double weight_decay = 0.01;
+  double max_grad_norm = 1.0;  // 0 = no clipping
+
+  std::int64_t eval_every = 0;  // steps between evaluations; 0 = only after the last step
+  std::int64_t eval_batch = 0;  // examples per evaluation batch; 0 = micro_batch
+  std::uint64_t seed = 42;      // initialisation, data order and dropout
+
+  std::string metrics_path;    // "" = no metrics file
+  std::int64_t log_every = 1;  // steps between metrics lines
+
+  std::string checkpoint_dir;         // "" = no checkpoints
+  std::int64_t checkpoint_every = 0;  // steps between checkpoints; 0 = only after the last step
+  bool resume = false;  // continue from the latest checkpoint in checkpoint_dir (fresh if none)
+  // Stop after this many completed steps, as if interrupted (the checkpoint is still written,
+  // no final evaluation); 0 = run to the end.
+  std::int64_t stop_after_step = 0;
+
+  Device device = Device::kCpu;
+  int device_index = 0;  // the CUDA device (LOCAL_RANK in multi-rank runs)
+  profiles::Precision precision = profiles::Precision::kFp32;  // used on cuda only
+  int rank = 0;                                                // the "rank" field of metrics
+  bool progress = true;  // a progress bar on stderr when stdout and stderr are terminals
+};
+
+struct TrainSummary {
+  std::int64_t steps = 0;        // completed optimizer steps, counting resumed ones
+  std::int64_t total_steps = 0;  // the schedule's length
+  std::optional<std::int64_t> resumed_from_step;
+  std::vector<double> losses;                 // training loss of each step run by this call
+  double final_loss = 0.0;                    // the last of them (0 when none ran)
+  std::optional<double> validation_accuracy;  // from the last evaluation
+  std::optional<double> validation_loss;
+  double median_step_time_s = 0.0;
+  double samples_per_s = 0.0;  // global_batch / median_step_time_s
+  std::int64_t peak_memory_bytes = 0;
+  std::string precision;  // what actually ran: "fp32", "bf16", ...
+};
+
+// Options that a plan fixes: the model, micro_batch, num_micro_batches and precision. Throws
+// InputError (source "plan") when the plan needs more than one rank.
+TrainOptions train_options_from_plan(const planner::Plan& plan);
+
+// Trains and evaluates. Throws InputError for bad options (source the option's flag, e.g.
+// "--steps"), data that do not fit the model (source "training data" / "validation data":
+// unequal or too long sequences, token ids outside the vocabulary, labels outside
+// [0, num_labels)), fewer training examples than one global batch, an unreadable init or resume
+// checkpoint, a checkpoint made for another model, seed or batch, or cuda without a GPU.
+TrainSummary train_classifier(const TrainOptions& options,
+                              const std::vector<EncodedExample>& train_data,
+                              const std::vector<EncodedExample>& validation_data);
+
+// The newest complete checkpoint folder (`step-NNNNNNNN` holding trainer_state.json) in
+// `checkpoint_dir`, or nullopt when there is none.
+std::optional<std::string> latest_checkpoint(const std::string& checkpoint_dir);
+
+}  // namespace loom::executor

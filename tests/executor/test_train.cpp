@@ -1,0 +1,290 @@
+// The single-rank training loop: learning a synthetic task, exact resume, gradient accumulation,
+// the learning-rate schedule, metrics lines and refusals.
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <random>
+
+#include "executor/train.hpp"
+#include "profiles/errors.hpp"
+
+namespace fs = std::filesystem;
+using loom::InputError;
+using loom::executor::EncodedExample;
+using loom::executor::TrainOptions;
+using loom::executor::TrainSummary;
+using loom::profiles::ModelSpec;
+using loom::profiles::ModelType;
+
+namespace {
+
+constexpr std::int64_t kMarker = 7;  // label 1 iff this token appears
+
+// Sequences of 12 tokens: [CLS]=2, then 5..11 random tokens from {4..31}, then padding (id 0).
+// Half contain kMarker once, half never.
+std::vector<EncodedExample> synthetic(std::size_t count, std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<EncodedExample> out;
+  constexpr std::int64_t kSeq = 12;
+  for (std::size_t i = 0; i < count; ++i) {
+    EncodedExample e;
+    const std::int64_t length = 6 + static_cast<std::int64_t>(rng() % 7);  // real tokens
+    e.label = static_cast<std::int64_t>(i % 2);
+    e.input_ids.assign(kSeq, 0);
+    e.attention_mask.assign(kSeq, 0);
+    e.token_type_ids.assign(kSeq, 0);
+    e.input_ids[0] = 2;
+    for (std::int64_t t = 1; t < length; ++t) {
+      std::int64_t id = 4 + static_cast<std::int64_t>(rng() % 28);
+      while (id == kMarker) id = 4 + static_cast<std::int64_t>(rng() % 28);
+      e.input_ids[static_cast<std::size_t>(t)] = id;
+    }
+    if (e.label == 1) e.input_ids[static_cast<std::size_t>(1 + rng() % (length - 1))] = kMarker;
+    for (std::int64_t t = 0; t < length; ++t) e.attention_mask[static_cast<std::size_t>(t)] = 1;
+    out.push_back(std::move(e));
+  }
+  return out;
+}
+
+ModelSpec small_spec(std::int64_t layers, std::int64_t hidden, std::int64_t heads) {
+  ModelSpec spec;
+  spec.name = "synthetic";
+  spec.model_type = ModelType::kBert;
+  spec.layers = layers;
+  spec.hidden = hidden;
+  spec.heads = heads;
+  spec.ffn_hidden = 2 * hidden;
+  spec.vocab = 32;
+  spec.max_positions = 16;
+  spec.type_vocab = 2;
+  spec.num_labels = 2;
+  return spec;
+}
+
+fs::path fresh_dir(const std::string& name) {
+  fs::path dir = fs::temp_directory_path() / "loom_test_train" / name;
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir;
+}
+
+std::vector<nlohmann::json> read_lines(const fs::path& path) {
+  std::ifstream in(path);
+  std::vector<nlohmann::json> lines;
+  for (std::string line; std::getline(in, line);) lines.push_back(nlohmann::json::parse(line));
+  return lines;
+}
+
+TrainOptions tiny_options() {
+  TrainOptions o;
+  o.model = small_spec(1, 16, 2);
+  o.micro_batch = 4;
+  o.num_micro_batches = 2;
+  o.steps = 20;
+  o.lr = 1e-3;
+  o.warmup_steps = 3;
+  o.dropout = 0.1;  // so that resuming must restore the RNG
+  o.seed = 5;
+  o.progress = false;
+  return o;
+}
+
+}  // namespace
+
+TEST_CASE("A tiny encoder learns whether a token appears", "[train]") {
+  const auto train = synthetic(512, 1);
+  const auto validation = synthetic(256, 2);
+  TrainOptions o;
+  o.model = small_spec(2, 64, 4);
+  o.micro_batch = 16;
+  o.num_micro_batches = 2;
+  o.epochs = 6;  // 16 steps per epoch
+  o.lr = 1e-3;
+  o.warmup_steps = 10;
+  o.dropout = 0.0;
+  o.seed = 1;
+  o.progress = false;
+  const fs::path dir = fresh_dir("learn");
+  o.metrics_path = (dir / "metrics.jsonl").string();
+  o.eval_every = 48;
+  const auto started = std::chrono::steady_clock::now();
+  const TrainSummary s = loom::executor::train_classifier(o, train, validation);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  INFO("training took " << seconds << " s, accuracy " << s.validation_accuracy.value_or(-1));
+  CHECK(s.steps == 96);
+  CHECK(s.total_steps == 96);
+  REQUIRE(s.validation_accuracy);
+  CHECK(*s.validation_accuracy >= 0.95);
+  CHECK(s.final_loss < s.losses.front());
+  CHECK(s.median_step_time_s > 0.0);
+  CHECK(s.samples_per_s > 0.0);
+  CHECK(s.precision == "fp32");
+  CHECK(seconds < 60.0);
+
+  // Metrics: one line per step with the spec's fields in the spec's order, and evaluations at
+  // steps 48 and 96 (the end, not twice).
+  const auto lines = read_lines(o.metrics_path);
+  std::vector<nlohmann::json> steps;
+  std::vector<nlohmann::json> evals;
+  for (const auto& line : lines) (line.contains("eval") ? evals : steps).push_back(line);
+  REQUIRE(steps.size() == 96);
+  REQUIRE(evals.size() == 2);
+  CHECK(evals[0]["step"] == 48);
+  CHECK(evals[1]["step"] == 96);
+  CHECK(evals[1]["accuracy"].get<double>() == Approx(*s.validation_accuracy));
+  const nlohmann::json& first = steps.front();
+  CHECK(first["step"] == 1);
+  CHECK(first["epoch"] == 0);
+  CHECK(steps.back()["epoch"] == 5);
+  CHECK(first["rank"] == 0);
+  CHECK(first["peak_memory_bytes"].get<std::int64_t>() > 0);
+  CHECK(first["loss"].get<double>() == Approx(s.losses.front()));
+  const std::string time = first["time"];
+  CHECK(time.size() == 20);
+  CHECK(time.back() == 'Z');
+  std::ifstream raw(o.metrics_path);
+  std::string text;
+  std::getline(raw, text);
+  const auto key_at = [&](const char* key) { return text.find(std::string("\"") + key + "\""); };
+  CHECK(key_at("step") < key_at("epoch"));
+  CHECK(key_at("epoch") < key_at("loss"));
+  CHECK(key_at("loss") < key_at("lr"));
+  CHECK(key_at("lr") < key_at("samples_per_s"));
+  CHECK(key_at("samples_per_s") < key_at("step_time_s"));
+  CHECK(key_at("step_time_s") < key_at("peak_memory_bytes"));
+  CHECK(key_at("peak_memory_bytes") < key_at("rank"));
+  CHECK(key_at("rank") < key_at("time"));
+  CHECK(first.size() == 9);
+  CHECK(evals[0].size() == 4);
+}
+
+TEST_CASE("Resuming from a checkpoint reproduces the uninterrupted losses exactly", "[train]") {
+  const auto train = synthetic(64, 3);
+  const auto validation = synthetic(16, 4);
+  const fs::path dir = fresh_dir("resume");
+
+  TrainOptions straight = tiny_options();
+  const TrainSummary whole = loom::executor::train_classifier(straight, train, validation);
+  REQUIRE(whole.losses.size() == 20);
+
+  TrainOptions first = tiny_options();
+  first.checkpoint_dir = (dir / "ckpt").string();
+  first.checkpoint_every = 5;
+  first.stop_after_step = 10;
+  first.metrics_path = (dir / "metrics.jsonl").string();
+  const TrainSummary head = loom::executor::train_classifier(first, train, validation);
+  REQUIRE(head.losses.size() == 10);
+  CHECK_FALSE(head.validation_accuracy);  // interrupted: no final evaluation
+  // Only the newest checkpoint is kept, nothing temporary is left behind.
+  std::vector<std::string> entries;
+  for (const auto& e : fs::directory_iterator(first.checkpoint_dir)) {
+    entries.push_back(e.path().filename().string());
+  }
+  REQUIRE(entries == std::vector<std::string>{"step-00000010"});
+  const fs::path ckpt = fs::path(first.checkpoint_dir) / "step-00000010";
+  for (const char* file : {"model.safetensors", "optimizer.pt", "rng.pt", "trainer_state.json"}) {
+    CHECK(fs::exists(ckpt / file));
+  }
+  CHECK(loom::executor::latest_checkpoint(first.checkpoint_dir) == ckpt.string());
+
+  TrainOptions second = first;
+  second.stop_after_step = 0;
+  second.resume = true;
+  const TrainSummary tail = loom::executor::train_classifier(second, train, validation);
+  REQUIRE(tail.resumed_from_step == 10);
+  REQUIRE(tail.losses.size() == 10);
+  CHECK(tail.steps == 20);
+  for (std::size_t i = 0; i < 10; ++i) {
+    INFO("step " << i + 1);
+    CHECK(head.losses[i] == whole.losses[i]);
+    INFO("step " << i + 11);
+    CHECK(tail.losses[i] == whole.losses[i + 10]);  // bit-identical
+  }
+  CHECK(tail.validation_accuracy == whole.validation_accuracy);
+  CHECK(tail.validation_loss == whole.validation_loss);
+  // The resumed run appended to the metrics file: 20 step lines and one evaluation.
+  CHECK(read_lines(first.metrics_path).size() == 21);
+
+  // A checkpoint made with another seed is refused.
+  TrainOptions other = second;
+  other.seed = 6;
+  CHECK_THROWS_AS(loom::executor::train_classifier(other, train, validation), InputError);
+}
+
+TEST_CASE("Gradient accumulation averages over the global batch", "[train]") {
+  const auto train = synthetic(64, 5);
+  TrainOptions accumulated = tiny_options();
+  accumulated.dropout = 0.0;
+  accumulated.steps = 4;
+  accumulated.micro_batch = 4;
+  accumulated.num_micro_batches = 4;
+  TrainOptions one = accumulated;
+  one.micro_batch = 16;
+  one.num_micro_batches = 1;
+  const TrainSummary a = loom::executor::train_classifier(accumulated, train, {});
+  const TrainSummary b = loom::executor::train_classifier(one, train, {});
+  REQUIRE(a.losses.size() == 4);
+  for (std::size_t i = 0; i < 4; ++i) CHECK(a.losses[i] == Approx(b.losses[i]).epsilon(1e-5));
+  CHECK(a.losses[3] != Approx(a.losses[0]).epsilon(1e-6));  // the model did change
+}
+
+TEST_CASE("The learning rate follows linear warm-up and decay", "[train]") {
+  const auto train = synthetic(32, 6);
+  const fs::path dir = fresh_dir("schedule");
+  TrainOptions o = tiny_options();
+  o.steps = 6;
+  o.warmup_steps = 2;
+  o.lr = 1e-3;
+  o.metrics_path = (dir / "metrics.jsonl").string();
+  loom::executor::train_classifier(o, train, {});
+  const auto lines = read_lines(o.metrics_path);
+  REQUIRE(lines.size() == 6);
+  const std::vector<double> expected = {0.0, 5e-4, 1e-3, 7.5e-4, 5e-4, 2.5e-4};
+  for (std::size_t i = 0; i < 6; ++i) CHECK(lines[i]["lr"].get<double>() == Approx(expected[i]));
+  CHECK(lines[5]["epoch"] == 1);  // 4 steps of 8 examples per epoch
+}
+
+TEST_CASE("Bad options and data are refused with InputError", "[train]") {
+  const auto train = synthetic(32, 7);
+  TrainOptions o = tiny_options();
+  SECTION("neither steps nor epochs") {
+    o.steps = 0;
+    CHECK_THROWS_AS(loom::executor::train_classifier(o, train, {}), InputError);
+  }
+  SECTION("a token outside the vocabulary") {
+    auto bad = train;
+    bad[3].input_ids[2] = 40;
+    CHECK_THROWS_WITH(loom::executor::train_classifier(o, bad, {}),
+                      Catch::Contains("training data") && Catch::Contains("example 3"));
+  }
+  SECTION("a label outside the head") {
+    auto bad = train;
+    bad[0].label = 2;
+    CHECK_THROWS_AS(loom::executor::train_classifier(o, train, bad), InputError);
+  }
+  SECTION("sequences longer than the positions") {
+    o.model.max_positions = 8;
+    CHECK_THROWS_WITH(loom::executor::train_classifier(o, train, {}),
+                      Catch::Contains("max_positions"));
+  }
+  SECTION("fewer examples than a global batch") {
+    o.micro_batch = 64;
+    CHECK_THROWS_AS(loom::executor::train_classifier(o, train, {}), InputError);
+  }
+  SECTION("resume without a checkpoint directory") {
+    o.resume = true;
+    CHECK_THROWS_AS(loom::executor::train_classifier(o, train, {}), InputError);
+  }
+  SECTION("cuda where LibTorch has none") {
+    o.device = loom::executor::Device::kCuda;
+    o.steps = 1;
+    try {
+      loom::executor::train_classifier(o, train, {});  // a CUDA build with a GPU trains
+    } catch (const InputError& e) {
+      CHECK(std::string(e.what()).find("cuda") != std::string::npos);
+    }
+  }
+}

@@ -1,0 +1,264 @@
+// loom train: one rank of a plan (spec/cli.md). Reads the plan, the data and the tokenizer,
+// checks them against each other, and calls executor::train_classifier.
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <iostream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+
+#include "executor/dataset.hpp"
+#include "executor/tokenizer.hpp"
+#include "executor/train.hpp"
+#include "planner/plan.hpp"
+#include "profiles/errors.hpp"
+#include "profiles/json_reader.hpp"
+#include "profiles/loader.hpp"
+#include "tools/commands.hpp"
+
+namespace loom::tools {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+struct TrainArgs {
+  std::string plan;
+  std::string data;
+  std::string tokenizer;
+  std::string init;
+  std::optional<std::int64_t> steps, epochs;
+  double lr = 2e-5;
+  std::int64_t warmup_steps = 0;
+  std::int64_t eval_every = 0;
+  std::uint64_t seed = 42;
+  double validation_fraction = 0.1;
+  double dropout = 0.1;
+  std::string checkpoint;
+  std::int64_t checkpoint_every = 0;
+  bool resume = false;
+  std::string metrics;
+  std::string device = "cpu";
+  bool json = false;
+};
+
+// Rank and world size from torchrun's or Slurm's variables; a single process without either.
+struct World {
+  int rank = 0;
+  int size = 1;
+  std::string source = "no RANK/WORLD_SIZE or SLURM_PROCID/SLURM_NTASKS (a single process)";
+};
+
+int env_int(const char* name) {
+  const char* v = std::getenv(name);
+  char* end = nullptr;
+  const long out = std::strtol(v, &end, 10);
+  if (*v == '\0' || *end != '\0' || out < 0 || out > 1'000'000) {
+    throw InputError(std::string("environment variable ") + name, "",
+                     std::string("a non-negative integer, found \"") + v + "\"");
+  }
+  return static_cast<int>(out);
+}
+
+World world_from_environment() {
+  World w;
+  if (std::getenv("WORLD_SIZE") != nullptr) {
+    w.size = env_int("WORLD_SIZE");
+    w.rank = std::getenv("RANK") != nullptr ? env_int("RANK") : 0;
+    w.source = "RANK/WORLD_SIZE";
+  } else if (std::getenv("SLURM_NTASKS") != nullptr) {
+    w.size = env_int("SLURM_NTASKS");
+    w.rank = std::getenv("SLURM_PROCID") != nullptr ? env_int("SLURM_PROCID") : 0;
+    w.source = "SLURM_PROCID/SLURM_NTASKS";
+  }
+  if (w.size < 1 || w.rank >= w.size) {
+    throw InputError(w.source, "",
+                     "0 <= rank < world size, found rank " + std::to_string(w.rank) + " of " +
+                         std::to_string(w.size));
+  }
+  return w;
+}
+
+// The tokenizer: --tokenizer, else the init checkpoint's vocab.txt, else the synthetic data's own
+// vocabulary.
+executor::WordPieceTokenizer load_tokenizer(const TrainArgs& a) {
+  if (!a.tokenizer.empty()) return executor::WordPieceTokenizer::from_file(a.tokenizer);
+  if (!a.init.empty() && fs::exists(fs::path(a.init) / "vocab.txt")) {
+    return executor::WordPieceTokenizer::from_file((fs::path(a.init) / "vocab.txt").string());
+  }
+  if (a.data.rfind("synthetic", 0) == 0) {
+    return executor::WordPieceTokenizer::from_tokens(executor::synthetic_vocabulary(), true,
+                                                     "the synthetic vocabulary");
+  }
+  throw InputError("--tokenizer", "",
+                   "a WordPiece vocab.txt for " + a.data +
+                       " (or --init with a checkpoint folder that holds one)");
+}
+
+// The plan's model against the init checkpoint's config.json: the same architecture, or a clear
+// refusal (a plan made for another model).
+void check_init_config(const planner::Plan& plan, const std::string& init) {
+  const fs::path config = fs::path(init) / "config.json";
+  if (!fs::exists(config)) return;
+  const profiles::ModelSpec m = profiles::load_model(config.string());
+  const profiles::ModelSpec& p = plan.model;
+  auto same = [&](const char* field, std::int64_t a, std::int64_t b) {
+    if (a != b) {
+      throw InputError(config.string(), std::string("$.") + field,
+                       "the plan's model (" + p.name + ": " + field + " " + std::to_string(b) +
+                           "); this checkpoint has " + std::to_string(a) +
+                           ": the plan was made for another model");
+    }
+  };
+  same("num_hidden_layers", m.layers, p.layers);
+  same("hidden_size", m.hidden, p.hidden);
+  same("num_attention_heads", m.heads, p.heads);
+  same("intermediate_size", m.ffn_hidden, p.ffn_hidden);
+  same("vocab_size", m.vocab, p.vocab);
+  same("max_position_embeddings", m.max_positions, p.max_positions);
+  if (m.model_type != p.model_type) {
+    throw InputError(config.string(), "$.model_type",
+                     "the plan's model type (" + std::string(profiles::to_string(p.model_type)) +
+                         "): the plan was made for another model");
+  }
+}
+
+std::vector<executor::EncodedExample> encode(const std::vector<executor::Review>& reviews,
+                                             const executor::WordPieceTokenizer& tokenizer,
+                                             std::int64_t seq_len) {
+  std::vector<executor::EncodedExample> out;
+  out.reserve(reviews.size());
+  for (const executor::Review& r : reviews)
+    out.push_back(tokenizer.encode(r.text, seq_len, r.label));
+  return out;
+}
+
+int run_train(const TrainArgs& a) {
+  const std::string text = profiles::read_text_file(a.plan);
+  const planner::Plan plan =
+      planner::plan_from_json(profiles::parse_json_text(text, a.plan), a.plan);
+  const World world = world_from_environment();
+  if (world.size != plan.strategy.world_size()) {
+    throw InputError(
+        a.plan, "$.strategy",
+        "a plan for the " + std::to_string(world.size) + " rank(s) of this job (" + world.source +
+            "); it has dp*tp*pp = " + std::to_string(plan.strategy.world_size()) + " ranks");
+  }
+  executor::TrainOptions o = executor::train_options_from_plan(plan);
+  if (a.steps.has_value() == a.epochs.has_value()) {
+    throw InputError("--steps", "", "exactly one of --steps N and --epochs E");
+  }
+  o.steps = a.steps.value_or(0);
+  o.epochs = a.epochs.value_or(0);
+  o.lr = a.lr;
+  o.warmup_steps = a.warmup_steps;
+  o.eval_every = a.eval_every;
+  o.seed = a.seed;
+  o.dropout = a.dropout;
+  o.checkpoint_dir = a.checkpoint;
+  o.checkpoint_every = a.checkpoint_every;
+  o.resume = a.resume;
+  o.metrics_path = a.metrics;
+  o.rank = world.rank;
+  o.progress = !a.json;
+  const auto device = executor::parse_device(a.device);
+  if (!device) throw InputError("--device", "", "cpu or cuda, found \"" + a.device + "\"");
+  o.device = *device;
+  if (!a.init.empty()) {
+    check_init_config(plan, a.init);
+    const fs::path weights = fs::path(a.init) / "model.safetensors";
+    if (!fs::exists(weights)) {
+      throw InputError(
+          "--init", "",
+          "a checkpoint folder holding model.safetensors: " + weights.string() + " does not exist");
+    }
+    o.init_weights = weights.string();
+  }
+  if (a.resume && a.checkpoint.empty()) {
+    throw InputError("--resume", "", "--checkpoint DIR to resume from");
+  }
+  if (!(a.validation_fraction > 0 && a.validation_fraction < 1)) {
+    throw InputError("--validation-fraction", "", "a fraction in (0, 1)");
+  }
+
+  const executor::WordPieceTokenizer tokenizer = load_tokenizer(a);
+  if (tokenizer.vocab_size() > plan.model.vocab) {
+    throw InputError(a.tokenizer.empty() ? "the tokenizer" : a.tokenizer, "",
+                     "at most the model's " + std::to_string(plan.model.vocab) +
+                         " token ids, found " + std::to_string(tokenizer.vocab_size()));
+  }
+  const executor::TrainValidation split = executor::split_train_validation(
+      executor::load_reviews(a.data, "train"), a.validation_fraction, a.seed);
+  const std::int64_t seq_len = plan.job.seq_len;
+  const executor::TrainSummary s = executor::train_classifier(
+      o, encode(split.train, tokenizer, seq_len), encode(split.validation, tokenizer, seq_len));
+
+  if (a.json) {
+    nlohmann::json j{{"steps", s.steps},
+                     {"final_loss", s.final_loss},
+                     {"median_step_time_s", s.median_step_time_s},
+                     {"samples_per_s", s.samples_per_s},
+                     {"peak_memory_bytes", s.peak_memory_bytes},
+                     {"precision", s.precision},
+                     {"losses", s.losses}};
+    if (s.validation_accuracy) j["validation_accuracy"] = *s.validation_accuracy;
+    if (s.validation_loss) j["validation_loss"] = *s.validation_loss;
+    if (s.resumed_from_step) j["resumed_from_step"] = *s.resumed_from_step;
+    std::cout << j.dump(2) << "\n";
+    return 0;
+  }
+  char line[256];
+  std::snprintf(line, sizeof line,
+                "trained %lld steps: loss %.4f, %.1f samples/s, median step %.4f s, peak memory "
+                "%.1f MiB\n",
+                static_cast<long long>(s.steps), s.final_loss, s.samples_per_s,
+                s.median_step_time_s, static_cast<double>(s.peak_memory_bytes) / (1 << 20));
+  std::cout << line;
+  if (s.validation_accuracy) {
+    std::snprintf(line, sizeof line, "validation accuracy %.2f %%, loss %.4f\n",
+                  100 * *s.validation_accuracy, s.validation_loss.value_or(0));
+    std::cout << line;
+  }
+  return 0;
+}
+
+}  // namespace
+
+Runner add_train_command(CLI::App& app) {
+  auto args = std::make_shared<TrainArgs>();
+  CLI::App* cmd = app.add_subcommand("train", "Train as one rank of a plan");
+  cmd->add_option("plan", args->plan, "PLAN.json (loom-plan/1)")->required();
+  cmd->add_option("--data", args->data,
+                  "aclImdb/ folder, Kaggle IMDB CSV (review,sentiment) or synthetic[:N]")
+      ->required();
+  cmd->add_option("--tokenizer", args->tokenizer, "WordPiece vocab.txt");
+  cmd->add_option("--init", args->init,
+                  "Hugging Face checkpoint folder (config.json, model.safetensors, vocab.txt)");
+  cmd->add_option("--steps", args->steps, "optimizer steps")->check(CLI::PositiveNumber);
+  cmd->add_option("--epochs", args->epochs, "passes over the training data")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--lr", args->lr, "peak learning rate (default 2e-5)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--warmup-steps", args->warmup_steps, "linear warm-up steps (default 0)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--eval-every", args->eval_every, "steps between evaluations (0: at the end)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--seed", args->seed, "seed of initialisation, data order and dropout");
+  cmd->add_option("--validation-fraction", args->validation_fraction,
+                  "share of the training reviews held out for validation (default 0.1)");
+  cmd->add_option("--dropout", args->dropout, "dropout probability (default 0.1)")
+      ->check(CLI::Range(0.0, 1.0));
+  cmd->add_option("--checkpoint", args->checkpoint, "folder for checkpoints");
+  cmd->add_option("--checkpoint-every", args->checkpoint_every,
+                  "steps between checkpoints (0: at the end)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_flag("--resume", args->resume, "continue from the latest checkpoint");
+  cmd->add_option("--metrics", args->metrics, "METRICS.jsonl to write");
+  cmd->add_option("--device", args->device, "cpu | cuda");
+  cmd->add_flag("--json", args->json, "print a JSON summary instead of text");
+  return [args]() { return run_train(*args); };
+}
+
+}  // namespace loom::tools
