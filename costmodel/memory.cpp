@@ -26,6 +26,8 @@ double activation_micro_batches_in_flight(Schedule schedule, int pp, int stage,
       return std::min(static_cast<double>(pp - stage), m);
     case Schedule::kInterleaved: {
       double v = virtual_stages;
+      // Megatron-LM runs every forward first when m == pp (no steady phase).
+      if (micro_batches == pp) return m;
       double chunks = (pp - stage - 1) * 2.0 + (v - 1) * pp + 1;
       return std::min(chunks, m * v) / v;
     }

@@ -28,7 +28,8 @@ ModelStateBytes model_state_bytes(double parameters, int dp, int zero, Precision
 // rank's chunks). GPipe: all m. 1F1B: min(pp - stage, m) (Narayanan et al. 2021). Interleaved
 // with v chunks: Megatron-LM's warm-up of (pp - stage - 1) * 2 + (v - 1) * pp chunk-micro-batches
 // plus the one in flight, capped at m * v, divided by v (Korthikanti et al. 2022, section 4.2.3:
-// the first stage holds p (1 + (p - 1)/(p v)) micro-batches).
+// the first stage holds p (1 + (p - 1)/(p v)) micro-batches); when m == pp Megatron-LM warms up
+// every forward, so every stage holds all m.
 double activation_micro_batches_in_flight(Schedule schedule, int pp, int stage,
                                           std::int64_t micro_batches, int virtual_stages);
 

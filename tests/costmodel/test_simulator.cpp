@@ -294,13 +294,14 @@ TEST_CASE("activation memory in flight follows the schedule", "[simulator][memor
     }
   }
   SECTION("interleaved with m == pp: Megatron warms up every micro-batch") {
-    // Megatron-LM runs all m * v forwards first when m == pp, so every stage holds all m
-    // (activation_micro_batches_in_flight, which does not single this case out, says less for
-    // the later stages).
+    // Megatron-LM runs all m * v forwards first when m == pp, so every stage holds all m, as
+    // activation_micro_batches_in_flight says.
     Strategy s = make(1, 1, pp, 0, 4, pp, Schedule::kInterleaved, 2);
     SimulationResult r = simulate(cost, job_of(s, 512), s, even(cost, s));
     for (const RankTimeline& t : r.ranks) {
       CHECK(t.peak_activation_bytes == Approx(pp * t.activation_bytes_per_micro_batch));
+      CHECK(activation_micro_batches_in_flight(Schedule::kInterleaved, pp, t.pipeline_rank, pp,
+                                               2) == pp);
     }
   }
 }
