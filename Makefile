@@ -4,7 +4,7 @@ BUILD ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: all deps configure build demo test bench format tidy clean
+.PHONY: all deps configure build demo test bench format tidy clean fuzz fuzz-build
 
 all: build
 
@@ -26,6 +26,17 @@ test: build
 bench: build
 	@$(BUILD)/bench/bench_estimate
 	@$(BUILD)/bench/bench_search
+
+# Fuzzing (issue 9): libFuzzer + ASan/UBSan with clang, every reader, FUZZ_SECONDS each.
+FUZZ_SECONDS ?= 600
+fuzz-build: deps
+	@cmake -S . -B build-fuzz -G Ninja -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+	  -DLOOM_BUILD_FUZZERS=ON -DLOOM_WITH_TORCH=OFF -DLOOM_BUILD_TESTS=OFF >/dev/null
+	@cmake --build build-fuzz --target fuzz_model_json fuzz_hf_config fuzz_cluster_json \
+	  fuzz_plan_json fuzz_safetensors fuzz_vocab fuzz_csv
+
+fuzz: fuzz-build
+	@tools/run-fuzzers.sh build-fuzz $(FUZZ_SECONDS)
 
 format:
 	@git ls-files '*.cpp' '*.hpp' | xargs clang-format -i

@@ -178,8 +178,10 @@ std::vector<CsvRecord> parse_csv(const std::string& text, const std::string& sou
   return records;
 }
 
-std::vector<Review> load_csv(const std::string& path) {
-  std::vector<CsvRecord> records = parse_csv(profiles::read_text_file(path), path);
+}  // namespace
+
+std::vector<Review> parse_reviews_csv(const std::string& text, const std::string& path) {
+  std::vector<CsvRecord> records = parse_csv(text, path);
   const std::vector<std::string> header = {"review", "sentiment"};
   if (records.empty() || records.front().fields != header) {
     std::string found;
@@ -214,6 +216,12 @@ std::vector<Review> load_csv(const std::string& path) {
   }
   if (reviews.empty()) throw InputError(path, "", "at least one review after the header");
   return reviews;
+}
+
+namespace {
+
+std::vector<Review> load_csv(const std::string& path) {
+  return parse_reviews_csv(profiles::read_text_file(path), path);
 }
 
 void check_split(const std::string& split) {

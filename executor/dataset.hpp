@@ -39,6 +39,10 @@ constexpr std::int64_t kDefaultSyntheticReviews = 2000;
 // Reviews of `split` ("train" or "test") from `spec` (see above).
 std::vector<Review> load_reviews(const std::string& spec, const std::string& split);
 
+// The reviews of a Kaggle-style CSV text (header review,sentiment; RFC 4180 quoting); `path`
+// names it in errors. What load_reviews does with a CSV file, without the file.
+std::vector<Review> parse_reviews_csv(const std::string& text, const std::string& path);
+
 // False for a CSV file, whose only split is "train"; true for synthetic and aclImdb specs. Does
 // not check that the files exist.
 bool has_test_split(const std::string& spec);

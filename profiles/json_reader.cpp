@@ -26,7 +26,8 @@ std::string format_number(double v) {
 nlohmann::json parse_json_text(const std::string& text, const std::string& source) {
   try {
     return nlohmann::json::parse(text, nullptr, true, /*ignore_comments=*/true);
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {
+    // Syntax errors, and numbers too large for a double (out_of_range 406, found by fuzzing).
     std::string what = e.what();
     // nlohmann's message starts with "[json.exception.parse_error.101] "; keep the useful part.
     auto pos = what.find("] ");

@@ -589,3 +589,11 @@ TEST_CASE("loom-cluster: invalid JSON syntax", "[profiles][errors][cluster]") {
   require_input_error([&] { loom::profiles::parse_json_text(text, kClusterSource); },
                       kClusterSource, "", {"not valid JSON", "line"});
 }
+
+TEST_CASE("JSON text: a number too large for a double is bad input, not a crash",
+          "[profiles][errors]") {
+  // Found by fuzz_model_json (fuzz/regressions/*/number-overflow).
+  require_input_error(
+      [] { loom::profiles::parse_json_text(R"({"layers": 46e650654})", "model.json"); },
+      "model.json", "", {"not valid JSON", "number overflow"});
+}
