@@ -2,7 +2,8 @@
 # Runs every libFuzzer target of a `make fuzz` build for SECONDS each (default 600), one after
 # another, growing a working corpus per target from the seeds in fuzz/corpus. Crashing inputs are
 # written to BUILD/findings/; keep them in fuzz/regressions/<target>/ once fixed (CTest replays
-# them). Prints executions and findings per target.
+# them). Prints executions and findings per target. With FUZZ_RUNS=N set, each target instead
+# runs exactly N inputs from seed 1 over the shipped seeds only (deterministic: the CI smoke run).
 set -euo pipefail
 build=${1:-build-fuzz}
 seconds=${2:-600}
@@ -14,9 +15,15 @@ for bin in "$build"/fuzz/fuzz_*; do
   name=$(basename "$bin")
   corpus="$build/corpus/$name"
   mkdir -p "$corpus"
+  limit=(-max_total_time="$seconds")
+  if [ -n "${FUZZ_RUNS:-}" ]; then
+    limit=(-runs="$FUZZ_RUNS" -seed=1)
+    rm -rf "$corpus" && mkdir -p "$corpus"
+  fi
   log="$build/findings/$name.log"
+  rm -f "$build/findings/$name"-*
   set +e
-  "$bin" -max_total_time="$seconds" -print_final_stats=1 -timeout=10 -rss_limit_mb=2048 \
+  "$bin" "${limit[@]}" -print_final_stats=1 -timeout=10 -rss_limit_mb=2048 \
     -artifact_prefix="$build/findings/$name-" "$corpus" "$root/fuzz/corpus/$name" >"$log" 2>&1
   rc=$?
   set -e
