@@ -8,15 +8,24 @@
 #pragma once
 
 #include <ATen/autocast_mode.h>
+#include <torch/csrc/autograd/utils/lambda_post_hook.h>
+#include <torch/csrc/autograd/variable.h>
 #include <torch/torch.h>
 #include <torch/version.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <string>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+#include <torch/csrc/distributed/c10d/Work.hpp>
 
 #if defined(LOOM_TORCH_CUDA)
 #include <c10/cuda/CUDACachingAllocator.h>
+
+#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #endif
 
 namespace loom::executor::compat {
@@ -167,5 +176,74 @@ inline void cuda_synchronize(int device_index) {
   (void)device_index;
 #endif
 }
+
+// ---------------------------------------------------------------------------------------------
+// Autograd
+
+// Calls `ready` each time autograd has accumulated a gradient into the leaf `parameter` (what
+// c10d's Reducer hooks). Returns the accumulator node: keep it alive as long as the hook should
+// fire (autograd holds it only weakly between backward passes). Call after the parameter's last
+// set_data with a new dtype or device.
+inline std::shared_ptr<torch::autograd::Node> add_gradient_ready_hook(
+    const torch::Tensor& parameter, std::function<void()> ready) {
+  std::shared_ptr<torch::autograd::Node> accumulator =
+      torch::autograd::impl::grad_accumulator(parameter);
+  accumulator->add_post_hook(std::make_unique<torch::autograd::utils::LambdaPostHook>(
+      [ready = std::move(ready)](const torch::autograd::variable_list& outputs,
+                                 const torch::autograd::variable_list& /*inputs*/) {
+        ready();
+        return outputs;
+      }));
+  return accumulator;
+}
+
+// ---------------------------------------------------------------------------------------------
+// c10d
+
+// The object that runs collectives: c10d::ProcessGroup on 1.13, c10d::Backend on 2.x (where
+// ProcessGroup became a dispatching wrapper). Both have the same collective methods.
+#if TORCH_VERSION_MAJOR >= 2
+using CollectiveBackend = c10d::Backend;
+#else
+using CollectiveBackend = c10d::ProcessGroup;
+#endif
+
+// A Gloo group over `store` with one TCP device bound to `interface` when given, else to
+// `host` when given, else to this machine's hostname; every operation times out after `timeout`.
+// Blocks until all `size` members have joined.
+inline c10::intrusive_ptr<CollectiveBackend> make_gloo_backend(
+    const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+    std::chrono::milliseconds timeout, const std::string& host, const std::string& interface) {
+  auto options = c10d::ProcessGroupGloo::Options::create(timeout);
+  if (!interface.empty()) {
+    options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(interface));
+  } else if (!host.empty()) {
+    options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname(host));
+  } else {
+    options->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
+  }
+  options->threads = 2;
+  return c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, size, options);
+}
+
+// Whether this build has NCCL (a CUDA build whose LibTorch was compiled with it).
+#if defined(LOOM_TORCH_CUDA) && defined(USE_C10D_NCCL)
+inline constexpr bool kHasNccl = true;
+// An NCCL group (communicators are created at the first collective) with `timeout`.
+inline c10::intrusive_ptr<CollectiveBackend> make_nccl_backend(
+    const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+    std::chrono::milliseconds timeout) {
+  auto options = c10d::ProcessGroupNCCL::Options::create();
+  options->timeout = timeout;
+  return c10::make_intrusive<c10d::ProcessGroupNCCL>(store, rank, size, options);
+}
+#else
+inline constexpr bool kHasNccl = false;
+inline c10::intrusive_ptr<CollectiveBackend> make_nccl_backend(
+    const c10::intrusive_ptr<c10d::Store>& /*store*/, int /*rank*/, int /*size*/,
+    std::chrono::milliseconds /*timeout*/) {
+  throw std::runtime_error("this build of Loom has no NCCL (a CPU LibTorch): use Gloo");
+}
+#endif
 
 }  // namespace loom::executor::compat

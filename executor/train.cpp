@@ -17,6 +17,7 @@
 #include <random>
 #include <sstream>
 
+#include "executor/distributed.hpp"
 #include "executor/model.hpp"
 #include "executor/torch_compat.hpp"
 #include "profiles/errors.hpp"
@@ -38,16 +39,18 @@ std::optional<Device> parse_device(const std::string& text) {
 
 TrainOptions train_options_from_plan(const planner::Plan& plan) {
   const costmodel::Strategy& s = plan.strategy;
-  if (s.world_size() != 1) {
-    throw InputError("plan", "$.strategy",
-                     "dp = tp = pp = 1 for single-rank training, got dp=" + std::to_string(s.dp) +
-                         " tp=" + std::to_string(s.tp) + " pp=" + std::to_string(s.pp));
-  }
   TrainOptions options;
   options.model = plan.model;
   options.micro_batch = s.micro_batch;
   options.num_micro_batches = s.num_micro_batches;
   options.precision = plan.job.precision;
+  options.dp = s.dp;
+  options.tp = s.tp;
+  options.pp = s.pp;
+  options.zero = s.zero;
+  options.schedule = s.schedule;
+  options.virtual_stages = s.virtual_stages;
+  options.stages = plan.stages;
   return options;
 }
 
@@ -515,6 +518,13 @@ std::optional<std::string> latest_checkpoint(const std::string& checkpoint_dir) 
 TrainSummary train_classifier(const TrainOptions& o, const std::vector<EncodedExample>& train_data,
                               const std::vector<EncodedExample>& validation_data) {
   check_options(o);
+  if (o.dp * o.tp * o.pp != 1) {
+    throw InputError("plan", "$.strategy",
+                     "dp = tp = pp = 1 for single-rank training (many ranks need process groups), "
+                     "got dp=" +
+                         std::to_string(o.dp) + " tp=" + std::to_string(o.tp) +
+                         " pp=" + std::to_string(o.pp));
+  }
   const ModelSpec& spec = o.model;
   parameter_table(spec);  // refuses non-encoder specs with an InputError
   std::size_t seq_len = 0;
@@ -725,6 +735,587 @@ TrainSummary train_classifier(const TrainOptions& o, const std::vector<EncodedEx
 
   const bool finished = summary.steps == total_steps;
   if (finished && last_eval_step != summary.steps) run_evaluation(summary.steps);
+
+  summary.final_loss = summary.losses.empty() ? 0.0 : summary.losses.back();
+  summary.median_step_time_s = median(step_times_s);
+  summary.samples_per_s = summary.median_step_time_s > 0.0
+                              ? static_cast<double>(global_batch) / summary.median_step_time_s
+                              : 0.0;
+  summary.peak_memory_bytes = peak_memory_bytes(o.device, device_index);
+  return summary;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Many ranks
+
+namespace {
+
+// The model's tensor-parallel comm over a c10d group.
+class GroupTensorParallelComm final : public TensorParallelComm {
+ public:
+  explicit GroupTensorParallelComm(std::shared_ptr<ProcessGroup> group)
+      : group_(std::move(group)) {}
+  int rank() const override { return group_->rank(); }
+  int size() const override { return group_->size(); }
+  void allreduce_sum(torch::Tensor& tensor) override { group_->allreduce_sum(tensor); }
+
+ private:
+  std::shared_ptr<ProcessGroup> group_;
+};
+
+// One rank's parameters and gradients in flat fp32 buffers, their dp shards, and AdamW on the
+// shard this rank updates (the whole buffer without ZeRO).
+class FlatParameters {
+ public:
+  // Over the parameters of this rank's model chunks, in order. Hooks gradients for overlapped
+  // bucket all-reduces when `overlap` (the caller arms them before the last backward pass).
+  FlatParameters(const std::vector<EncoderClassifier*>& chunks, const TrainOptions& o,
+                 ParallelGroups& groups, const torch::Device& device, bool overlap)
+      : zero_(o.zero), weight_decay_(o.weight_decay), groups_(groups) {
+    const int dp = groups.dp_size();
+    std::vector<std::string> names;
+    std::vector<ParameterInfo> infos;
+    for (EncoderClassifier* chunk : chunks) {
+      for (const auto& entry : chunk->local_parameters()) names.push_back(entry.first);
+      for (const ParameterInfo& info : chunk->parameter_infos()) infos.push_back(info);
+    }
+    for (EncoderClassifier* chunk : chunks) {
+      for (const auto& entry : chunk->local_parameters()) {
+        const torch::Tensor& parameter = entry.second;
+        parameters_.push_back(parameter);
+        offsets_.push_back(numel_);
+        numels_.push_back(parameter.numel());
+        shapes_.push_back(parameter.sizes().vec());
+        numel_ += parameter.numel();
+      }
+    }
+    padded_ = (numel_ + dp - 1) / dp * dp;
+    shard_numel_ = padded_ / dp;
+    shard_offset_ = zero_ > 0 ? groups.coordinates().dp * shard_numel_ : 0;
+    const std::int64_t updated = zero_ > 0 ? shard_numel_ : padded_;
+    const auto options = torch::TensorOptions().dtype(torch::kFloat).device(device);
+    torch::Tensor decay = torch::zeros({padded_}, options.dtype(torch::kBool));
+    torch::Tensor counted = torch::zeros({padded_}, options);
+    flat_ = torch::zeros({padded_}, options);
+    const bool first_tp = groups.coordinates().tp == 0;
+    {
+      torch::NoGradGuard no_grad;
+      for (std::size_t i = 0; i < parameters_.size(); ++i) {
+        const std::string& name = names[i];
+        const ParameterInfo& info = infos[i];
+        const std::int64_t n = parameters_[i].numel();
+        flat_.narrow(0, offsets_[i], n).copy_(parameters_[i].reshape({n}));
+        const bool exempt = (name.size() >= 5 && name.compare(name.size() - 5, 5, ".bias") == 0) ||
+                            name.find("LayerNorm.") != std::string::npos;
+        if (!exempt) decay.narrow(0, offsets_[i], n).fill_(true);
+        if (first_tp || info.split != TensorParallelSplit::kReplicated) {
+          counted.narrow(0, offsets_[i], n).fill_(1.0);
+        }
+      }
+    }
+    decay_ = decay.narrow(0, shard_offset_, updated).clone();
+    counted_ = counted.narrow(0, shard_offset_, updated).clone();
+    exp_avg_ = torch::zeros({updated}, options);
+    exp_avg_sq_ = torch::zeros({updated}, options);
+    if (zero_ == 3) {
+      shard_ = flat_.narrow(0, shard_offset_, shard_numel_).clone();
+      release();
+    } else {
+      bind();
+      if (overlap && dp > 1 && zero_ <= 1)
+        make_buckets(std::max<std::int64_t>(o.bucket_bytes / 4, 1));
+    }
+  }
+
+  // The next backward pass is the step's last: its gradient hooks start the bucket all-reduces.
+  void arm() {
+    if (buckets_.empty()) return;
+    armed_ = true;
+    for (Bucket& b : buckets_) b.remaining = b.parameters;
+    next_bucket_ = 0;
+    pending_.clear();
+  }
+
+  // ZeRO-3: gathers the full parameters of this stage from the dp shards (a no-op otherwise).
+  void materialize() {
+    if (zero_ != 3 || flat_.defined()) return;
+    flat_ = torch::empty({padded_}, shard_.options());
+    groups_.dp().allgather(flat_, shard_);
+    bind();
+  }
+
+  // ZeRO-3: frees the full parameters and gradients, keeping the shard (a no-op otherwise).
+  void release() {
+    if (zero_ != 3) return;
+    torch::NoGradGuard no_grad;
+    for (torch::Tensor& p : parameters_) {
+      p.set_data(torch::empty({0}, shard_.options()));
+      p.mutable_grad() = torch::Tensor();
+    }
+    flat_ = torch::Tensor();
+    grad_ = torch::Tensor();
+  }
+
+  void zero_grad() {
+    if (grad_.defined()) grad_.zero_();
+  }
+
+  // Sums the gradients over the dp group and divides by dp (into the shard with ZeRO-2/3).
+  // Returns the gradient this rank updates with.
+  torch::Tensor reduce_gradients() {
+    const int dp = groups_.dp_size();
+    if (zero_ >= 2) {
+      torch::Tensor shard = torch::empty({shard_numel_}, grad_.options());
+      groups_.dp().reduce_scatter_sum(shard, grad_);
+      if (dp > 1) shard.div_(dp);
+      return shard;
+    }
+    if (armed_) {  // buckets started during the backward pass: start the rest, wait for all
+      armed_ = false;
+      while (next_bucket_ < buckets_.size()) launch(next_bucket_++);
+      for (PendingOperation& p : pending_) p.wait();
+      pending_.clear();
+    } else {
+      groups_.dp().allreduce_sum(grad_);
+    }
+    if (dp > 1) grad_.div_(dp);
+    return zero_ == 1 ? grad_.narrow(0, shard_offset_, shard_numel_) : grad_;
+  }
+
+  // The L2 norm of the whole model's gradient (every stage, tp shard and dp shard once).
+  double global_norm(const torch::Tensor& grad) {
+    torch::Tensor sum = (grad * grad * counted_).sum().reshape({1});
+    if (zero_ > 0) groups_.dp().allreduce_sum(sum);
+    groups_.tp().allreduce_sum(sum);
+    groups_.pp().allreduce_sum(sum);
+    return std::sqrt(sum.item<double>());
+  }
+
+  // torch::optim::AdamW's arithmetic (betas 0.9 / 0.999, eps 1e-8) on this rank's part, then
+  // the updated shards all-gathered (ZeRO-1/2; ZeRO-3 keeps the shard).
+  void step(const torch::Tensor& grad, double lr) {
+    torch::NoGradGuard no_grad;
+    constexpr double kBeta1 = 0.9;
+    constexpr double kBeta2 = 0.999;
+    constexpr double kEps = 1e-8;
+    torch::Tensor p = zero_ == 3  ? shard_
+                      : zero_ > 0 ? flat_.narrow(0, shard_offset_, shard_numel_)
+                                  : flat_;
+    ++step_;
+    const auto factor = static_cast<float>(1.0 - lr * weight_decay_);
+    p.mul_(
+        torch::where(decay_, torch::full({}, factor, p.options()), torch::ones({}, p.options())));
+    exp_avg_.mul_(kBeta1).add_(grad, 1.0 - kBeta1);
+    exp_avg_sq_.mul_(kBeta2).addcmul_(grad, grad, 1.0 - kBeta2);
+    const double bias_correction1 = 1.0 - std::pow(kBeta1, static_cast<double>(step_));
+    const double bias_correction2 = 1.0 - std::pow(kBeta2, static_cast<double>(step_));
+    const torch::Tensor denom = (exp_avg_sq_.sqrt() / std::sqrt(bias_correction2)).add_(kEps);
+    p.addcdiv_(exp_avg_, denom, -lr / bias_correction1);
+    if (zero_ == 1 || zero_ == 2) {
+      const torch::Tensor mine = p.clone();
+      groups_.dp().allgather(flat_, mine);
+    }
+  }
+
+ private:
+  // Points every parameter (and its gradient) at its slice of the flat buffers.
+  void bind() {
+    torch::NoGradGuard no_grad;
+    grad_ = torch::zeros({padded_}, flat_.options());
+    for (std::size_t i = 0; i < parameters_.size(); ++i) {
+      const std::int64_t n = numels_[i];
+      parameters_[i].set_data(flat_.narrow(0, offsets_[i], n).view(shapes_[i]));
+      parameters_[i].mutable_grad() = grad_.narrow(0, offsets_[i], n).view(shapes_[i]);
+    }
+  }
+
+  // Buckets: consecutive parameters from the last backwards (the order in which the backward
+  // pass finishes them), each a contiguous range of the gradient buffer. They are started in
+  // index order only, so every dp rank issues the same all-reduces in the same order.
+  struct Bucket {
+    std::int64_t begin = 0;
+    std::int64_t end = 0;
+    int parameters = 0;
+    int remaining = 0;
+  };
+
+  void make_buckets(std::int64_t bucket_numel) {
+    std::vector<int> bucket_of(parameters_.size());
+    for (std::size_t k = parameters_.size(); k-- > 0;) {
+      if (buckets_.empty() || buckets_.back().end - buckets_.back().begin >= bucket_numel) {
+        buckets_.push_back({offsets_[k], offsets_[k] + numels_[k], 0, 0});
+      }
+      Bucket& b = buckets_.back();
+      b.begin = offsets_[k];
+      ++b.parameters;
+      bucket_of[k] = static_cast<int>(buckets_.size()) - 1;
+    }
+    for (std::size_t k = 0; k < parameters_.size(); ++k) {
+      const int index = bucket_of[k];
+      accumulators_.push_back(compat::add_gradient_ready_hook(parameters_[k], [this, index]() {
+        if (!armed_) return;
+        --buckets_[static_cast<std::size_t>(index)].remaining;
+        while (next_bucket_ < buckets_.size() && buckets_[next_bucket_].remaining == 0) {
+          launch(next_bucket_++);
+        }
+      }));
+    }
+  }
+
+  void launch(std::size_t index) {
+    const Bucket& b = buckets_[index];
+    torch::Tensor range = grad_.narrow(0, b.begin, b.end - b.begin);
+    pending_.push_back(groups_.dp().allreduce_sum_async(range));
+  }
+
+  int zero_;
+  double weight_decay_;
+  ParallelGroups& groups_;
+  std::vector<torch::Tensor> parameters_;
+  std::vector<std::int64_t> offsets_;
+  std::vector<std::int64_t> numels_;
+  std::vector<std::vector<std::int64_t>> shapes_;
+  std::int64_t numel_ = 0;
+  std::int64_t padded_ = 0;
+  std::int64_t shard_numel_ = 0;
+  std::int64_t shard_offset_ = 0;
+  torch::Tensor flat_;     // all parameters (undefined between ZeRO-3 steps)
+  torch::Tensor grad_;     // all gradients (undefined between ZeRO-3 steps)
+  torch::Tensor shard_;    // ZeRO-3: this rank's parameters
+  torch::Tensor decay_;    // of the updated part: weight decay applies
+  torch::Tensor counted_;  // of the updated part: 1 where the norm counts the element
+  torch::Tensor exp_avg_;
+  torch::Tensor exp_avg_sq_;
+  std::int64_t step_ = 0;
+  std::vector<Bucket> buckets_;
+  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;
+  std::vector<PendingOperation> pending_;
+  std::size_t next_bucket_ = 0;
+  bool armed_ = false;
+};
+
+void check_parallel_options(const TrainOptions& o, ParallelGroups& groups) {
+  if (groups.dp_size() != o.dp || groups.tp_size() != o.tp || groups.pp_size() != o.pp) {
+    throw InputError(
+        "plan", "$.strategy",
+        "a layout matching the process groups (dp=" + std::to_string(groups.dp_size()) +
+            " tp=" + std::to_string(groups.tp_size()) + " pp=" + std::to_string(groups.pp_size()) +
+            "), got dp=" + std::to_string(o.dp) + " tp=" + std::to_string(o.tp) +
+            " pp=" + std::to_string(o.pp));
+  }
+  if (o.zero < 0 || o.zero > 3) throw InputError("plan", "$.strategy.zero", "0, 1, 2 or 3");
+  const bool interleaved = o.schedule == costmodel::Schedule::kInterleaved;
+  if (interleaved != (o.virtual_stages > 1) || o.virtual_stages < 1 ||
+      (interleaved && (o.pp < 2 || o.num_micro_batches % o.pp != 0))) {
+    throw InputError("plan", "$.strategy",
+                     "virtual_stages 1 with gpipe or 1f1b, or virtual_stages >= 2 with the "
+                     "interleaved schedule, pp >= 2 and num_micro_batches a multiple of pp");
+  }
+  if (!o.checkpoint_dir.empty() || o.resume) {
+    throw InputError("--checkpoint", "",
+                     "no checkpoint with many ranks (not implemented yet); run without "
+                     "--checkpoint / --resume");
+  }
+  if (o.device == Device::kCuda && o.precision == Precision::kFp16) {
+    throw InputError("--device", "", "bf16, tf32 or fp32 with many ranks on cuda (no fp16 yet)");
+  }
+  if (!o.stages.empty() && static_cast<int>(o.stages.size()) != o.pp * o.virtual_stages) {
+    throw InputError("plan", "$.stages",
+                     "pp * virtual_stages = " + std::to_string(o.pp * o.virtual_stages) +
+                         " stages, got " + std::to_string(o.stages.size()));
+  }
+}
+
+}  // namespace
+
+TrainSummary train_classifier(const TrainOptions& o, const std::vector<EncodedExample>& train_data,
+                              const std::vector<EncodedExample>& validation_data,
+                              ParallelGroups& groups) {
+  check_options(o);
+  check_parallel_options(o, groups);
+  const ModelSpec& spec = o.model;
+  parameter_table(spec);
+  std::size_t seq_len = 0;
+  check_data(train_data, "training data", spec, seq_len);
+  check_data(validation_data, "validation data", spec, seq_len);
+
+  const RankCoordinates c = groups.coordinates();
+  const int dp = o.dp;
+  const int pp = o.pp;
+  const std::int64_t mb = o.micro_batch;
+  const std::int64_t micro_batches = o.num_micro_batches;
+  const std::int64_t global_batch = dp * mb * micro_batches;
+  const auto train_count = static_cast<std::int64_t>(train_data.size());
+  if (train_count < global_batch) {
+    throw InputError("training data", "",
+                     "at least one global batch (" + std::to_string(global_batch) +
+                         " examples), got " + std::to_string(train_count));
+  }
+  const std::int64_t steps_per_epoch = train_count / global_batch;
+  const std::int64_t total_steps = o.steps > 0 ? o.steps : o.epochs * steps_per_epoch;
+  if (o.device == Device::kCuda && !compat::cuda_available()) {
+    throw InputError("--device", "",
+                     "cuda needs a CUDA build of LibTorch and a visible GPU; use --device cpu");
+  }
+  const int device_index = o.device_index;
+  const torch::Device device =
+      o.device == Device::kCuda
+          ? torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(device_index))
+          : torch::Device(torch::kCPU);
+  const MixedPrecision mp = mixed_precision(o.device, o.precision);
+
+  // Model chunks: global chunk g = v * pp ranges of the layer sequence; chunk g runs on pipeline
+  // rank g % pp, so this rank holds g = k * pp + c.pp for k = 0 .. v - 1.
+  const int v = o.virtual_stages;
+  const int chunk_count = pp * v;
+  const std::vector<costmodel::StageRange> stages =
+      o.stages.empty() ? costmodel::even_partition(spec, chunk_count) : o.stages;
+  torch::manual_seed(o.seed);
+  ParallelContext context;
+  context.tp = std::make_shared<GroupTensorParallelComm>(groups.tp_group());
+  std::vector<std::unique_ptr<EncoderClassifier>> chunks;
+  std::vector<EncoderClassifier*> chunk_pointers;
+  for (int k = 0; k < v; ++k) {
+    EncoderOptions model_options;
+    model_options.dropout = o.dropout;
+    model_options.seed = o.seed;
+    model_options.device = device;
+    const auto& range = stages[static_cast<std::size_t>(k * pp + c.pp)];
+    model_options.first_layer = range.first_layer;
+    model_options.last_layer = range.last_layer;
+    chunks.push_back(std::make_unique<EncoderClassifier>(spec, model_options, context));
+    chunks.back()->train();
+    if (!o.init_weights.empty()) chunks.back()->load_safetensors(o.init_weights);
+    chunk_pointers.push_back(chunks.back().get());
+  }
+  FlatParameters flat(chunk_pointers, o, groups, device, /*overlap=*/v == 1);
+  auto global_chunk = [&](int k) { return k * pp + c.pp; };
+  const int previous_rank = (c.pp + pp - 1) % pp;
+  const int next_rank = (c.pp + 1) % pp;
+  ProcessGroup& pipe = groups.pp();
+  const auto activation_options = torch::TensorOptions().dtype(torch::kFloat).device(device);
+  const auto hidden_shape = [&](std::int64_t rows) {
+    return std::vector<std::int64_t>{rows, static_cast<std::int64_t>(seq_len), spec.hidden};
+  };
+
+  TrainSummary summary;
+  summary.total_steps = total_steps;
+  summary.precision = mp.name;
+  MetricsWriter metrics(groups.world_rank() == 0 ? o.metrics_path : std::string(), false);
+  ProgressBar progress(o.progress && groups.world_rank() == 0, total_steps);
+  if (o.device == Device::kCuda) compat::cuda_reset_peak(device_index);
+  const std::int64_t eval_batch = o.eval_batch > 0 ? o.eval_batch : o.micro_batch;
+  std::vector<double> step_times_s;
+  std::int64_t cached_epoch = -1;
+  std::vector<std::int64_t> order;
+  std::int64_t last_eval_step = -1;
+
+  // Forward through the pipeline without gradients; the last stage scores, every rank gets the
+  // result.
+  auto run_evaluation = [&](std::int64_t step) {
+    if (validation_data.empty()) return;
+    flat.materialize();
+    torch::NoGradGuard no_grad;
+    for (auto& chunk : chunks) chunk->eval();
+    std::vector<std::int64_t> all(validation_data.size());
+    std::iota(all.begin(), all.end(), 0);
+    const auto count = static_cast<std::int64_t>(validation_data.size());
+    double loss_sum = 0.0;
+    double correct = 0.0;
+    std::vector<PendingOperation> sends;
+    const std::int64_t batches = (count + eval_batch - 1) / eval_batch;
+    for (std::int64_t b = 0; b < batches; ++b) {
+      const std::int64_t begin = b * eval_batch;
+      const std::int64_t n = std::min(eval_batch, count - begin);
+      const Batch batch = make_batch(validation_data, all, begin, n, device);
+      torch::Tensor out;
+      for (int k = 0; k < v; ++k) {
+        const int g = global_chunk(k);
+        torch::Tensor hidden;
+        if (g > 0) {  // the tag names the boundary g - 1 -> g and the batch
+          hidden = torch::empty(hidden_shape(n), activation_options);
+          pipe.recv(hidden, previous_rank, static_cast<int>((g - 1) * batches + b));
+        }
+        {
+          compat::AutocastGuard autocast(device.type(), mp.dtype, mp.autocast);
+          out =
+              chunks[static_cast<std::size_t>(k)]->forward(batch.inputs, hidden).to(torch::kFloat);
+        }
+        if (g < chunk_count - 1) {
+          sends.push_back(pipe.send(out, next_rank, static_cast<int>(g * batches + b)));
+        }
+      }
+      if (global_chunk(v - 1) != chunk_count - 1) continue;
+      loss_sum += torch::nn::functional::cross_entropy(
+                      out, batch.labels,
+                      torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum))
+                      .item<double>();
+      correct += static_cast<double>(out.argmax(1).eq(batch.labels).sum().item<std::int64_t>());
+    }
+    for (PendingOperation& s : sends) s.wait();
+    torch::Tensor result =
+        torch::tensor({loss_sum, correct}, torch::TensorOptions().dtype(torch::kDouble));
+    pipe.allreduce_sum(result);
+    for (auto& chunk : chunks) chunk->train();
+    summary.validation_loss = result[0].item<double>() / static_cast<double>(count);
+    summary.validation_accuracy = result[1].item<double>() / static_cast<double>(count);
+    last_eval_step = step;
+    nlohmann::ordered_json line;
+    line["eval"] = true;
+    line["step"] = step;
+    line["accuracy"] = *summary.validation_accuracy;
+    line["loss"] = *summary.validation_loss;
+    metrics.write(line);
+  };
+
+  const std::int64_t end_step =
+      o.stop_after_step > 0 ? std::min(o.stop_after_step, total_steps) : total_steps;
+  for (std::int64_t step = 0; step < end_step; ++step) {
+    const auto started = std::chrono::steady_clock::now();
+    const std::int64_t epoch = step / steps_per_epoch;
+    const std::int64_t offset = (step % steps_per_epoch) * global_batch;
+    if (epoch != cached_epoch) {
+      order = epoch_order(o.seed, epoch, train_count);
+      cached_epoch = epoch;
+    }
+    flat.materialize();
+    flat.zero_grad();
+
+    // One micro-batch of one chunk in flight: its chunk input (a leaf that collects the gradient
+    // to send back) and its output (the loss on the last chunk). Tags name the boundary between
+    // global chunks b and b + 1, the micro-batch and the direction.
+    struct InFlight {
+      torch::Tensor input;
+      torch::Tensor output;
+    };
+    std::vector<InFlight> in_flight(static_cast<std::size_t>(v * micro_batches));
+    std::vector<PendingOperation> sends;
+    double local_loss = 0.0;
+    auto tag = [&](int boundary, std::int64_t m, int direction) {
+      return static_cast<int>(2 * (boundary * micro_batches + m) + direction);
+    };
+    auto forward = [&](int k, std::int64_t m) {
+      const int g = global_chunk(k);
+      const Batch batch =
+          make_batch(train_data, order, offset + (c.dp * micro_batches + m) * mb, mb, device);
+      InFlight& f = in_flight[static_cast<std::size_t>(k * micro_batches + m)];
+      if (g > 0) {
+        f.input = torch::empty(hidden_shape(mb), activation_options);
+        pipe.recv(f.input, previous_rank, tag(g - 1, m, 0));
+        f.input.requires_grad_(true);
+      }
+      torch::Tensor out;
+      {
+        compat::AutocastGuard autocast(device.type(), mp.dtype, mp.autocast);
+        out = chunks[static_cast<std::size_t>(k)]->forward(batch.inputs, f.input);
+      }
+      if (g == chunk_count - 1) {
+        f.output = torch::nn::functional::cross_entropy(out.to(torch::kFloat), batch.labels) /
+                   static_cast<double>(micro_batches);
+        local_loss += f.output.item<double>();
+      } else {
+        f.output = out.to(torch::kFloat);
+        sends.push_back(pipe.send(f.output.detach(), next_rank, tag(g, m, 0)));
+      }
+    };
+    auto backward = [&](int k, std::int64_t m) {
+      const int g = global_chunk(k);
+      InFlight& f = in_flight[static_cast<std::size_t>(k * micro_batches + m)];
+      // The step's last backward pass (chunk 0, last micro-batch in every schedule) starts the
+      // bucketed gradient all-reduces from its hooks (v = 1 only).
+      if (k == 0 && m == micro_batches - 1) flat.arm();
+      if (g == chunk_count - 1) {
+        f.output.backward();
+      } else {
+        torch::Tensor grad = torch::empty(hidden_shape(mb), activation_options);
+        pipe.recv(grad, next_rank, tag(g, m, 1));
+        torch::autograd::backward({f.output}, {grad});
+      }
+      if (g > 0) sends.push_back(pipe.send(f.input.grad(), previous_rank, tag(g - 1, m, 1)));
+      f = InFlight{};
+    };
+    if (o.schedule == costmodel::Schedule::kGpipe) {
+      for (std::int64_t m = 0; m < micro_batches; ++m) forward(0, m);
+      for (std::int64_t m = 0; m < micro_batches; ++m) backward(0, m);
+    } else if (o.schedule == costmodel::Schedule::k1F1B) {
+      const std::int64_t warmup = std::min<std::int64_t>(pp - c.pp - 1, micro_batches);
+      for (std::int64_t m = 0; m < warmup; ++m) forward(0, m);
+      for (std::int64_t m = warmup; m < micro_batches; ++m) {
+        forward(0, m);
+        backward(0, m - warmup);
+      }
+      for (std::int64_t m = micro_batches - warmup; m < micro_batches; ++m) backward(0, m);
+    } else {
+      // Megatron-LM's interleaved 1F1B: virtual micro-step i runs micro-batch
+      // (i / (pp v)) pp + i % pp on chunk (i % (pp v)) / pp (backward: v - 1 - that).
+      const std::int64_t total = micro_batches * v;
+      auto chunk_of = [&](std::int64_t i, bool forward_pass) {
+        const auto k = static_cast<int>((i % (pp * v)) / pp);
+        return forward_pass ? k : v - 1 - k;
+      };
+      auto micro_batch_of = [&](std::int64_t i) { return (i / (pp * v)) * pp + i % pp; };
+      const std::int64_t warmup =
+          micro_batches == pp ? total
+                              : std::min<std::int64_t>((pp - c.pp - 1) * 2 + (v - 1) * pp, total);
+      for (std::int64_t i = 0; i < warmup; ++i) forward(chunk_of(i, true), micro_batch_of(i));
+      for (std::int64_t i = 0; i < total - warmup; ++i) {
+        forward(chunk_of(i + warmup, true), micro_batch_of(i + warmup));
+        backward(chunk_of(i, false), micro_batch_of(i));
+      }
+      for (std::int64_t i = total - warmup; i < total; ++i) {
+        backward(chunk_of(i, false), micro_batch_of(i));
+      }
+    }
+    for (PendingOperation& s : sends) s.wait();
+
+    const torch::Tensor grad = flat.reduce_gradients();
+    const double grad_norm = flat.global_norm(grad);
+    if (o.max_grad_norm > 0.0 && std::isfinite(grad_norm)) {
+      const double coefficient = o.max_grad_norm / (grad_norm + 1e-6);
+      if (coefficient < 1.0) grad.mul_(coefficient);
+    }
+    const double lr = learning_rate(o, step, total_steps);
+    flat.step(grad, lr);
+    flat.release();
+
+    // The step's loss: the last stage's, summed over the pipeline, averaged over dp.
+    torch::Tensor loss = torch::tensor({local_loss}, torch::TensorOptions().dtype(torch::kDouble));
+    pipe.allreduce_sum(loss);
+    groups.dp().allreduce_sum(loss);
+    const double step_loss = loss.item<double>() / dp;
+    if (o.device == Device::kCuda) compat::cuda_synchronize(device_index);
+    const double step_time_s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+
+    step_times_s.push_back(step_time_s);
+    summary.losses.push_back(step_loss);
+    summary.steps = step + 1;
+    if ((step + 1) % o.log_every == 0 || step + 1 == end_step) {
+      nlohmann::ordered_json line;
+      line["step"] = step + 1;
+      line["epoch"] = epoch;
+      line["loss"] = step_loss;
+      line["lr"] = lr;
+      line["samples_per_s"] = static_cast<double>(global_batch) / step_time_s;
+      line["step_time_s"] = step_time_s;
+      line["peak_memory_bytes"] = peak_memory_bytes(o.device, device_index);
+      line["rank"] = groups.world_rank();
+      line["time"] = utc_now_iso8601();
+      metrics.write(line);
+    }
+    progress.update(step + 1, step_loss);
+    if (o.eval_every > 0 && (step + 1) % o.eval_every == 0) {
+      run_evaluation(step + 1);
+      flat.release();
+    }
+  }
+  progress.finish();
+  const bool finished = summary.steps == total_steps;
+  if (finished && last_eval_step != summary.steps) {
+    run_evaluation(summary.steps);
+    flat.release();
+  }
+  groups.world().barrier();
 
   summary.final_loss = summary.losses.empty() ? 0.0 : summary.losses.back();
   summary.median_step_time_s = median(step_times_s);

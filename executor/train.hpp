@@ -1,5 +1,5 @@
-// Single-rank training of a sequence classifier: the library function behind `loom train` for a
-// plan with dp = tp = pp = 1. No LibTorch types in this header.
+// Training of a sequence classifier: the library function behind `loom train`, on one rank or as
+// one rank of a dp x tp x pp plan. No LibTorch types in this header.
 //
 // One optimizer step consumes global_batch = micro_batch * num_micro_batches examples: the
 // gradients of num_micro_batches micro-batches are accumulated, each micro-batch's mean loss
@@ -29,6 +29,26 @@
 //   after the last step) on the whole validation set.
 // A resumed run appends to the metrics file; a fresh run truncates it.
 //
+// Many ranks (TrainOptions::dp * tp * pp > 1, train_classifier with ParallelGroups): one step
+// consumes global_batch = dp * micro_batch * num_micro_batches examples of the same data order;
+// data-parallel rank d takes the contiguous block [d * M * b, (d + 1) * M * b) of the step's
+// examples (M = num_micro_batches, b = micro_batch), so a run equals the single-rank run with
+// micro_batch b and num_micro_batches dp * M up to floating-point summation order. Every rank
+// builds its stage (plan.stages[pp rank]) and tp shard from the same seeded full tensors.
+// Parameters and gradients live in one flat fp32 buffer per rank; gradients are summed over the
+// dp group (all-reduce in buckets overlapping the last backward pass; ZeRO-2/3: reduce-scatter
+// after it) and divided by dp; the global gradient norm
+// (tp shards and pp stages summed, replicated tp parameters counted once) clips; AdamW (the same
+// arithmetic as torch::optim::AdamW) updates the whole buffer (ZeRO-0) or this rank's 1/dp shard
+// (ZeRO-1/2/3: optimizer states sharded, updated parameters all-gathered; ZeRO-3 keeps only the
+// shard between steps and gathers the stage's parameters for the step). Pipeline stages exchange
+// activations and gradients with send/recv in the plan's schedule (gpipe: all forwards, then all
+// backwards; 1f1b: pp - stage - 1 warm-up forwards, then one forward / one backward;
+// interleaved: each pipeline rank holds virtual_stages model chunks, chunk g of the plan's
+// pp * virtual_stages stages on rank g % pp, in Megatron-LM's interleaved 1F1B order). The loss
+// is computed on the last stage and reported on every rank. Only world rank 0 writes metrics.
+// Not yet with many ranks: checkpoints and resume, fp16 loss scaling.
+//
 // Checkpoints: `checkpoint_dir/step-NNNNNNNN/` holding model.safetensors (full fp32 weights,
 // Hugging Face names; usable as an init checkpoint), optimizer.pt and rng.pt (torch::save), and
 // trainer_state.json ({"format": "loom-checkpoint/1", "step", "epoch", "sample_offset", "seed",
@@ -42,6 +62,7 @@
 #include <string>
 #include <vector>
 
+#include "costmodel/strategy.hpp"
 #include "executor/examples.hpp"
 #include "planner/plan.hpp"
 #include "profiles/cluster.hpp"
@@ -89,6 +110,18 @@ struct TrainOptions {
   profiles::Precision precision = profiles::Precision::kFp32;  // used on cuda only
   int rank = 0;                                                // the "rank" field of metrics
   bool progress = true;  // a progress bar on stderr when stdout and stderr are terminals
+
+  // The parallel layout (from the plan). micro_batch and num_micro_batches are per dp rank.
+  int dp = 1;
+  int tp = 1;
+  int pp = 1;
+  int zero = 0;  // ZeRO stage 0..3 over the dp group
+  costmodel::Schedule schedule = costmodel::Schedule::k1F1B;
+  int virtual_stages = 1;
+  std::vector<costmodel::StageRange> stages;  // pp * virtual_stages ranges; empty = even split
+  // DP and ZeRO-1: gradients are all-reduced in buckets of about this size, each started by a
+  // gradient hook as soon as the last micro-batch's backward pass has finished its gradients.
+  std::int64_t bucket_bytes = 25 << 20;
 };
 
 struct TrainSummary {
@@ -105,8 +138,10 @@ struct TrainSummary {
   std::string precision;  // what actually ran: "fp32", "bf16", ...
 };
 
-// Options that a plan fixes: the model, micro_batch, num_micro_batches and precision. Throws
-// InputError (source "plan") when the plan needs more than one rank.
+class ParallelGroups;  // executor/distributed.hpp
+
+// Options that a plan fixes: the model, micro_batch, num_micro_batches, precision and the
+// parallel layout (dp, tp, pp, zero, schedule, virtual stages, stages).
 TrainOptions train_options_from_plan(const planner::Plan& plan);
 
 // Trains and evaluates. Throws InputError for bad options (source the option's flag, e.g.
@@ -114,9 +149,20 @@ TrainOptions train_options_from_plan(const planner::Plan& plan);
 // unequal or too long sequences, token ids outside the vocabulary, labels outside
 // [0, num_labels)), fewer training examples than one global batch, an unreadable init or resume
 // checkpoint, a checkpoint made for another model, seed or batch, or cuda without a GPU.
+// Throws InputError (source "plan") when options.dp * tp * pp > 1: those need the groups.
 TrainSummary train_classifier(const TrainOptions& options,
                               const std::vector<EncodedExample>& train_data,
                               const std::vector<EncodedExample>& validation_data);
+
+// As one rank of `groups` (whose dp, tp and pp sizes must equal the options'). Collective: every
+// rank calls it with the same options and data. Besides the refusals above, throws InputError
+// for what many ranks cannot do yet (checkpoints, resume, fp16 on cuda) or an impossible
+// schedule (virtual stages without interleaving, interleaving with pp < 2 or micro-batches not a
+// multiple of pp), and CollectiveError when a peer is lost or a collective times out.
+TrainSummary train_classifier(const TrainOptions& options,
+                              const std::vector<EncodedExample>& train_data,
+                              const std::vector<EncodedExample>& validation_data,
+                              ParallelGroups& groups);
 
 // The newest complete checkpoint folder (`step-NNNNNNNN` holding trainer_state.json) in
 // `checkpoint_dir`, or nullopt when there is none.

@@ -19,6 +19,8 @@ Runner add_demo_command(CLI::App& app);
 Runner add_train_command(CLI::App& app);
 Runner add_simulate_command(CLI::App& app);
 Runner add_report_command(CLI::App& app);
+Runner add_launch_command(CLI::App& app);
+Runner add_slurm_command(CLI::App& app);
 
 // The human-readable summary of a plan: model, cluster, job, strategy, prediction, memory per
 // stage and the reasons (`loom plan`, `loom simulate`).

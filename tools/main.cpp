@@ -17,6 +17,8 @@ int main(int argc, char** argv) {
   runners["train"] = loom::tools::add_train_command(app);
   runners["simulate"] = loom::tools::add_simulate_command(app);
   runners["report"] = loom::tools::add_report_command(app);
+  runners["launch"] = loom::tools::add_launch_command(app);
+  runners["slurm"] = loom::tools::add_slurm_command(app);
 
   std::string sub = argc > 1 ? argv[1] : "";
   if (runners.count(sub) == 0) sub = "";

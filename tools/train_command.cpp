@@ -1,5 +1,6 @@
 // loom train: one rank of a plan (spec/cli.md). Reads the plan, the data and the tokenizer,
 // checks them against each other, and calls executor::train_classifier.
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -8,8 +9,11 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "executor/dataset.hpp"
+#include "executor/distributed.hpp"
 #include "executor/tokenizer.hpp"
 #include "executor/train.hpp"
 #include "planner/plan.hpp"
@@ -41,6 +45,7 @@ struct TrainArgs {
   bool resume = false;
   std::string metrics;
   std::string device = "cpu";
+  double comm_timeout_s = 300;
   bool json = false;
 };
 
@@ -48,7 +53,7 @@ struct TrainArgs {
 struct World {
   int rank = 0;
   int size = 1;
-  std::string source = "no RANK/WORLD_SIZE or SLURM_PROCID/SLURM_NTASKS (a single process)";
+  std::string source = "a single process: no RANK/WORLD_SIZE or SLURM_PROCID/SLURM_NTASKS";
 };
 
 int env_int(const char* name) {
@@ -97,6 +102,15 @@ executor::WordPieceTokenizer load_tokenizer(const TrainArgs& a) {
                        " (or --init with a checkpoint folder that holds one)");
 }
 
+// What load_tokenizer reads, for messages.
+std::string tokenizer_source(const TrainArgs& a) {
+  if (!a.tokenizer.empty()) return a.tokenizer;
+  if (!a.init.empty() && fs::exists(fs::path(a.init) / "vocab.txt")) {
+    return (fs::path(a.init) / "vocab.txt").string();
+  }
+  return "the synthetic vocabulary";
+}
+
 // The plan's model against the init checkpoint's config.json: the same architecture, or a clear
 // refusal (a plan made for another model).
 void check_init_config(const planner::Plan& plan, const std::string& init) {
@@ -141,10 +155,12 @@ int run_train(const TrainArgs& a) {
       planner::plan_from_json(profiles::parse_json_text(text, a.plan), a.plan);
   const World world = world_from_environment();
   if (world.size != plan.strategy.world_size()) {
-    throw InputError(
-        a.plan, "$.strategy",
-        "a plan for the " + std::to_string(world.size) + " rank(s) of this job (" + world.source +
-            "); it has dp*tp*pp = " + std::to_string(plan.strategy.world_size()) + " ranks");
+    const int ranks = plan.strategy.world_size();
+    throw InputError(a.plan, "$.strategy",
+                     "a plan for the " + std::to_string(world.size) + " rank(s) of this job (" +
+                         world.source + "); it has dp*tp*pp = " + std::to_string(ranks) +
+                         " ranks: run it with loom launch --nproc " + std::to_string(ranks) +
+                         " or a launcher that starts " + std::to_string(ranks) + " ranks");
   }
   executor::TrainOptions o = executor::train_options_from_plan(plan);
   if (a.steps.has_value() == a.epochs.has_value()) {
@@ -183,17 +199,56 @@ int run_train(const TrainArgs& a) {
     throw InputError("--validation-fraction", "", "a fraction in (0, 1)");
   }
 
+  // The data first, so that a wrong --data is reported as such (not as a missing tokenizer).
+  std::vector<executor::Review> reviews = executor::load_reviews(a.data, "train");
   const executor::WordPieceTokenizer tokenizer = load_tokenizer(a);
   if (tokenizer.vocab_size() > plan.model.vocab) {
-    throw InputError(a.tokenizer.empty() ? "the tokenizer" : a.tokenizer, "",
-                     "at most the model's " + std::to_string(plan.model.vocab) +
-                         " token ids, found " + std::to_string(tokenizer.vocab_size()));
+    throw InputError(tokenizer_source(a), "",
+                     "at most the model's " + std::to_string(plan.model.vocab) + " token ids (" +
+                         plan.model.name + " vocab), found " +
+                         std::to_string(tokenizer.vocab_size()));
   }
-  const executor::TrainValidation split = executor::split_train_validation(
-      executor::load_reviews(a.data, "train"), a.validation_fraction, a.seed);
+  const std::size_t review_count = reviews.size();
+  const executor::TrainValidation split =
+      executor::split_train_validation(std::move(reviews), a.validation_fraction, a.seed);
+  if (static_cast<std::int64_t>(split.train.size()) < plan.job.global_batch) {
+    char fraction[32];
+    std::snprintf(fraction, sizeof fraction, "%g", a.validation_fraction);
+    throw InputError(a.data, "",
+                     "at least one global batch of " + std::to_string(plan.job.global_batch) +
+                         " training reviews after holding out --validation-fraction " + fraction +
+                         ", found " + std::to_string(split.train.size()) + " of " +
+                         std::to_string(review_count));
+  }
   const std::int64_t seq_len = plan.job.seq_len;
-  const executor::TrainSummary s = executor::train_classifier(
-      o, encode(split.train, tokenizer, seq_len), encode(split.validation, tokenizer, seq_len));
+  const auto train_data = encode(split.train, tokenizer, seq_len);
+  const auto validation_data = encode(split.validation, tokenizer, seq_len);
+  executor::TrainSummary s;
+  if (world.size == 1) {
+    s = executor::train_classifier(o, train_data, validation_data);
+  } else {
+    // Many ranks: rendezvous on rank 0's TCPStore, then the plan's dp/tp/pp groups.
+    const executor::RankEnvironment env =
+        executor::rank_environment([](const std::string& name) -> std::optional<std::string> {
+          const char* value = std::getenv(name.c_str());
+          return value != nullptr ? std::optional<std::string>(value) : std::nullopt;
+        });
+    executor::GroupOptions groups_options;
+    groups_options.timeout =
+        std::chrono::milliseconds(static_cast<std::int64_t>(a.comm_timeout_s * 1000));
+    groups_options.interface = env.gloo_interface;
+    const bool local = env.master_addr == "127.0.0.1" || env.master_addr == "localhost";
+    groups_options.host = local ? "127.0.0.1" : "";
+    if (o.device == executor::Device::kCuda) {
+      groups_options.backend = executor::CommBackend::kNccl;
+      o.device_index = env.local_rank;
+    }
+    const auto store = executor::connect_store(env, groups_options.timeout);
+    executor::ParallelGroups groups(store, world.rank, plan.strategy.dp, plan.strategy.tp,
+                                    plan.strategy.pp, groups_options);
+    s = executor::train_classifier(o, train_data, validation_data, groups);
+    if (world.rank != 0) return 0;  // rank 0 prints the summary
+  }
 
   if (a.json) {
     nlohmann::json j{{"steps", s.steps},
@@ -257,6 +312,9 @@ Runner add_train_command(CLI::App& app) {
   cmd->add_flag("--resume", args->resume, "continue from the latest checkpoint");
   cmd->add_option("--metrics", args->metrics, "METRICS.jsonl to write");
   cmd->add_option("--device", args->device, "cpu | cuda");
+  cmd->add_option("--comm-timeout", args->comm_timeout_s,
+                  "seconds any collective may wait for a peer before failing (default 300)")
+      ->check(CLI::PositiveNumber);
   cmd->add_flag("--json", args->json, "print a JSON summary instead of text");
   return [args]() { return run_train(*args); };
 }

@@ -1,0 +1,530 @@
+#include "executor/distributed.hpp"
+
+#include <algorithm>
+#include <sstream>
+#include <thread>
+#include <torch/csrc/distributed/c10d/HashStore.hpp>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#include <utility>
+
+#include "executor/torch_compat.hpp"
+#include "profiles/errors.hpp"
+
+namespace loom::executor {
+
+// ---------------------------------------------------------------------------------------------
+// Where this process is
+
+namespace {
+
+int parse_count(const std::string& name, const std::string& text) {
+  std::size_t used = 0;
+  long value = -1;
+  try {
+    value = std::stol(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (text.empty() || used != text.size() || value < 0 || value > 1'000'000) {
+    throw InputError("environment variable " + name, "",
+                     "a non-negative integer, found \"" + text + "\"");
+  }
+  return static_cast<int>(value);
+}
+
+// The library's message without c10's backtrace.
+std::string error_text(const std::exception& e) {
+  if (const auto* c10_error = dynamic_cast<const c10::Error*>(&e)) {
+    return c10_error->what_without_backtrace();
+  }
+  return e.what();
+}
+
+std::string join_ranks(const std::vector<int>& ranks) {
+  std::ostringstream out;
+  for (std::size_t i = 0; i < ranks.size(); ++i) out << (i > 0 ? "," : "") << ranks[i];
+  return out.str();
+}
+
+}  // namespace
+
+std::vector<std::string> expand_nodelist(const std::string& nodelist) {
+  std::vector<std::string> hosts;
+  const std::string source = "SLURM_JOB_NODELIST";
+  std::size_t i = 0;
+  while (i < nodelist.size()) {
+    // One entry: prefix[ranges]suffix up to a comma outside brackets.
+    std::size_t end = i;
+    int depth = 0;
+    while (end < nodelist.size() && (nodelist[end] != ',' || depth > 0)) {
+      if (nodelist[end] == '[') ++depth;
+      if (nodelist[end] == ']') --depth;
+      if (depth < 0 || depth > 1) throw InputError(source, nodelist, "balanced [ ] brackets");
+      ++end;
+    }
+    if (depth != 0) throw InputError(source, nodelist, "balanced [ ] brackets");
+    const std::string entry = nodelist.substr(i, end - i);
+    i = end + 1;
+    if (entry.empty()) continue;
+    const std::size_t open = entry.find('[');
+    if (open == std::string::npos) {
+      hosts.push_back(entry);
+      continue;
+    }
+    const std::size_t close = entry.find(']', open);
+    const std::string prefix = entry.substr(0, open);
+    const std::string suffix = entry.substr(close + 1);
+    std::stringstream ranges(entry.substr(open + 1, close - open - 1));
+    for (std::string range; std::getline(ranges, range, ',');) {
+      const std::size_t dash = range.find('-');
+      const std::string first = range.substr(0, dash);
+      const std::string last = dash == std::string::npos ? first : range.substr(dash + 1);
+      const bool digits =
+          !first.empty() && !last.empty() &&
+          std::all_of(first.begin(), first.end(), [](char c) { return c >= '0' && c <= '9'; }) &&
+          std::all_of(last.begin(), last.end(), [](char c) { return c >= '0' && c <= '9'; });
+      if (!digits || std::stol(first) > std::stol(last)) {
+        throw InputError(source, nodelist, "ranges like 01-04, found \"" + range + "\"");
+      }
+      for (long n = std::stol(first); n <= std::stol(last); ++n) {
+        std::string number = std::to_string(n);
+        if (number.size() < first.size()) number.insert(0, first.size() - number.size(), '0');
+        hosts.push_back(prefix + number + suffix);
+      }
+    }
+  }
+  return hosts;
+}
+
+RankEnvironment rank_environment(const EnvLookup& lookup) {
+  RankEnvironment env;
+  auto count = [&](const std::string& name) -> std::optional<int> {
+    const std::optional<std::string> value = lookup(name);
+    if (!value) return std::nullopt;
+    return parse_count(name, *value);
+  };
+  if (auto world = count("WORLD_SIZE")) {
+    env.world_size = *world;
+    env.rank = count("RANK").value_or(0);
+    env.local_rank = count("LOCAL_RANK").value_or(env.rank);
+    env.source = "RANK/WORLD_SIZE";
+  } else if (auto tasks = count("SLURM_NTASKS")) {
+    env.world_size = *tasks;
+    env.rank = count("SLURM_PROCID").value_or(0);
+    env.local_rank = count("SLURM_LOCALID").value_or(0);
+    env.source = "SLURM_PROCID/SLURM_NTASKS";
+    if (auto nodes = lookup("SLURM_JOB_NODELIST")) {
+      const std::vector<std::string> hosts = expand_nodelist(*nodes);
+      if (!hosts.empty()) env.master_addr = hosts.front();
+    }
+  }
+  if (auto addr = lookup("MASTER_ADDR")) env.master_addr = *addr;
+  if (auto port = count("MASTER_PORT")) {
+    if (*port < 1 || *port > 65535) {
+      throw InputError("environment variable MASTER_PORT", "", "a port in [1, 65535]");
+    }
+    env.master_port = *port;
+  }
+  if (auto ifname = lookup("GLOO_SOCKET_IFNAME")) env.gloo_interface = *ifname;
+  if (env.world_size < 1 || env.rank >= env.world_size) {
+    throw InputError(env.source, "",
+                     "0 <= rank < world size, found rank " + std::to_string(env.rank) + " of " +
+                         std::to_string(env.world_size));
+  }
+  return env;
+}
+
+c10::intrusive_ptr<c10d::Store> connect_store(const RankEnvironment& environment,
+                                              std::chrono::milliseconds timeout) {
+  c10d::TCPStoreOptions options;
+  options.port = static_cast<std::uint16_t>(environment.master_port);
+  options.isServer = environment.rank == 0;
+  options.numWorkers = static_cast<std::size_t>(environment.world_size);
+  options.waitWorkers = true;
+  options.timeout = timeout;
+  try {
+    return c10::make_intrusive<c10d::TCPStore>(environment.master_addr, options);
+  } catch (const std::exception& e) {
+    throw CollectiveError("rank " + std::to_string(environment.rank) + ": rendezvous at " +
+                          environment.master_addr + ":" + std::to_string(environment.master_port) +
+                          " (TCPStore, " + std::to_string(environment.world_size) +
+                          " ranks) failed: " + error_text(e));
+  }
+}
+
+c10::intrusive_ptr<c10d::Store> make_local_store() {
+  return c10::make_intrusive<c10d::HashStore>();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Pending operations
+
+struct PendingOperation::Impl {
+  c10::intrusive_ptr<c10d::Work> work;
+  std::chrono::milliseconds timeout{0};
+  std::function<void(const std::string&)> on_failure;  // throws
+  torch::Tensor keep_alive;
+  bool done = false;
+};
+
+PendingOperation::PendingOperation(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+PendingOperation::PendingOperation(PendingOperation&&) noexcept = default;
+PendingOperation& PendingOperation::operator=(PendingOperation&&) noexcept = default;
+
+PendingOperation::~PendingOperation() {
+  if (!impl_ || impl_->done || !impl_->work) return;
+  try {
+    impl_->work->wait(impl_->timeout);
+  } catch (...) {  // NOLINT(bugprone-empty-catch): a destructor must not throw
+  }
+}
+
+void PendingOperation::wait() {
+  if (!impl_ || impl_->done) return;
+  impl_->done = true;
+  if (!impl_->work) return;
+  bool completed = false;
+  std::string what;
+  try {
+    completed = impl_->work->wait(impl_->timeout);
+    if (!completed) what = "not completed within the timeout";
+  } catch (const std::exception& e) {
+    what = error_text(e);
+  }
+  if (!completed) impl_->on_failure(what);
+  impl_->keep_alive = torch::Tensor();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Groups
+
+struct ProcessGroup::Impl {
+  c10::intrusive_ptr<compat::CollectiveBackend> backend;  // null for a group of one
+  CommBackend kind = CommBackend::kGloo;
+  int watch_world_size = 0;
+};
+
+ProcessGroup::ProcessGroup(const c10::intrusive_ptr<c10d::Store>& store, std::string name,
+                           std::vector<int> members, int world_rank, const GroupOptions& options)
+    : name_(std::move(name)),
+      members_(std::move(members)),
+      world_rank_(world_rank),
+      timeout_(options.timeout),
+      store_(store),
+      impl_(std::make_unique<Impl>()) {
+  const auto found = std::find(members_.begin(), members_.end(), world_rank);
+  if (found == members_.end()) {
+    throw std::invalid_argument("ProcessGroup " + name_ + ": rank " + std::to_string(world_rank) +
+                                " is not a member");
+  }
+  rank_ = static_cast<int>(found - members_.begin());
+  impl_->kind = options.backend;
+  impl_->watch_world_size = options.watch_world_size;
+  if (members_.size() == 1) return;
+  try {
+    auto prefixed = c10::make_intrusive<c10d::PrefixStore>("loom/" + name_ + "/", store);
+    if (options.backend == CommBackend::kNccl) {
+      impl_->backend = compat::make_nccl_backend(prefixed, rank_, size(), timeout_);
+    } else {
+      impl_->backend = compat::make_gloo_backend(prefixed, rank_, size(), timeout_, options.host,
+                                                 options.interface);
+    }
+  } catch (const std::exception& e) {
+    fail("joining the group", error_text(e));
+  }
+}
+
+ProcessGroup::~ProcessGroup() = default;
+
+void ProcessGroup::fail(const std::string& operation, const std::string& what) const {
+  std::ostringstream message;
+  const double timeout_s = static_cast<double>(timeout_.count()) / 1000.0;
+  message << "rank " << world_rank_ << ": " << operation << " on group " << name_ << " (ranks "
+          << join_ranks(members_) << ", timeout " << timeout_s << " s) failed: " << what;
+  // Every rank that fails says so in the store; the ranks that do not within one timeout are the
+  // lost ones.
+  const std::string prefix = "loom/failed/";
+  std::vector<int> watch;
+  if (impl_->watch_world_size > 0) {
+    watch.reserve(static_cast<std::size_t>(impl_->watch_world_size));
+    for (int r = 0; r < impl_->watch_world_size; ++r) watch.push_back(r);
+  } else {
+    watch = members_;
+  }
+  bool store_alive = true;
+  try {
+    const std::string text = operation + " on " + name_;
+    store_->set(prefix + std::to_string(world_rank_),
+                std::vector<uint8_t>(text.begin(), text.end()));
+  } catch (const std::exception&) {
+    store_alive = false;
+  }
+  std::vector<int> silent;
+  for (int r : watch) {
+    if (r != world_rank_) silent.push_back(r);
+  }
+  const auto deadline = std::chrono::steady_clock::now() + timeout_;
+  while (store_alive && !silent.empty() && std::chrono::steady_clock::now() < deadline) {
+    try {
+      std::vector<int> still;
+      for (int r : silent) {
+        if (!store_->check({prefix + std::to_string(r)})) still.push_back(r);
+      }
+      silent = std::move(still);
+    } catch (const std::exception&) {
+      store_alive = false;
+      break;
+    }
+    if (!silent.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  if (!store_alive) {
+    message << "; the rendezvous store is unreachable: its host, rank 0, is lost";
+  } else if (!silent.empty()) {
+    message << "; lost rank(s) " << join_ranks(silent) << " (no failure report within " << timeout_s
+            << " s)";
+  } else {
+    message << "; no rank is lost (all reported a failure)";
+  }
+  throw CollectiveError(message.str());
+}
+
+namespace {
+
+// The tensor a backend may work on: `tensor` itself when contiguous, else a contiguous copy.
+torch::Tensor contiguous_buffer(const torch::Tensor& tensor) {
+  return tensor.is_contiguous() ? tensor : tensor.contiguous();
+}
+
+}  // namespace
+
+void ProcessGroup::allreduce_sum(torch::Tensor& tensor) {
+  if (size() == 1) return;
+  torch::Tensor buffer = contiguous_buffer(tensor);
+  PendingOperation pending = allreduce_sum_async(buffer);
+  pending.wait();
+  if (!buffer.is_same(tensor)) tensor.copy_(buffer);
+}
+
+PendingOperation ProcessGroup::allreduce_sum_async(torch::Tensor& tensor) {
+  auto impl = std::make_unique<PendingOperation::Impl>();
+  impl->timeout = timeout_;
+  impl->on_failure = [this](const std::string& what) { fail("allreduce_sum", what); };
+  if (size() == 1) return PendingOperation(std::move(impl));
+  if (!tensor.is_contiguous()) fail("allreduce_sum", "a non-contiguous tensor (a bug)");
+  std::vector<torch::Tensor> tensors{tensor};
+  c10d::AllreduceOptions options;
+  options.reduceOp = c10d::ReduceOp::SUM;
+  options.timeout = timeout_;
+  try {
+    impl->work = impl_->backend->allreduce(tensors, options);
+  } catch (const std::exception& e) {
+    fail("allreduce_sum", error_text(e));
+  }
+  impl->keep_alive = tensor;
+  return PendingOperation(std::move(impl));
+}
+
+void ProcessGroup::allgather(torch::Tensor& output, const torch::Tensor& input) {
+  const std::int64_t n = input.numel();
+  if (output.numel() != n * size()) {
+    fail("allgather", "an output of " + std::to_string(n * size()) + " elements (a bug)");
+  }
+  torch::Tensor flat_in = contiguous_buffer(input).view({n});
+  if (size() == 1) {
+    output.view({n}).copy_(flat_in);
+    return;
+  }
+  torch::Tensor flat_out = contiguous_buffer(output).view({size() * n});
+  auto impl = std::make_unique<PendingOperation::Impl>();
+  impl->timeout = timeout_;
+  impl->on_failure = [this](const std::string& what) { fail("allgather", what); };
+  c10d::AllgatherOptions options;
+  options.timeout = timeout_;
+  try {
+    if (impl_->kind == CommBackend::kNccl) {
+      impl->work = impl_->backend->_allgather_base(flat_out, flat_in, options);
+    } else {
+      std::vector<torch::Tensor> inputs{flat_in};
+      std::vector<std::vector<torch::Tensor>> outputs{flat_out.view({size(), n}).unbind(0)};
+      impl->work = impl_->backend->allgather(outputs, inputs, options);
+    }
+  } catch (const std::exception& e) {
+    fail("allgather", error_text(e));
+  }
+  PendingOperation(std::move(impl)).wait();
+  if (!flat_out.is_same(output) && flat_out.data_ptr() != output.data_ptr()) {
+    output.copy_(flat_out.view(output.sizes()));
+  }
+}
+
+void ProcessGroup::reduce_scatter_sum(torch::Tensor& output, const torch::Tensor& input) {
+  const std::int64_t n = output.numel();
+  if (input.numel() != n * size()) {
+    fail("reduce_scatter_sum", "an input of " + std::to_string(n * size()) + " elements (a bug)");
+  }
+  if (size() == 1) {
+    output.copy_(input.reshape(output.sizes()));
+    return;
+  }
+  if (impl_->kind == CommBackend::kNccl) {
+    torch::Tensor flat_in = contiguous_buffer(input).view({size() * n});
+    torch::Tensor flat_out = contiguous_buffer(output).view({n});
+    auto impl = std::make_unique<PendingOperation::Impl>();
+    impl->timeout = timeout_;
+    impl->on_failure = [this](const std::string& what) { fail("reduce_scatter_sum", what); };
+    c10d::ReduceScatterOptions options;
+    options.reduceOp = c10d::ReduceOp::SUM;
+    options.timeout = timeout_;
+    try {
+      impl->work = impl_->backend->_reduce_scatter_base(flat_out, flat_in, options);
+    } catch (const std::exception& e) {
+      fail("reduce_scatter_sum", error_text(e));
+    }
+    PendingOperation(std::move(impl)).wait();
+    if (flat_out.data_ptr() != output.data_ptr()) output.copy_(flat_out.view(output.sizes()));
+    return;
+  }
+  // Gloo: all-reduce a copy, keep this rank's chunk.
+  torch::Tensor sum = input.reshape({size() * n}).clone();
+  allreduce_sum(sum);
+  output.copy_(sum.narrow(0, rank_ * n, n).view(output.sizes()));
+}
+
+void ProcessGroup::broadcast(torch::Tensor& tensor, int root) {
+  if (size() == 1) return;
+  torch::Tensor buffer = contiguous_buffer(tensor);
+  auto impl = std::make_unique<PendingOperation::Impl>();
+  impl->timeout = timeout_;
+  impl->on_failure = [this](const std::string& what) { fail("broadcast", what); };
+  std::vector<torch::Tensor> tensors{buffer};
+  c10d::BroadcastOptions options;
+  options.rootRank = root;
+  options.timeout = timeout_;
+  try {
+    impl->work = impl_->backend->broadcast(tensors, options);
+  } catch (const std::exception& e) {
+    fail("broadcast", error_text(e));
+  }
+  PendingOperation(std::move(impl)).wait();
+  if (!buffer.is_same(tensor)) tensor.copy_(buffer);
+}
+
+PendingOperation ProcessGroup::send(const torch::Tensor& tensor, int destination, int tag) {
+  const std::string operation = "send to rank " +
+                                std::to_string(members_.at(static_cast<std::size_t>(destination))) +
+                                " (tag " + std::to_string(tag) + ")";
+  auto impl = std::make_unique<PendingOperation::Impl>();
+  impl->timeout = timeout_;
+  impl->on_failure = [this, operation](const std::string& what) { fail(operation, what); };
+  if (size() == 1) fail(operation, "a group of one has no peer (a bug)");
+  torch::Tensor buffer = tensor.contiguous();
+  std::vector<torch::Tensor> tensors{buffer};
+  try {
+    impl->work = impl_->backend->send(tensors, destination, tag);
+  } catch (const std::exception& e) {
+    fail(operation, error_text(e));
+  }
+  impl->keep_alive = buffer;
+  return PendingOperation(std::move(impl));
+}
+
+void ProcessGroup::recv(torch::Tensor& tensor, int source, int tag) {
+  const std::string operation = "recv from rank " +
+                                std::to_string(members_.at(static_cast<std::size_t>(source))) +
+                                " (tag " + std::to_string(tag) + ")";
+  if (size() == 1) fail(operation, "a group of one has no peer (a bug)");
+  torch::Tensor buffer = contiguous_buffer(tensor);
+  auto impl = std::make_unique<PendingOperation::Impl>();
+  impl->timeout = timeout_;
+  impl->on_failure = [this, operation](const std::string& what) { fail(operation, what); };
+  std::vector<torch::Tensor> tensors{buffer};
+  try {
+    impl->work = impl_->backend->recv(tensors, source, tag);
+  } catch (const std::exception& e) {
+    fail(operation, error_text(e));
+  }
+  PendingOperation(std::move(impl)).wait();
+  if (!buffer.is_same(tensor)) tensor.copy_(buffer);
+}
+
+void ProcessGroup::barrier() {
+  if (size() == 1) return;
+  auto impl = std::make_unique<PendingOperation::Impl>();
+  impl->timeout = timeout_;
+  impl->on_failure = [this](const std::string& what) { fail("barrier", what); };
+  c10d::BarrierOptions options;
+  options.timeout = timeout_;
+  try {
+    impl->work = impl_->backend->barrier(options);
+  } catch (const std::exception& e) {
+    fail("barrier", error_text(e));
+  }
+  PendingOperation(std::move(impl)).wait();
+}
+
+// ---------------------------------------------------------------------------------------------
+// The grid
+
+RankCoordinates megatron_coordinates(int rank, int dp, int tp, int /*pp*/) {
+  RankCoordinates c;
+  c.tp = rank % tp;
+  c.dp = (rank / tp) % dp;
+  c.pp = rank / (tp * dp);
+  return c;
+}
+
+int megatron_rank(const RankCoordinates& c, int dp, int tp) {
+  return c.tp + tp * (c.dp + dp * c.pp);
+}
+
+ParallelGroups::ParallelGroups(const c10::intrusive_ptr<c10d::Store>& store, int world_rank, int dp,
+                               int tp, int pp, const GroupOptions& options) {
+  const int world = dp * tp * pp;
+  if (dp < 1 || tp < 1 || pp < 1 || world_rank < 0 || world_rank >= world) {
+    throw InputError("parallel layout", "",
+                     "0 <= rank < dp * tp * pp, found rank " + std::to_string(world_rank) +
+                         " of dp=" + std::to_string(dp) + " tp=" + std::to_string(tp) +
+                         " pp=" + std::to_string(pp));
+  }
+  GroupOptions o = options;
+  o.watch_world_size = world;
+  coordinates_ = megatron_coordinates(world_rank, dp, tp, pp);
+  std::vector<int> all(static_cast<std::size_t>(world));
+  for (int r = 0; r < world; ++r) all[static_cast<std::size_t>(r)] = r;
+  world_ = std::make_shared<ProcessGroup>(store, "world", all, world_rank, o);
+
+  // tp groups: index = dp + dp_size * pp.
+  for (int p = 0; p < pp; ++p) {
+    for (int d = 0; d < dp; ++d) {
+      std::vector<int> members;
+      for (int t = 0; t < tp; ++t) members.push_back(megatron_rank({d, t, p}, dp, tp));
+      if (coordinates_.dp == d && coordinates_.pp == p) {
+        tp_ = std::make_shared<ProcessGroup>(store, "tp" + std::to_string(d + dp * p), members,
+                                             world_rank, o);
+      }
+    }
+  }
+  for (int p = 0; p < pp; ++p) {
+    for (int t = 0; t < tp; ++t) {
+      std::vector<int> members;
+      for (int d = 0; d < dp; ++d) members.push_back(megatron_rank({d, t, p}, dp, tp));
+      if (coordinates_.tp == t && coordinates_.pp == p) {
+        dp_ = std::make_shared<ProcessGroup>(store, "dp" + std::to_string(t + tp * p), members,
+                                             world_rank, o);
+      }
+    }
+  }
+  for (int d = 0; d < dp; ++d) {
+    for (int t = 0; t < tp; ++t) {
+      std::vector<int> members;
+      for (int p = 0; p < pp; ++p) members.push_back(megatron_rank({d, t, p}, dp, tp));
+      if (coordinates_.tp == t && coordinates_.dp == d) {
+        pp_ = std::make_shared<ProcessGroup>(store, "pp" + std::to_string(t + tp * d), members,
+                                             world_rank, o);
+      }
+    }
+  }
+}
+
+}  // namespace loom::executor

@@ -1,0 +1,192 @@
+// Many ranks: where this process sits in the job, the rendezvous, and the process groups that
+// carry every collective of the executor (c10d: Gloo for CPU tensors, NCCL for CUDA tensors in a
+// CUDA build).
+//
+// Contracts:
+// - Every collective and point-to-point call waits at most the group's timeout. A peer that is
+//   lost (killed, crashed, stuck) makes every rank that waits on it throw CollectiveError naming
+//   this rank, the operation, the group and the ranks that did not report a failure of their own
+//   within one timeout (the lost ones); it never hangs.
+// - Within a group every member issues the same collectives in the same order (c10d's rule).
+//   Groups are created in the same order on every rank (world, then tp, dp and pp groups in
+//   index order), each over its own PrefixStore, so the blocking Gloo rendezvous cannot cycle.
+// - Tensors may be non-contiguous; the group copies through a contiguous buffer when needed.
+//   Gloo gets CPU tensors; the reductions are sums (SUM then divide for averages: Gloo on 1.13
+//   has no AVG, no reduce_scatter and no flat all-gather, so those go through all-reduce / list
+//   all-gather fallbacks).
+// - Ranks are numbered as Megatron-LM does: rank = tp_rank + tp * (dp_rank + dp * pp_rank).
+#pragma once
+
+#include <torch/torch.h>
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+#include <vector>
+
+namespace loom::executor {
+
+// ---------------------------------------------------------------------------------------------
+// Where this process is
+
+struct RankEnvironment {
+  int rank = 0;
+  int world_size = 1;
+  int local_rank = 0;
+  std::string master_addr = "127.0.0.1";
+  int master_port = 29500;
+  std::string gloo_interface;  // GLOO_SOCKET_IFNAME; "" = by address
+  std::string source = "no RANK/WORLD_SIZE or SLURM_PROCID/SLURM_NTASKS (a single process)";
+};
+
+// Looks up one environment variable; nullopt when unset. The tools pass a getenv wrapper; tests
+// pass a map.
+using EnvLookup = std::function<std::optional<std::string>(const std::string& name)>;
+
+// torchrun's RANK / WORLD_SIZE / LOCAL_RANK / MASTER_ADDR / MASTER_PORT, else Slurm's
+// SLURM_PROCID / SLURM_NTASKS / SLURM_LOCALID with the master on the first host of
+// SLURM_JOB_NODELIST (MASTER_ADDR / MASTER_PORT still override), else a single process. Throws
+// InputError naming the variable for a value that is not a non-negative integer or a rank outside
+// [0, world size).
+RankEnvironment rank_environment(const EnvLookup& lookup);
+
+// Expands a Slurm host list: "node[01-03,7],gpu7" -> node01 node02 node03 node7 gpu7 (zero
+// padding kept). Throws InputError for unbalanced brackets or a bad range.
+std::vector<std::string> expand_nodelist(const std::string& nodelist);
+
+// ---------------------------------------------------------------------------------------------
+// Errors
+
+// A collective or point-to-point operation failed or timed out.
+class CollectiveError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// ---------------------------------------------------------------------------------------------
+// Groups
+
+enum class CommBackend { kGloo, kNccl };
+
+struct GroupOptions {
+  std::chrono::milliseconds timeout{std::chrono::minutes(5)};  // every operation
+  CommBackend backend = CommBackend::kGloo;  // kNccl only in a CUDA build, for CUDA tensors
+  std::string host = "127.0.0.1";            // address Gloo binds to ("" = this host's name)
+  std::string interface;                     // network interface for Gloo (wins over host)
+  // On a failure, the world ranks 0..watch_world_size-1 whose silence names them lost; 0 = the
+  // group's own members.
+  int watch_world_size = 0;
+};
+
+// The rendezvous store: a TCPStore served by rank 0 at master_addr:master_port.
+c10::intrusive_ptr<c10d::Store> connect_store(const RankEnvironment& environment,
+                                              std::chrono::milliseconds timeout);
+// An in-memory store for ranks that are threads of one process (tests).
+c10::intrusive_ptr<c10d::Store> make_local_store();
+
+// An operation started by a group (a point-to-point send, an asynchronous all-reduce): wait()
+// blocks until it is done or throws CollectiveError after the group's timeout. Waiting twice is
+// allowed; an unwaited handle is waited for in the destructor (errors then swallowed).
+class PendingOperation {
+ public:
+  struct Impl;
+  explicit PendingOperation(std::unique_ptr<Impl> impl);
+  PendingOperation(PendingOperation&&) noexcept;
+  PendingOperation& operator=(PendingOperation&&) noexcept;
+  ~PendingOperation();
+  void wait();
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+// One process group. A group of one needs no store and makes every operation a copy or no-op.
+class ProcessGroup {
+ public:
+  // Joins the group `name` made of the world ranks `members` (in group-rank order) as world rank
+  // `world_rank` (a member). Blocks until every member has joined (Gloo) or up to the timeout.
+  // `store` is the job's store; the group uses PrefixStore("loom/" + name + "/", store).
+  ProcessGroup(const c10::intrusive_ptr<c10d::Store>& store, std::string name,
+               std::vector<int> members, int world_rank, const GroupOptions& options);
+  ~ProcessGroup();
+  ProcessGroup(const ProcessGroup&) = delete;
+  ProcessGroup& operator=(const ProcessGroup&) = delete;
+
+  int rank() const { return rank_; }
+  int size() const { return static_cast<int>(members_.size()); }
+  const std::string& name() const { return name_; }
+  const std::vector<int>& members() const { return members_; }
+
+  // In place: the element-wise sum over the group.
+  void allreduce_sum(torch::Tensor& tensor);
+  // Starts an in-place sum of a contiguous tensor; the result is there after wait().
+  PendingOperation allreduce_sum_async(torch::Tensor& tensor);
+  // output [size * n] = concatenation of every rank's input [n] (any shape, numel n), rank order.
+  void allgather(torch::Tensor& output, const torch::Tensor& input);
+  // output [n] = this rank's n-element chunk of the element-wise sum of every rank's input
+  // [size * n] (on Gloo: all-reduce of a copy, then the slice).
+  void reduce_scatter_sum(torch::Tensor& output, const torch::Tensor& input);
+  // In place: every rank gets root's tensor (root is a group rank).
+  void broadcast(torch::Tensor& tensor, int root);
+  // Point to point (group ranks; tags >= 0 matched on both sides). send() returns at once; the
+  // tensor must stay alive and unchanged until the handle's wait(). recv() blocks.
+  PendingOperation send(const torch::Tensor& tensor, int destination, int tag);
+  void recv(torch::Tensor& tensor, int source, int tag);
+  void barrier();
+
+ private:
+  struct Impl;
+  [[noreturn]] void fail(const std::string& operation, const std::string& what) const;
+
+  std::string name_;
+  std::vector<int> members_;
+  int rank_ = 0;
+  int world_rank_ = 0;
+  std::chrono::milliseconds timeout_;
+  c10::intrusive_ptr<c10d::Store> store_;
+  std::unique_ptr<Impl> impl_;
+};
+
+// The groups of one rank of a dp x tp x pp grid in Megatron order.
+struct RankCoordinates {
+  int dp = 0;
+  int tp = 0;
+  int pp = 0;
+  bool operator==(const RankCoordinates&) const = default;
+};
+RankCoordinates megatron_coordinates(int rank, int dp, int tp, int pp);
+int megatron_rank(const RankCoordinates& c, int dp, int tp);
+
+class ParallelGroups {
+ public:
+  // Creates, in this order on every rank: "world" (all ranks), "tp<i>" (the ranks sharing dp and
+  // pp coordinates), "dp<i>" (sharing tp and pp) and "pp<i>" (sharing tp and dp), joining the
+  // ones this rank belongs to. Throws InputError unless 0 <= world_rank < dp * tp * pp.
+  ParallelGroups(const c10::intrusive_ptr<c10d::Store>& store, int world_rank, int dp, int tp,
+                 int pp, const GroupOptions& options);
+
+  int world_rank() const { return world_->rank(); }
+  RankCoordinates coordinates() const { return coordinates_; }
+  int dp_size() const { return dp_->size(); }
+  int tp_size() const { return tp_->size(); }
+  int pp_size() const { return pp_->size(); }
+  ProcessGroup& world() { return *world_; }
+  ProcessGroup& dp() { return *dp_; }
+  ProcessGroup& pp() { return *pp_; }
+  // Shared: the model's tensor-parallel comm keeps it alive.
+  std::shared_ptr<ProcessGroup> tp_group() const { return tp_; }
+  ProcessGroup& tp() { return *tp_; }
+
+ private:
+  RankCoordinates coordinates_;
+  std::shared_ptr<ProcessGroup> world_;
+  std::shared_ptr<ProcessGroup> tp_;
+  std::shared_ptr<ProcessGroup> dp_;
+  std::shared_ptr<ProcessGroup> pp_;
+};
+
+}  // namespace loom::executor

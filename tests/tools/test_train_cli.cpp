@@ -1,0 +1,377 @@
+// End-to-end tests of `loom train` (spec/cli.md): a tiny plan for one CPU rank trained on
+// synthetic reviews, the metrics file (spec/formats.md), checkpoints and --resume, --init, and
+// the refusals of bad input (exit 2, one line `loom train: error: ...` naming the input).
+//
+// Every command runs in a fresh temporary folder, removed at the end. The model is tiny (1 layer,
+// hidden 16), so each training command takes well under a second.
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace fs = std::filesystem;
+using Catch::Contains;
+using Catch::StartsWith;
+
+namespace {
+
+struct TrainRun {
+  int exit_code = -1;
+  std::string out;
+  std::string err;
+};
+
+std::string file_text(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream out;
+  out << in.rdbuf();
+  return out.str();
+}
+
+std::string shell_word(const std::string& s) {
+  std::string out = "'";
+  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
+std::size_t newlines(const std::string& text) {
+  std::size_t n = 0;
+  for (char c : text) n += c == '\n' ? 1 : 0;
+  return n;
+}
+
+// The tiny model of these tests: its vocabulary (100) holds the synthetic one (63 tokens).
+const char* const kModelJson = R"({
+  "format": "loom-model/1", "name": "micro-bert", "family": "encoder", "model_type": "bert",
+  "layers": 1, "hidden": 16, "heads": 2, "ffn_hidden": 32, "vocab": 100, "max_positions": 64,
+  "type_vocab": 2, "num_labels": 2})";
+
+// A temporary folder holding model.json, cluster-1.json (local-cpu with one device: one rank)
+// and cluster-2.json (two devices); commands run in work().
+class TrainSandbox {
+ public:
+  TrainSandbox() {
+    static int counter = 0;
+    dir_ = fs::temp_directory_path() /
+           ("loom-test-train-" + std::to_string(::getpid()) + "-" + std::to_string(counter++));
+    fs::remove_all(dir_);
+    fs::create_directories(dir_ / "work");
+    write("model.json", kModelJson);
+    nlohmann::json cluster = nlohmann::json::parse(
+        file_text(fs::path(LOOM_SOURCE_DIR) / "profiles/clusters/local-cpu.json"));
+    cluster["name"] = "cpu-1";
+    cluster["devices_per_node"] = 1;
+    write("cluster-1.json", cluster.dump(2));
+    cluster["name"] = "cpu-2";
+    cluster["devices_per_node"] = 2;
+    write("cluster-2.json", cluster.dump(2));
+  }
+  ~TrainSandbox() {
+    std::error_code ec;
+    fs::remove_all(dir_, ec);
+  }
+  TrainSandbox(const TrainSandbox&) = delete;
+  TrainSandbox& operator=(const TrainSandbox&) = delete;
+
+  fs::path work() const { return dir_ / "work"; }
+
+  // Runs `ENV loom ARGS` in work() with no launcher variables of the calling environment; `env`
+  // is a list of NAME=VALUE words (may be empty).
+  TrainRun loom(const std::string& args, const std::string& env = "") const {
+    const fs::path out = dir_ / "stdout.txt";
+    const fs::path err = dir_ / "stderr.txt";
+    const std::string command =
+        "cd " + shell_word(work().string()) +
+        " && env -u RANK -u WORLD_SIZE -u LOCAL_RANK -u SLURM_PROCID -u SLURM_NTASKS "
+        "-u SLURM_LOCALID " +
+        env + " " + shell_word(LOOM_BINARY) + " " + args + " </dev/null >" +
+        shell_word(out.string()) + " 2>" + shell_word(err.string());
+    const int status = std::system(command.c_str());
+    TrainRun r;
+    r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    r.out = file_text(out);
+    r.err = file_text(err);
+    return r;
+  }
+
+  void write(const std::string& name, const std::string& text) const {
+    fs::create_directories((work() / name).parent_path());
+    std::ofstream(work() / name, std::ios::binary) << text;
+  }
+
+  // `loom plan` of the tiny model for one rank (global batch 8 in 2 micro-batches of 4, seq 32)
+  // into plan.json; `extra` adds flags (for example another cluster).
+  void plan(const std::string& extra = "--cluster cluster-1.json",
+            const std::string& output = "plan.json") const {
+    const TrainRun r =
+        loom("plan --model model.json " + extra +
+             " --global-batch 8 --seq-len 32 --precision fp32 --micro-batch 4 -o " + output);
+    INFO("loom plan: " << r.err);
+    REQUIRE(r.exit_code == 0);
+    REQUIRE(fs::exists(work() / output));
+  }
+
+ private:
+  fs::path dir_;
+};
+
+nlohmann::json parse_summary(const TrainRun& r) {
+  INFO("stdout: " << r.out);
+  INFO("stderr: " << r.err);
+  REQUIRE(r.exit_code == 0);
+  nlohmann::json summary;
+  REQUIRE_NOTHROW(summary = nlohmann::json::parse(r.out));
+  return summary;
+}
+
+std::vector<double> losses_of(const nlohmann::json& summary) {
+  return summary.at("losses").get<std::vector<double>>();
+}
+
+// Bad input: exit code 2, nothing on stdout, one line `loom train: error: ...` on stderr.
+void require_train_error(const TrainRun& r) {
+  INFO("stdout: " << r.out);
+  INFO("stderr: " << r.err);
+  CHECK(r.exit_code == 2);
+  CHECK(r.out.empty());
+  CHECK(newlines(r.err) == 1);
+  CHECK_THAT(r.err, StartsWith("loom train: error: "));
+}
+
+const std::string kTrain = "train plan.json --data synthetic:400 ";
+
+}  // namespace
+
+TEST_CASE("loom train runs a one-rank plan and writes the metrics of spec/formats.md",
+          "[tools][cli][train]") {
+  TrainSandbox box;
+  box.plan();
+  const TrainRun r = box.loom(kTrain + "--steps 5 --metrics m.jsonl --json");
+  const nlohmann::json summary = parse_summary(r);
+  CHECK(r.err.empty());
+  CHECK(summary.at("steps") == 5);
+  CHECK(losses_of(summary).size() == 5);
+  CHECK(summary.at("final_loss").get<double>() == losses_of(summary).back());
+  CHECK(summary.at("median_step_time_s").get<double>() > 0);
+  CHECK(summary.at("samples_per_s").get<double>() > 0);
+  CHECK(summary.at("precision") == "fp32");
+  CHECK(summary.at("validation_accuracy").get<double>() >= 0);
+  CHECK(summary.at("validation_accuracy").get<double>() <= 1);
+  CHECK_FALSE(summary.contains("resumed_from_step"));
+
+  // Five step lines with exactly the spec's fields, then one evaluation after the last step.
+  std::ifstream in(box.work() / "m.jsonl");
+  std::vector<nlohmann::json> lines;
+  for (std::string line; std::getline(in, line);) {
+    REQUIRE_NOTHROW(lines.push_back(nlohmann::json::parse(line)));
+  }
+  REQUIRE(lines.size() == 6);
+  const std::set<std::string> step_fields = {
+      "step", "epoch", "loss", "lr", "samples_per_s", "step_time_s", "peak_memory_bytes",
+      "rank", "time"};
+  for (std::size_t i = 0; i < 5; ++i) {
+    INFO("line " << i + 1 << ": " << lines[i].dump());
+    std::set<std::string> keys;
+    for (const auto& item : lines[i].items()) keys.insert(item.key());
+    CHECK(keys == step_fields);
+    CHECK(lines[i].at("step") == i + 1);
+    CHECK(lines[i].at("epoch") == 0);
+    CHECK(lines[i].at("loss").get<double>() == losses_of(summary)[i]);
+    CHECK(lines[i].at("lr").get<double>() > 0);  // default --lr 2e-5, no warm-up
+    CHECK(lines[i].at("lr").get<double>() <= 2e-5);
+    CHECK(lines[i].at("samples_per_s").get<double>() > 0);
+    CHECK(lines[i].at("step_time_s").get<double>() > 0);
+    CHECK(lines[i].at("peak_memory_bytes").get<std::int64_t>() > 0);
+    CHECK(lines[i].at("rank") == 0);
+    const std::string time = lines[i].at("time");
+    CHECK(time.size() == 20);  // 2026-11-22T10:00:00Z
+    CHECK(time[10] == 'T');
+    CHECK(time.back() == 'Z');
+  }
+  const nlohmann::json& eval = lines[5];
+  CHECK(eval.size() == 4);
+  CHECK(eval.at("eval") == true);
+  CHECK(eval.at("step") == 5);
+  CHECK(eval.at("accuracy").get<double>() == summary.at("validation_accuracy").get<double>());
+  CHECK(eval.at("loss").get<double>() == summary.at("validation_loss").get<double>());
+
+  // The human-readable summary by default.
+  const TrainRun text = box.loom(kTrain + "--steps 2");
+  INFO("stderr: " << text.err);
+  CHECK(text.exit_code == 0);
+  CHECK_THAT(text.out, Contains("trained 2 steps") && Contains("validation accuracy"));
+  CHECK_THROWS(nlohmann::json::parse(text.out));
+}
+
+TEST_CASE("loom train --epochs runs whole passes over the training reviews",
+          "[tools][cli][train]") {
+  TrainSandbox box;
+  box.plan();
+  // 80 reviews, 8 held out: 72 training reviews are 9 steps of 8 per epoch.
+  const nlohmann::json summary =
+      parse_summary(box.loom("train plan.json --data synthetic:80 --epochs 2 --json"));
+  CHECK(summary.at("steps") == 18);
+}
+
+TEST_CASE("loom train --checkpoint and --resume continue with the uninterrupted losses",
+          "[tools][cli][train]") {
+  TrainSandbox box;
+  box.plan();
+  // With warm-up longer than the run, the rate of step s is lr * s / warmup whatever --steps is,
+  // so 5 steps, then --resume to 10, must repeat the 10-step run's losses bit for bit.
+  const std::string common = kTrain + "--lr 1e-3 --warmup-steps 20 --seed 3 --json ";
+  const nlohmann::json whole = parse_summary(box.loom(common + "--steps 10"));
+  REQUIRE(losses_of(whole).size() == 10);
+
+  const nlohmann::json head =
+      parse_summary(box.loom(common + "--steps 5 --checkpoint ckpt --metrics m.jsonl"));
+  REQUIRE(losses_of(head).size() == 5);
+  const fs::path step5 = box.work() / "ckpt" / "step-00000005";
+  for (const char* file : {"model.safetensors", "optimizer.pt", "rng.pt", "trainer_state.json"}) {
+    CHECK(fs::exists(step5 / file));
+  }
+
+  const nlohmann::json tail =
+      parse_summary(box.loom(common + "--steps 10 --checkpoint ckpt --resume --metrics m.jsonl"));
+  CHECK(tail.at("resumed_from_step") == 5);
+  CHECK(tail.at("steps") == 10);
+  const std::vector<double> resumed = losses_of(tail);
+  REQUIRE(resumed.size() == 5);
+  for (std::size_t i = 0; i < 5; ++i) {
+    INFO("step " << i + 1);
+    CHECK(losses_of(head)[i] == losses_of(whole)[i]);
+    INFO("step " << i + 6);
+    CHECK(resumed[i] == losses_of(whole)[i + 5]);  // bit-identical
+  }
+  CHECK(tail.at("validation_accuracy") == whole.at("validation_accuracy"));
+  // Only the newest checkpoint is kept.
+  std::vector<std::string> folders;
+  for (const auto& entry : fs::directory_iterator(box.work() / "ckpt")) {
+    folders.push_back(entry.path().filename().string());
+  }
+  CHECK(folders == std::vector<std::string>{"step-00000010"});
+  // The resumed run appended: steps 1-5, evaluation, steps 6-10, evaluation.
+  std::ifstream in(box.work() / "m.jsonl");
+  std::vector<int> steps;
+  for (std::string line; std::getline(in, line);) {
+    const nlohmann::json j = nlohmann::json::parse(line);
+    steps.push_back(j.contains("eval") ? -j.at("step").get<int>() : j.at("step").get<int>());
+  }
+  CHECK(steps == std::vector<int>{1, 2, 3, 4, 5, -5, 6, 7, 8, 9, 10, -10});
+
+  // A checkpoint folder is a Hugging Face-style init checkpoint: training starts from its weights.
+  const nlohmann::json fresh = parse_summary(box.loom(kTrain + "--steps 2 --json"));
+  const nlohmann::json from_init =
+      parse_summary(box.loom(kTrain + "--steps 2 --json --init ckpt/step-00000010"));
+  CHECK(losses_of(from_init)[0] != losses_of(fresh)[0]);
+}
+
+TEST_CASE("loom train refuses a plan whose rank count is not the world size",
+          "[tools][cli][train][errors]") {
+  TrainSandbox box;
+  box.plan();
+  SECTION("WORLD_SIZE=2 with a one-rank plan") {
+    const TrainRun r = box.loom(kTrain + "--steps 5", "WORLD_SIZE=2 RANK=0");
+    require_train_error(r);
+    CHECK_THAT(r.err, Contains("plan.json") && Contains("$.strategy") && Contains("2 rank") &&
+                          Contains("WORLD_SIZE"));
+  }
+  SECTION("a two-rank plan run as a single process") {
+    box.plan("--cluster cluster-2.json --dp 2", "plan2.json");
+    const TrainRun r = box.loom("train plan2.json --data synthetic:400 --steps 5");
+    require_train_error(r);
+    CHECK_THAT(r.err, Contains("plan2.json") && Contains("$.strategy") &&
+                          Contains("dp*tp*pp = 2") && Contains("loom launch --nproc 2"));
+  }
+}
+
+TEST_CASE("loom train refuses bad data", "[tools][cli][train][errors]") {
+  TrainSandbox box;
+  box.plan();
+  box.write("vocab.txt", "[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\ngood\nbad\n");
+  SECTION("a missing folder") {
+    const TrainRun r = box.loom("train plan.json --data aclImdb/ --steps 5");
+    require_train_error(r);
+    CHECK_THAT(r.err, Contains("aclImdb/") && Contains("no such file or folder"));
+  }
+  SECTION("an empty CSV") {
+    box.write("empty.csv", "");
+    const TrainRun r = box.loom("train plan.json --data empty.csv --tokenizer vocab.txt --steps 5");
+    require_train_error(r);
+    CHECK_THAT(r.err, Contains("empty.csv") && Contains("review,sentiment"));
+  }
+  SECTION("a CSV with another header") {
+    box.write("reviews.csv", "text,label\n\"a good film\",positive\n");
+    const TrainRun r =
+        box.loom("train plan.json --data reviews.csv --tokenizer vocab.txt --steps 5");
+    require_train_error(r);
+    CHECK_THAT(r.err, Contains("reviews.csv") && Contains("line 1") &&
+                          Contains("review,sentiment") && Contains("text,label"));
+  }
+  SECTION("fewer reviews than one global batch") {
+    const TrainRun r = box.loom("train plan.json --data synthetic:8 --steps 5");
+    require_train_error(r);
+    CHECK_THAT(r.err, Contains("synthetic:8") && Contains("global batch of 8"));
+  }
+  SECTION("a tokenizer larger than the model's vocabulary") {
+    std::string big = "[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\n";
+    for (int i = 0; i < 200; ++i) big += "word" + std::to_string(i) + "\n";
+    box.write("big-vocab.txt", big);
+    const TrainRun r = box.loom(kTrain + "--steps 5 --tokenizer big-vocab.txt");
+    require_train_error(r);
+    CHECK_THAT(r.err, Contains("big-vocab.txt") && Contains("100") && Contains("205"));
+  }
+}
+
+TEST_CASE("loom train refuses bad options", "[tools][cli][train][errors]") {
+  TrainSandbox box;
+  box.plan();
+  SECTION("--steps and --epochs together") {
+    const TrainRun r = box.loom(kTrain + "--steps 5 --epochs 1");
+    require_train_error(r);
+    CHECK_THAT(r.err, Contains("--steps") && Contains("--epochs"));
+  }
+  SECTION("neither --steps nor --epochs") {
+    const TrainRun r = box.loom(kTrain);
+    require_train_error(r);
+    CHECK_THAT(r.err, Contains("--steps") && Contains("--epochs"));
+  }
+  SECTION("an unknown --device") {
+    const TrainRun r = box.loom(kTrain + "--steps 5 --device tpu");
+    require_train_error(r);
+    CHECK_THAT(r.err, Contains("--device") && Contains("tpu"));
+  }
+  SECTION("--resume without --checkpoint") {
+    const TrainRun r = box.loom(kTrain + "--steps 5 --resume");
+    require_train_error(r);
+    CHECK_THAT(r.err, Contains("--resume") && Contains("--checkpoint"));
+  }
+}
+
+TEST_CASE("loom train refuses an unusable --init checkpoint", "[tools][cli][train][errors]") {
+  TrainSandbox box;
+  box.plan();
+  SECTION("a folder without model.safetensors") {
+    fs::create_directories(box.work() / "init");
+    const TrainRun r = box.loom(kTrain + "--steps 5 --init init");
+    require_train_error(r);
+    CHECK_THAT(r.err, Contains("--init") && Contains("init/model.safetensors"));
+  }
+  SECTION("the config.json of another model") {
+    box.write("other/config.json", R"({"model_type": "bert", "num_hidden_layers": 1,
+      "hidden_size": 32, "num_attention_heads": 2, "intermediate_size": 32, "vocab_size": 100,
+      "max_position_embeddings": 64, "type_vocab_size": 2})");
+    const TrainRun r = box.loom(kTrain + "--steps 5 --init other");
+    require_train_error(r);
+    CHECK_THAT(r.err, Contains("other/config.json") && Contains("hidden_size") && Contains("16") &&
+                          Contains("32") && Contains("another model"));
+  }
+}

@@ -1,0 +1,320 @@
+// loom launch: N local ranks of one command (spec/cli.md), and loom slurm: an sbatch script that
+// runs a plan with srun.
+//
+// launch forks N children with RANK / WORLD_SIZE / LOCAL_RANK / LOCAL_WORLD_SIZE / MASTER_ADDR /
+// MASTER_PORT set, prefixes every line they print with "[rank k] " (stdout to stdout, stderr to
+// stderr), and as soon as one exits unsuccessfully stops the others (SIGTERM, SIGKILL after 5 s)
+// and fails naming that rank. A command starting with `loom` runs this very binary.
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <set>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "planner/plan.hpp"
+#include "profiles/errors.hpp"
+#include "profiles/json_reader.hpp"
+#include "profiles/loader.hpp"
+#include "tools/commands.hpp"
+
+namespace loom::tools {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+struct LaunchArgs {
+  int nproc = 1;
+  int master_port = 29500;
+  std::vector<std::string> command;
+};
+
+struct Child {
+  pid_t pid = -1;
+  int out = -1;  // read ends of the child's stdout and stderr
+  int err = -1;
+  std::string out_partial;
+  std::string err_partial;
+  bool exited = false;
+  int status = 0;
+};
+
+std::string describe_status(int status) {
+  if (WIFEXITED(status)) return "exited with code " + std::to_string(WEXITSTATUS(status));
+  if (WIFSIGNALED(status)) return "was killed by signal " + std::to_string(WTERMSIG(status));
+  return "stopped";
+}
+
+void write_all(int fd, const std::string& text) {
+  const char* data = text.data();
+  std::size_t left = text.size();
+  while (left > 0) {
+    const ssize_t n = ::write(fd, data, left);
+    if (n <= 0) return;
+    data += n;
+    left -= static_cast<std::size_t>(n);
+  }
+}
+
+// Writes the complete lines of `partial` to `fd` with the rank prefix, keeping the rest.
+void flush_lines(std::string& partial, int rank, int fd, bool all) {
+  std::size_t start = 0;
+  for (std::size_t nl = partial.find('\n'); nl != std::string::npos;
+       nl = partial.find('\n', start)) {
+    write_all(fd, "[rank " + std::to_string(rank) + "] " + partial.substr(start, nl - start + 1));
+    start = nl + 1;
+  }
+  partial.erase(0, start);
+  if (all && !partial.empty()) {
+    write_all(fd, "[rank " + std::to_string(rank) + "] " + partial + "\n");
+    partial.clear();
+  }
+}
+
+std::string self_executable() {
+  std::error_code error;
+  const fs::path self = fs::read_symlink("/proc/self/exe", error);
+  return error ? std::string("loom") : self.string();
+}
+
+Child spawn(const std::vector<std::string>& command, int rank, const LaunchArgs& a) {
+  int out[2];
+  int err[2];
+  if (pipe(out) != 0 || pipe(err) != 0) throw std::runtime_error("pipe failed");
+  std::vector<std::string> argv_text = command;
+  if (argv_text[0] == "loom") argv_text[0] = self_executable();
+  const pid_t pid = fork();
+  if (pid < 0) throw std::runtime_error(std::string("fork failed: ") + std::strerror(errno));
+  if (pid == 0) {
+    dup2(out[1], STDOUT_FILENO);
+    dup2(err[1], STDERR_FILENO);
+    close(out[0]);
+    close(out[1]);
+    close(err[0]);
+    close(err[1]);
+    setenv("RANK", std::to_string(rank).c_str(), 1);
+    setenv("WORLD_SIZE", std::to_string(a.nproc).c_str(), 1);
+    setenv("LOCAL_RANK", std::to_string(rank).c_str(), 1);
+    setenv("LOCAL_WORLD_SIZE", std::to_string(a.nproc).c_str(), 1);
+    setenv("MASTER_ADDR", "127.0.0.1", 1);
+    setenv("MASTER_PORT", std::to_string(a.master_port).c_str(), 1);
+    std::vector<char*> argv;
+    argv.reserve(argv_text.size() + 1);
+    for (std::string& s : argv_text) argv.push_back(s.data());
+    argv.push_back(nullptr);
+    execvp(argv[0], argv.data());
+    const std::string message =
+        "loom launch: error: cannot run " + argv_text[0] + ": " + std::strerror(errno) + "\n";
+    write_all(STDERR_FILENO, message);
+    _exit(127);
+  }
+  close(out[1]);
+  close(err[1]);
+  Child child;
+  child.pid = pid;
+  child.out = out[0];
+  child.err = err[0];
+  return child;
+}
+
+int run_launch(const LaunchArgs& a) {
+  if (a.command.empty()) {
+    throw InputError("loom launch", "", "a command after --, e.g. -- loom train PLAN.json ...");
+  }
+  if (a.nproc < 1) throw InputError("--nproc", "", "a positive number of ranks");
+  std::vector<Child> children;
+  children.reserve(static_cast<std::size_t>(a.nproc));
+  for (int r = 0; r < a.nproc; ++r) children.push_back(spawn(a.command, r, a));
+
+  int first_failed = -1;
+  std::string first_status;
+  std::chrono::steady_clock::time_point stop_sent{};
+  bool killed = false;
+  auto stop_others = [&]() {
+    for (Child& c : children) {
+      if (!c.exited) kill(c.pid, SIGTERM);
+    }
+    stop_sent = std::chrono::steady_clock::now();
+  };
+
+  while (true) {
+    std::vector<pollfd> fds;
+    std::vector<std::pair<int, bool>> owners;  // (rank, is stderr)
+    for (std::size_t r = 0; r < children.size(); ++r) {
+      if (children[r].out >= 0) {
+        fds.push_back({children[r].out, POLLIN, 0});
+        owners.emplace_back(static_cast<int>(r), false);
+      }
+      if (children[r].err >= 0) {
+        fds.push_back({children[r].err, POLLIN, 0});
+        owners.emplace_back(static_cast<int>(r), true);
+      }
+    }
+    bool all_exited = true;
+    for (const Child& c : children) all_exited = all_exited && c.exited;
+    if (fds.empty() && all_exited) break;
+    if (!fds.empty()) poll(fds.data(), fds.size(), 100);
+    for (std::size_t i = 0; i < fds.size(); ++i) {
+      if ((fds[i].revents & (POLLIN | POLLHUP | POLLERR)) == 0) continue;
+      Child& c = children[static_cast<std::size_t>(owners[i].first)];
+      const bool is_err = owners[i].second;
+      char buffer[4096];
+      const ssize_t n = read(fds[i].fd, buffer, sizeof buffer);
+      std::string& partial = is_err ? c.err_partial : c.out_partial;
+      const int target = is_err ? STDERR_FILENO : STDOUT_FILENO;
+      if (n > 0) {
+        partial.append(buffer, static_cast<std::size_t>(n));
+        flush_lines(partial, owners[i].first, target, false);
+      } else {
+        flush_lines(partial, owners[i].first, target, true);
+        close(fds[i].fd);
+        (is_err ? c.err : c.out) = -1;
+      }
+    }
+    for (std::size_t r = 0; r < children.size(); ++r) {
+      Child& c = children[r];
+      if (c.exited) continue;
+      int status = 0;
+      if (waitpid(c.pid, &status, WNOHANG) == c.pid) {
+        c.exited = true;
+        c.status = status;
+        const bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+        if (!ok && first_failed < 0) {
+          first_failed = static_cast<int>(r);
+          first_status = describe_status(status);
+          stop_others();
+        }
+      }
+    }
+    if (first_failed >= 0 && !killed &&
+        std::chrono::steady_clock::now() - stop_sent > std::chrono::seconds(5)) {
+      for (Child& c : children) {
+        if (!c.exited) kill(c.pid, SIGKILL);
+      }
+      killed = true;
+    }
+  }
+  if (first_failed >= 0) {
+    throw std::runtime_error("rank " + std::to_string(first_failed) + " " + first_status +
+                             " (the first to fail); stopped the other ranks");
+  }
+  return 0;
+}
+
+// ---------------------------------------------------------------------------------------------
+// loom slurm
+
+struct SlurmArgs {
+  std::string plan;
+  std::string partition;
+  std::string time;
+  std::string output;
+  std::vector<std::string> train_args;
+};
+
+std::string shell_quote(const std::string& text) {
+  std::string out = "'";
+  for (char c : text) {
+    if (c == '\'') {
+      out += "'\\''";
+    } else {
+      out += c;
+    }
+  }
+  return out + "'";
+}
+
+int run_slurm(const SlurmArgs& a) {
+  const planner::Plan plan = planner::plan_from_json(
+      profiles::parse_json_text(profiles::read_text_file(a.plan), a.plan), a.plan);
+  if (!a.time.empty()) {
+    const bool shaped = a.time.size() >= 8 && a.time[a.time.size() - 3] == ':' &&
+                        a.time[a.time.size() - 6] == ':' &&
+                        a.time.find_first_not_of("0123456789:-") == std::string::npos;
+    if (!shaped) throw InputError("--time", "", "HH:MM:SS (or D-HH:MM:SS), found " + a.time);
+  }
+  // Nodes and tasks per node from the ranks' devices ("node3/gpu1").
+  std::map<std::string, int> per_node;
+  for (const planner::RankPlacement& r : plan.ranks) {
+    const std::size_t slash = r.device.find('/');
+    ++per_node[slash == std::string::npos ? r.device : r.device.substr(0, slash)];
+  }
+  int tasks_per_node = 0;
+  for (const auto& [node, count] : per_node) tasks_per_node = std::max(tasks_per_node, count);
+  const bool gpu = plan.cluster.device.kind == profiles::DeviceKind::kGpu;
+  const std::string plan_path = fs::absolute(a.plan).string();
+
+  std::string s;
+  s += "#!/bin/bash\n";
+  s += "# Written by loom slurm for " + plan_path + "\n";
+  s += "# dp=" + std::to_string(plan.strategy.dp) + " tp=" + std::to_string(plan.strategy.tp) +
+       " pp=" + std::to_string(plan.strategy.pp) + " zero=" + std::to_string(plan.strategy.zero) +
+       ": " + std::to_string(plan.ranks.size()) + " ranks.\n";
+  s += "#SBATCH --job-name=loom-" + plan.model.name + "\n";
+  s += "#SBATCH --nodes=" + std::to_string(per_node.size()) + "\n";
+  s += "#SBATCH --ntasks=" + std::to_string(plan.ranks.size()) + "\n";
+  s += "#SBATCH --ntasks-per-node=" + std::to_string(tasks_per_node) + "\n";
+  if (gpu) s += "#SBATCH --gpus-per-node=" + std::to_string(tasks_per_node) + "\n";
+  if (!a.partition.empty()) s += "#SBATCH --partition=" + a.partition + "\n";
+  if (!a.time.empty()) s += "#SBATCH --time=" + a.time + "\n";
+  s += "set -euo pipefail\n";
+  s += "# loom train takes rank and world from SLURM_PROCID / SLURM_NTASKS and the master from\n";
+  s += "# the first host of SLURM_JOB_NODELIST.\n";
+  s += "export MASTER_PORT=${MASTER_PORT:-29500}\n";
+  s += "LOOM=${LOOM:-" + shell_quote(self_executable()) + "}\n";
+  s += "srun \"$LOOM\" train " + shell_quote(plan_path);
+  for (const std::string& arg : a.train_args) s += " " + shell_quote(arg);
+  if (gpu) {
+    bool has_device = false;
+    for (const std::string& arg : a.train_args) has_device = has_device || arg == "--device";
+    if (!has_device) s += " --device cuda";
+  }
+  s += " \"$@\"\n";
+  profiles::write_file_atomically(a.output, s);
+  fs::permissions(a.output, fs::perms::owner_exec | fs::perms::group_exec | fs::perms::others_exec,
+                  fs::perm_options::add);
+  std::cout << "wrote " << a.output << ": " << per_node.size() << " node(s) x " << tasks_per_node
+            << " task(s); submit with sbatch " << a.output << "\n";
+  return 0;
+}
+
+}  // namespace
+
+Runner add_launch_command(CLI::App& app) {
+  auto args = std::make_shared<LaunchArgs>();
+  CLI::App* cmd =
+      app.add_subcommand("launch", "Start N local ranks of a command: -- loom train PLAN.json ...");
+  cmd->add_option("--nproc", args->nproc, "number of ranks")
+      ->required()
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--master-port", args->master_port, "rendezvous port (default 29500)")
+      ->check(CLI::Range(1, 65535));
+  cmd->add_option("command", args->command, "the command after --")->required();
+  return [args]() { return run_launch(*args); };
+}
+
+Runner add_slurm_command(CLI::App& app) {
+  auto args = std::make_shared<SlurmArgs>();
+  CLI::App* cmd = app.add_subcommand("slurm", "Write an sbatch script that runs a plan with srun");
+  cmd->add_option("plan", args->plan, "PLAN.json (loom-plan/1)")->required();
+  cmd->add_option("--partition", args->partition, "Slurm partition");
+  cmd->add_option("--time", args->time, "time limit HH:MM:SS");
+  cmd->add_option("-o,--output", args->output, "JOB.sh to write")->required();
+  cmd->add_option("train_args", args->train_args,
+                  "arguments for loom train after --, e.g. -- --data synthetic --steps 100");
+  return [args]() { return run_slurm(*args); };
+}
+
+}  // namespace loom::tools
