@@ -16,6 +16,7 @@
 #include <numeric>
 #include <random>
 #include <sstream>
+#include <thread>
 
 #include "executor/distributed.hpp"
 #include "executor/model.hpp"
@@ -498,6 +499,38 @@ void check_options(const TrainOptions& o) {
 }
 
 }  // namespace
+
+TrainSummary train_local_ranks(const TrainOptions& o, const std::vector<EncodedExample>& train_data,
+                               const std::vector<EncodedExample>& validation_data) {
+  const int world = static_cast<int>(o.dp * o.tp * o.pp);
+  if (world == 1) return train_classifier(o, train_data, validation_data);
+  const auto store = make_local_store();
+  std::vector<TrainSummary> summaries(static_cast<std::size_t>(world));
+  std::vector<std::exception_ptr> errors(static_cast<std::size_t>(world));
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < world; ++rank) {
+    threads.emplace_back([&, rank] {
+      try {
+        GroupOptions g;
+        g.timeout = std::chrono::seconds(60);
+        ParallelGroups groups(store, rank, static_cast<int>(o.dp), static_cast<int>(o.tp),
+                              static_cast<int>(o.pp), g);
+        TrainOptions mine = o;
+        mine.rank = rank;
+        mine.progress = o.progress && rank == 0;
+        summaries[static_cast<std::size_t>(rank)] =
+            train_classifier(mine, train_data, validation_data, groups);
+      } catch (...) {
+        errors[static_cast<std::size_t>(rank)] = std::current_exception();
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  for (const std::exception_ptr& e : errors) {
+    if (e) std::rethrow_exception(e);
+  }
+  return summaries.front();
+}
 
 std::optional<std::string> latest_checkpoint(const std::string& checkpoint_dir) {
   std::error_code error;

@@ -164,6 +164,12 @@ TrainSummary train_classifier(const TrainOptions& options,
                               const std::vector<EncodedExample>& validation_data,
                               ParallelGroups& groups);
 
+// All dp * tp * pp ranks of `options` as threads of this process, over Gloo on an in-process store
+// (`loom demo`, tests): returns world rank 0's summary; the first rank's failure is rethrown.
+TrainSummary train_local_ranks(const TrainOptions& options,
+                               const std::vector<EncodedExample>& train_data,
+                               const std::vector<EncodedExample>& validation_data);
+
 // The newest complete checkpoint folder (`step-NNNNNNNN` holding trainer_state.json) in
 // `checkpoint_dir`, or nullopt when there is none.
 std::optional<std::string> latest_checkpoint(const std::string& checkpoint_dir);

@@ -1,6 +1,7 @@
 // loom demo: the whole path on this machine with no arguments (spec/cli.md): plan a small encoder
 // for the local CPU, simulate the plan, train it on synthetic reviews, and print the prediction
-// next to the measurement. Until multi-rank training lands (issue 6) the demo runs one rank.
+// next to the measurement. The ranks of the plan (the local-cpu cluster's two CPU ranks) run as
+// threads of this process over Gloo.
 #include <cstdio>
 #include <iostream>
 
@@ -17,14 +18,13 @@ namespace loom::tools {
 namespace {
 
 int run_demo() {
-  profiles::Cluster cluster = profiles::load_cluster("local-cpu");
-  cluster.devices_per_node = 1;  // one rank (multi-rank training comes with issue 6)
-  cluster.name = "local-cpu (1 rank)";
+  const profiles::Cluster cluster = profiles::load_cluster("local-cpu");
   const profiles::ModelSpec model = profiles::load_model("tiny-bert");
   const costmodel::Job job{16, 64, profiles::Precision::kFp32, "adamw"};
   std::cout << "loom demo: tiny-bert fine-tuned on synthetic reviews on this machine's CPU\n"
             << "(equivalent: loom plan --model tiny-bert --cluster local-cpu --global-batch 16 "
-               "--seq-len 64 --precision fp32 --micro-batch 8, on one rank; then loom train)\n\n";
+               "--seq-len 64 --precision fp32 --micro-batch 8 -o plan.json; then loom launch "
+               "--nproc 2 -- loom train plan.json --data synthetic:1200 --steps 80)\n\n";
 
   planner::SearchOptions o;
   o.micro_batch = 8;
@@ -47,10 +47,11 @@ int run_demo() {
     for (const executor::Review& r : reviews) out.push_back(tokenizer.encode(r.text, 64, r.label));
     return out;
   };
-  std::cout << "\ntraining 80 steps on " << data.train.size() << " synthetic reviews ("
-            << data.validation.size() << " held out)...\n";
+  std::cout << "\ntraining 80 steps on " << plan.strategy.world_size() << " ranks, "
+            << data.train.size() << " synthetic reviews (" << data.validation.size()
+            << " held out)...\n";
   const executor::TrainSummary s =
-      executor::train_classifier(t, encode(data.train), encode(data.validation));
+      executor::train_local_ranks(t, encode(data.train), encode(data.validation));
 
   char line[256];
   std::snprintf(line, sizeof line, "\n%-22s %14s %14s\n", "", "predicted", "measured");
@@ -68,7 +69,7 @@ int run_demo() {
                 static_cast<long long>(s.steps));
   std::cout << line
             << "(the prediction uses the local-cpu datasheet rates; `loom profile` will calibrate "
-               "them, issue 7; measured memory is the process's peak resident set)\n";
+               "them, issue 7; measured memory is this process's peak resident set, all ranks)\n";
   return 0;
 }
 
