@@ -27,6 +27,7 @@ test: build
 bench: build
 	@$(BUILD)/bench/bench_estimate
 	@$(BUILD)/bench/bench_search
+	-@BUILD=$(BUILD) bench/train_vs_python.sh  # needs python3-torch; skipped with a hint otherwise
 
 # Fuzzing (issue 9): libFuzzer + ASan/UBSan with clang, every reader, FUZZ_SECONDS each.
 FUZZ_SECONDS ?= 600

@@ -49,7 +49,7 @@ std::size_t newlines(const std::string& text) {
 }
 
 // The tiny model of these tests: its vocabulary (100) holds the synthetic one (63 tokens).
-const char* const kModelJson = R"({
+constexpr const char* kModelJson = R"({
   "format": "loom-model/1", "name": "micro-bert", "family": "encoder", "model_type": "bert",
   "layers": 1, "hidden": 16, "heads": 2, "ffn_hidden": 32, "vocab": 100, "max_positions": 64,
   "type_vocab": 2, "num_labels": 2})";
@@ -146,7 +146,10 @@ void require_train_error(const TrainRun& r) {
   CHECK_THAT(r.err, StartsWith("loom train: error: "));
 }
 
-const std::string kTrain = "train plan.json --data synthetic:400 ";
+// `train plan.json --data synthetic:400 FLAGS`.
+std::string train_args(const std::string& flags) {
+  return "train plan.json --data synthetic:400 " + flags;
+}
 
 }  // namespace
 
@@ -154,7 +157,7 @@ TEST_CASE("loom train runs a one-rank plan and writes the metrics of spec/format
           "[tools][cli][train]") {
   TrainSandbox box;
   box.plan();
-  const TrainRun r = box.loom(kTrain + "--steps 5 --metrics m.jsonl --json");
+  const TrainRun r = box.loom(train_args("--steps 5 --metrics m.jsonl --json"));
   const nlohmann::json summary = parse_summary(r);
   CHECK(r.err.empty());
   CHECK(summary.at("steps") == 5);
@@ -204,7 +207,7 @@ TEST_CASE("loom train runs a one-rank plan and writes the metrics of spec/format
   CHECK(eval.at("loss").get<double>() == summary.at("validation_loss").get<double>());
 
   // The human-readable summary by default.
-  const TrainRun text = box.loom(kTrain + "--steps 2");
+  const TrainRun text = box.loom(train_args("--steps 2"));
   INFO("stderr: " << text.err);
   CHECK(text.exit_code == 0);
   CHECK_THAT(text.out, Contains("trained 2 steps") && Contains("validation accuracy"));
@@ -227,7 +230,7 @@ TEST_CASE("loom train --checkpoint and --resume continue with the uninterrupted 
   box.plan();
   // With warm-up longer than the run, the rate of step s is lr * s / warmup whatever --steps is,
   // so 5 steps, then --resume to 10, must repeat the 10-step run's losses bit for bit.
-  const std::string common = kTrain + "--lr 1e-3 --warmup-steps 20 --seed 3 --json ";
+  const std::string common = train_args("--lr 1e-3 --warmup-steps 20 --seed 3 --json ");
   const nlohmann::json whole = parse_summary(box.loom(common + "--steps 10"));
   REQUIRE(losses_of(whole).size() == 10);
 
@@ -268,9 +271,9 @@ TEST_CASE("loom train --checkpoint and --resume continue with the uninterrupted 
   CHECK(steps == std::vector<int>{1, 2, 3, 4, 5, -5, 6, 7, 8, 9, 10, -10});
 
   // A checkpoint folder is a Hugging Face-style init checkpoint: training starts from its weights.
-  const nlohmann::json fresh = parse_summary(box.loom(kTrain + "--steps 2 --json"));
+  const nlohmann::json fresh = parse_summary(box.loom(train_args("--steps 2 --json")));
   const nlohmann::json from_init =
-      parse_summary(box.loom(kTrain + "--steps 2 --json --init ckpt/step-00000010"));
+      parse_summary(box.loom(train_args("--steps 2 --json --init ckpt/step-00000010")));
   CHECK(losses_of(from_init)[0] != losses_of(fresh)[0]);
 }
 
@@ -279,7 +282,7 @@ TEST_CASE("loom train refuses a plan whose rank count is not the world size",
   TrainSandbox box;
   box.plan();
   SECTION("WORLD_SIZE=2 with a one-rank plan") {
-    const TrainRun r = box.loom(kTrain + "--steps 5", "WORLD_SIZE=2 RANK=0");
+    const TrainRun r = box.loom(train_args("--steps 5"), "WORLD_SIZE=2 RANK=0");
     require_train_error(r);
     CHECK_THAT(r.err, Contains("plan.json") && Contains("$.strategy") && Contains("2 rank") &&
                           Contains("WORLD_SIZE"));
@@ -325,7 +328,7 @@ TEST_CASE("loom train refuses bad data", "[tools][cli][train][errors]") {
     std::string big = "[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\n";
     for (int i = 0; i < 200; ++i) big += "word" + std::to_string(i) + "\n";
     box.write("big-vocab.txt", big);
-    const TrainRun r = box.loom(kTrain + "--steps 5 --tokenizer big-vocab.txt");
+    const TrainRun r = box.loom(train_args("--steps 5 --tokenizer big-vocab.txt"));
     require_train_error(r);
     CHECK_THAT(r.err, Contains("big-vocab.txt") && Contains("100") && Contains("205"));
   }
@@ -335,22 +338,22 @@ TEST_CASE("loom train refuses bad options", "[tools][cli][train][errors]") {
   TrainSandbox box;
   box.plan();
   SECTION("--steps and --epochs together") {
-    const TrainRun r = box.loom(kTrain + "--steps 5 --epochs 1");
+    const TrainRun r = box.loom(train_args("--steps 5 --epochs 1"));
     require_train_error(r);
     CHECK_THAT(r.err, Contains("--steps") && Contains("--epochs"));
   }
   SECTION("neither --steps nor --epochs") {
-    const TrainRun r = box.loom(kTrain);
+    const TrainRun r = box.loom(train_args(""));
     require_train_error(r);
     CHECK_THAT(r.err, Contains("--steps") && Contains("--epochs"));
   }
   SECTION("an unknown --device") {
-    const TrainRun r = box.loom(kTrain + "--steps 5 --device tpu");
+    const TrainRun r = box.loom(train_args("--steps 5 --device tpu"));
     require_train_error(r);
     CHECK_THAT(r.err, Contains("--device") && Contains("tpu"));
   }
   SECTION("--resume without --checkpoint") {
-    const TrainRun r = box.loom(kTrain + "--steps 5 --resume");
+    const TrainRun r = box.loom(train_args("--steps 5 --resume"));
     require_train_error(r);
     CHECK_THAT(r.err, Contains("--resume") && Contains("--checkpoint"));
   }
@@ -361,7 +364,7 @@ TEST_CASE("loom train refuses an unusable --init checkpoint", "[tools][cli][trai
   box.plan();
   SECTION("a folder without model.safetensors") {
     fs::create_directories(box.work() / "init");
-    const TrainRun r = box.loom(kTrain + "--steps 5 --init init");
+    const TrainRun r = box.loom(train_args("--steps 5 --init init"));
     require_train_error(r);
     CHECK_THAT(r.err, Contains("--init") && Contains("init/model.safetensors"));
   }
@@ -369,7 +372,7 @@ TEST_CASE("loom train refuses an unusable --init checkpoint", "[tools][cli][trai
     box.write("other/config.json", R"({"model_type": "bert", "num_hidden_layers": 1,
       "hidden_size": 32, "num_attention_heads": 2, "intermediate_size": 32, "vocab_size": 100,
       "max_position_embeddings": 64, "type_vocab_size": 2})");
-    const TrainRun r = box.loom(kTrain + "--steps 5 --init other");
+    const TrainRun r = box.loom(train_args("--steps 5 --init other"));
     require_train_error(r);
     CHECK_THAT(r.err, Contains("other/config.json") && Contains("hidden_size") && Contains("16") &&
                           Contains("32") && Contains("another model"));
