@@ -49,163 +49,15 @@ constexpr double kInfinity = std::numeric_limits<double>::infinity();
 
 // ---- Links --------------------------------------------------------------------------------------
 
-// The directed links of a cluster graph and the links each route crosses, built from the Cluster
-// value with profiles::Topology's rules (its graph is private to it): the shorthand gives every
-// device an uplink to its node's switch and every node an uplink to the fabric; explicit links
-// are routed on the widest path, then the fewest hops. Directed link 2e crosses undirected edge e
-// from its lower vertex to its higher, 2e + 1 the other way. The simulator checks every route's
-// bottleneck against Topology::route and takes latencies from the topology.
-class LinkGraph {
- public:
-  explicit LinkGraph(const profiles::Cluster& cluster) {
-    nodes_ = static_cast<int>(cluster.nodes);
-    per_node_ = static_cast<int>(cluster.devices_per_node);
-    devices_ = nodes_ * per_node_;
-    regular_ = cluster.links.empty();
-    if (regular_) {
-      for (int i = 0; i < devices_; ++i) {
-        add_edge(i, devices_ + i / per_node_, cluster.intra_node.bandwidth_gbps);
-      }
-      if (nodes_ > 1) {
-        for (int k = 0; k < nodes_; ++k) {
-          add_edge(devices_ + k, devices_ + nodes_, cluster.inter_node->bandwidth_gbps);
-        }
-      }
-      return;
-    }
-    // Explicit links, vertices and edges in the order Topology creates them.
-    for (int i = 0; i < devices_; ++i) vertex(profiles::device_name(cluster, i));
-    bool template_links = std::all_of(
-        cluster.links.begin(), cluster.links.end(),
-        [](const auto& l) { return l.a.rfind("node0/", 0) == 0 && l.b.rfind("node0/", 0) == 0; });
-    auto endpoint = [&](const std::string& name, int node) {
-      return vertex(template_links ? "node" + std::to_string(node) + name.substr(5) : name);
-    };
-    int copies = template_links ? nodes_ : 1;
-    for (int k = 0; k < copies; ++k) {
-      for (const profiles::ExplicitLink& l : cluster.links) {
-        int a = endpoint(l.a, k);
-        int b = endpoint(l.b, k);
-        add_edge(a, b, l.bandwidth_gbps);
-      }
-    }
-    if (nodes_ > 1) {
-      int fabric = vertex("fabric");
-      for (int k = 0; k < nodes_; ++k) {
-        std::string nic_name = "node" + std::to_string(k) + "/nic";
-        bool declared = vertex_by_name_.count(nic_name) > 0;
-        int nic = vertex(nic_name);
-        if (!declared) {
-          for (int j = 0; j < per_node_; ++j) {
-            add_edge(k * per_node_ + j, nic, cluster.intra_node.bandwidth_gbps);
-          }
-        }
-        add_edge(nic, fabric, cluster.inter_node->bandwidth_gbps);
-      }
-    }
-    routes_.resize(static_cast<std::size_t>(devices_));
+// The directed links of the cluster graph come from profiles::Topology (link_count,
+// link_bandwidth_gbps, route_links), the same graph and routes the closed forms use.
+std::vector<double> link_capacities_bytes_per_s(const profiles::Topology& topology) {
+  std::vector<double> out(static_cast<std::size_t>(topology.link_count()));
+  for (int l = 0; l < topology.link_count(); ++l) {
+    out[static_cast<std::size_t>(l)] = topology.link_bandwidth_gbps(l) * 1e9;
   }
-
-  std::vector<double> capacities_bytes_per_s() const { return capacity_; }
-  double capacity_bytes_per_s(int link) const { return capacity_[static_cast<std::size_t>(link)]; }
-
-  // The directed links of the route from device a to device b (none when a == b).
-  std::vector<int> route(int a, int b) const {
-    if (a == b) return {};
-    if (regular_) {
-      int na = a / per_node_;
-      int nb = b / per_node_;
-      if (na == nb) return {2 * a, 2 * b + 1};
-      return {2 * a, 2 * (devices_ + na), 2 * (devices_ + nb) + 1, 2 * b + 1};
-    }
-    auto& from = routes_[static_cast<std::size_t>(a)];
-    if (from.empty()) from = widest_routes_from(a);
-    return from[static_cast<std::size_t>(b)];
-  }
-
- private:
-  int vertex(const std::string& name) {
-    auto it = vertex_by_name_.find(name);
-    if (it != vertex_by_name_.end()) return it->second;
-    int v = static_cast<int>(adjacency_.size());
-    vertex_by_name_.emplace(name, v);
-    adjacency_.emplace_back();
-    return v;
-  }
-
-  void add_edge(int a, int b, double bandwidth_gbps) {
-    int e = static_cast<int>(ends_.size());
-    int high = std::max(a, b);
-    if (static_cast<int>(adjacency_.size()) <= high) {
-      adjacency_.resize(static_cast<std::size_t>(high) + 1);
-    }
-    adjacency_[static_cast<std::size_t>(a)].emplace_back(e, b);
-    adjacency_[static_cast<std::size_t>(b)].emplace_back(e, a);
-    ends_.emplace_back(std::min(a, b), high);
-    capacity_.push_back(bandwidth_gbps * 1e9);
-    capacity_.push_back(bandwidth_gbps * 1e9);
-  }
-
-  int directed(int edge, int from) const {
-    return 2 * edge + (ends_[static_cast<std::size_t>(edge)].first == from ? 0 : 1);
-  }
-
-  // Widest path (largest bottleneck), then fewest hops, then lowest vertex: Topology's rule.
-  std::vector<std::vector<int>> widest_routes_from(int source) const {
-    const int n = static_cast<int>(adjacency_.size());
-    std::vector<double> width(static_cast<std::size_t>(n), 0.0);
-    std::vector<int> hops(static_cast<std::size_t>(n), INT_MAX);
-    std::vector<int> via_edge(static_cast<std::size_t>(n), -1);
-    std::vector<int> via_vertex(static_cast<std::size_t>(n), -1);
-    std::vector<char> done(static_cast<std::size_t>(n), 0);
-    using Entry = std::tuple<double, int, int>;  // (-width, hops, vertex): smallest first
-    std::priority_queue<Entry, std::vector<Entry>, std::greater<>> queue;
-    width[static_cast<std::size_t>(source)] = kInfinity;
-    hops[static_cast<std::size_t>(source)] = 0;
-    queue.emplace(-kInfinity, 0, source);
-    while (!queue.empty()) {
-      auto [neg_width, h, v] = queue.top();
-      queue.pop();
-      if (done[static_cast<std::size_t>(v)]) continue;
-      done[static_cast<std::size_t>(v)] = 1;
-      for (auto [e, u] : adjacency_[static_cast<std::size_t>(v)]) {
-        double w = std::min(width[static_cast<std::size_t>(v)],
-                            capacity_[2 * static_cast<std::size_t>(e)] / 1e9);
-        int uh = h + 1;
-        auto ui = static_cast<std::size_t>(u);
-        if (w > width[ui] || (w == width[ui] && uh < hops[ui])) {
-          width[ui] = w;
-          hops[ui] = uh;
-          via_edge[ui] = e;
-          via_vertex[ui] = v;
-          queue.emplace(-w, uh, u);
-        }
-      }
-    }
-    std::vector<std::vector<int>> out(static_cast<std::size_t>(devices_));
-    for (int b = 0; b < devices_; ++b) {
-      if (b == source || via_edge[static_cast<std::size_t>(b)] < 0) continue;
-      std::vector<int> path;
-      for (int v = b; v != source; v = via_vertex[static_cast<std::size_t>(v)]) {
-        path.push_back(directed(via_edge[static_cast<std::size_t>(v)],
-                                via_vertex[static_cast<std::size_t>(v)]));
-      }
-      std::reverse(path.begin(), path.end());
-      out[static_cast<std::size_t>(b)] = std::move(path);
-    }
-    return out;
-  }
-
-  int nodes_ = 1;
-  int per_node_ = 1;
-  int devices_ = 1;
-  bool regular_ = true;
-  std::map<std::string, int> vertex_by_name_;
-  std::vector<std::vector<std::pair<int, int>>> adjacency_;  // (edge, other vertex)
-  std::vector<std::pair<int, int>> ends_;                    // (lower vertex, higher vertex)
-  std::vector<double> capacity_;                             // per directed link
-  mutable std::vector<std::vector<std::vector<int>>> routes_;
-};
+  return out;
+}
 
 // ---- Network ------------------------------------------------------------------------------------
 
@@ -546,15 +398,14 @@ enum class Group { kTensor, kData };
 // the stage, or every rank pair between two stages, as one flow.
 class Comms {
  public:
-  Comms(const profiles::Topology& topology, const LinkGraph& links, Network& network,
-        std::vector<int> device_of_rank, int dp, int tp)
+  Comms(const profiles::Topology& topology, Network& network, std::vector<int> device_of_rank,
+        int dp, int tp)
       : topology_(topology),
-        links_(links),
         network_(network),
         device_of_rank_(std::move(device_of_rank)),
         dp_(dp),
         tp_(tp),
-        touched_count_(static_cast<std::size_t>(links.capacities_bytes_per_s().size()), 0) {}
+        touched_count_(static_cast<std::size_t>(topology.link_count()), 0) {}
 
   // `count` collectives of `bytes` each over every `group` of `stage`, lumped into one flow.
   FlowSpec collective(Collective c, Group group, int stage, double bytes, double count = 1) {
@@ -616,14 +467,8 @@ class Comms {
       int b = device_of_rank_[static_cast<std::size_t>(rb)];
       profiles::PathMetrics m = topology_.route(a, b);
       latency_us = std::max(latency_us, m.latency_us);
-      double narrowest = kInfinity;
-      for (int l : links_.route(a, b)) {
-        narrowest = std::min(narrowest, links_.capacity_bytes_per_s(l));
+      for (int l : topology_.route_links(a, b)) {
         if (touched_count_[static_cast<std::size_t>(l)]++ == 0) touched.push_back(l);
-      }
-      if (narrowest != m.bandwidth_gbps * 1e9 && !(std::isinf(narrowest) && a == b)) {
-        throw std::logic_error("simulator: the route from " + topology_.device_name(a) + " to " +
-                               topology_.device_name(b) + " differs from the topology's");
       }
     }
     std::sort(touched.begin(), touched.end());
@@ -638,7 +483,6 @@ class Comms {
   }
 
   const profiles::Topology& topology_;
-  const LinkGraph& links_;
   Network& network_;
   std::vector<int> device_of_rank_;
   int dp_;
@@ -1084,11 +928,10 @@ SimulationResult simulate(const CostModel& cost, const Job& job, const Strategy&
   const int chunks = s.pp * s.virtual_stages;
   const double state_bytes = element_bytes(job.precision) == 2 ? 2 : 4;
 
-  const LinkGraph links(cost.cluster());
-  Network network(links.capacities_bytes_per_s());
+  Network network(link_capacities_bytes_per_s(cost.topology()));
   std::vector<int> device_of_rank(cost.device_of_rank().begin(),
                                   cost.device_of_rank().begin() + world);
-  Comms comms(cost.topology(), links, network, device_of_rank, s.dp, s.tp);
+  Comms comms(cost.topology(), network, device_of_rank, s.dp, s.tp);
 
   StepSpec spec;
   spec.pp = s.pp;
@@ -1189,7 +1032,8 @@ SimulationResult simulate(const CostModel& cost, const Job& job, const Strategy&
     engine.rank(r).static_bytes = mem.total() - mem.activations;
   }
   StepBuilder(spec, engine, &comms, options.record_trace).build();
-  if (options.max_tasks > 0 && static_cast<std::int64_t>(engine.tasks().size()) > options.max_tasks) {
+  if (options.max_tasks > 0 &&
+      static_cast<std::int64_t>(engine.tasks().size()) > options.max_tasks) {
     SimulationResult skipped;
     skipped.skipped = true;
     skipped.tasks = static_cast<std::int64_t>(engine.tasks().size());
@@ -1261,8 +1105,7 @@ SimulationResult simulate_schedule(const std::vector<StageTime>& chunks, int pp,
 std::vector<double> simulate_transfers(const profiles::Cluster& cluster,
                                        const std::vector<Transfer>& transfers) {
   const profiles::Topology topology(cluster);
-  const LinkGraph links(cluster);
-  Network network(links.capacities_bytes_per_s());
+  Network network(link_capacities_bytes_per_s(topology));
   Engine engine(static_cast<int>(transfers.size()), &network);
   std::vector<int> flows;
   for (std::size_t i = 0; i < transfers.size(); ++i) {
@@ -1273,7 +1116,7 @@ std::vector<double> simulate_transfers(const profiles::Cluster& cluster,
                                   " names a device out of range");
     }
     Network::Shape shape;
-    for (int l : links.route(x.from_device, x.to_device)) shape.emplace_back(l, 1);
+    for (int l : topology.route_links(x.from_device, x.to_device)) shape.emplace_back(l, 1);
     FlowSpec f{network.add_shape(std::move(shape)),
                topology.route(x.from_device, x.to_device).latency_us * 1e-6, x.bytes};
     Task wait;

@@ -139,6 +139,18 @@ std::optional<std::string> check_partition(const profiles::ModelSpec& model, con
   return std::nullopt;
 }
 
+std::string describe(const Strategy& s) {
+  std::string out = "dp=" + std::to_string(s.dp) + " tp=" + std::to_string(s.tp) +
+                    " pp=" + std::to_string(s.pp) + " zero=" + std::to_string(s.zero) +
+                    " micro-batch=" + std::to_string(s.micro_batch) +
+                    " micro-batches=" + std::to_string(s.num_micro_batches) +
+                    " schedule=" + to_string(s.schedule);
+  if (s.virtual_stages > 1) out += " virtual-stages=" + std::to_string(s.virtual_stages);
+  out += std::string(" recompute=") + to_string(s.recompute);
+  if (s.sequence_parallel) out += " sequence-parallel";
+  return out;
+}
+
 nlohmann::json strategy_to_json(const Strategy& s) {
   return {{"dp", s.dp},
           {"tp", s.tp},

@@ -75,6 +75,10 @@ std::optional<std::string> check_partition(const profiles::ModelSpec& model,
                                            const Strategy& strategy,
                                            const std::vector<StageRange>& stages);
 
+// One line for people: "dp=4 tp=8 pp=2 zero=1 micro-batch=2 micro-batches=64 schedule=1f1b
+// recompute=selective" (plus virtual-stages and sequence-parallel when they apply).
+std::string describe(const Strategy& strategy);
+
 nlohmann::json strategy_to_json(const Strategy& strategy);
 Strategy strategy_from_json(const nlohmann::json& value, const std::string& source,
                             const std::string& path);

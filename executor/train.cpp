@@ -166,6 +166,37 @@ struct MixedPrecision {
   std::string name = "fp32";
 };
 
+// What one run's options and data fix before training: the global batch (dp * micro_batch *
+// num_micro_batches), steps per epoch and in all, and the device. Shared by the single-rank and
+// the many-rank loops.
+struct RunShape {
+  std::int64_t global_batch = 0;
+  std::int64_t steps_per_epoch = 0;
+  std::int64_t total_steps = 0;
+  torch::Device device = torch::kCPU;
+};
+
+RunShape run_shape(const TrainOptions& o, std::size_t train_examples) {
+  RunShape r;
+  r.global_batch = o.dp * o.micro_batch * o.num_micro_batches;
+  const auto train_count = static_cast<std::int64_t>(train_examples);
+  if (train_count < r.global_batch) {
+    throw InputError("training data", "",
+                     "at least one global batch (" + std::to_string(r.global_batch) +
+                         " examples), got " + std::to_string(train_count));
+  }
+  r.steps_per_epoch = train_count / r.global_batch;
+  r.total_steps = o.steps > 0 ? o.steps : o.epochs * r.steps_per_epoch;
+  if (o.device == Device::kCuda && !compat::cuda_available()) {
+    throw InputError("--device", "",
+                     "cuda needs a CUDA build of LibTorch and a visible GPU; use --device cpu");
+  }
+  if (o.device == Device::kCuda) {
+    r.device = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(o.device_index));
+  }
+  return r;
+}
+
 MixedPrecision mixed_precision(Device device, Precision precision) {
   MixedPrecision mp;
   if (device != Device::kCuda) return mp;  // CPU trains in fp32
@@ -564,25 +595,13 @@ TrainSummary train_classifier(const TrainOptions& o, const std::vector<EncodedEx
   check_data(train_data, "training data", spec, seq_len);
   check_data(validation_data, "validation data", spec, seq_len);
 
-  const std::int64_t global_batch = o.micro_batch * o.num_micro_batches;
+  const RunShape run = run_shape(o, train_data.size());
   const auto train_count = static_cast<std::int64_t>(train_data.size());
-  if (train_count < global_batch) {
-    throw InputError("training data", "",
-                     "at least one global batch (" + std::to_string(global_batch) +
-                         " examples), got " + std::to_string(train_count));
-  }
-  const std::int64_t steps_per_epoch = train_count / global_batch;
-  const std::int64_t total_steps = o.steps > 0 ? o.steps : o.epochs * steps_per_epoch;
-
-  if (o.device == Device::kCuda && !compat::cuda_available()) {
-    throw InputError("--device", "",
-                     "cuda needs a CUDA build of LibTorch and a visible GPU; use --device cpu");
-  }
+  const std::int64_t global_batch = run.global_batch;
+  const std::int64_t steps_per_epoch = run.steps_per_epoch;
+  const std::int64_t total_steps = run.total_steps;
   const int device_index = o.device_index;
-  const torch::Device device =
-      o.device == Device::kCuda
-          ? torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(device_index))
-          : torch::Device(torch::kCPU);
+  const torch::Device device = run.device;
   const MixedPrecision mp = mixed_precision(o.device, o.precision);
   if (o.device == Device::kCuda) {
     at::globalContext().setAllowTF32CuBLAS(o.precision == Precision::kTf32);
@@ -1077,24 +1096,13 @@ TrainSummary train_classifier(const TrainOptions& o, const std::vector<EncodedEx
   const int pp = o.pp;
   const std::int64_t mb = o.micro_batch;
   const std::int64_t micro_batches = o.num_micro_batches;
-  const std::int64_t global_batch = dp * mb * micro_batches;
+  const RunShape run = run_shape(o, train_data.size());
   const auto train_count = static_cast<std::int64_t>(train_data.size());
-  if (train_count < global_batch) {
-    throw InputError("training data", "",
-                     "at least one global batch (" + std::to_string(global_batch) +
-                         " examples), got " + std::to_string(train_count));
-  }
-  const std::int64_t steps_per_epoch = train_count / global_batch;
-  const std::int64_t total_steps = o.steps > 0 ? o.steps : o.epochs * steps_per_epoch;
-  if (o.device == Device::kCuda && !compat::cuda_available()) {
-    throw InputError("--device", "",
-                     "cuda needs a CUDA build of LibTorch and a visible GPU; use --device cpu");
-  }
+  const std::int64_t global_batch = run.global_batch;
+  const std::int64_t steps_per_epoch = run.steps_per_epoch;
+  const std::int64_t total_steps = run.total_steps;
   const int device_index = o.device_index;
-  const torch::Device device =
-      o.device == Device::kCuda
-          ? torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(device_index))
-          : torch::Device(torch::kCPU);
+  const torch::Device device = run.device;
   const MixedPrecision mp = mixed_precision(o.device, o.precision);
 
   // Model chunks: global chunk g = v * pp ranges of the layer sequence; chunk g runs on pipeline

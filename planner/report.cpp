@@ -76,17 +76,6 @@ std::string key_values(const std::string& caption,
   return out + "</table>\n";
 }
 
-std::string describe(const costmodel::Strategy& s) {
-  std::ostringstream o;
-  o << "dp=" << s.dp << " tp=" << s.tp << " pp=" << s.pp << " zero=" << s.zero
-    << " micro-batch=" << s.micro_batch << " micro-batches=" << s.num_micro_batches
-    << " schedule=" << costmodel::to_string(s.schedule);
-  if (s.virtual_stages > 1) o << " virtual-stages=" << s.virtual_stages;
-  o << " recompute=" << costmodel::to_string(s.recompute);
-  if (s.sequence_parallel) o << " sequence-parallel";
-  return o.str();
-}
-
 std::string range_text(const costmodel::StageRange& r) {
   return r.first_layer == r.last_layer
              ? std::to_string(r.first_layer)
@@ -889,9 +878,9 @@ std::string render_report(const Plan& plan, const costmodel::SimulationResult& s
       "<title>" +
       escape_html(title) + "</title>\n<style>" + kStyle + "</style>\n</head>\n";
   out += "<body>\n<header><h1>" + escape_html(title) + "</h1>\n<p class=\"sub\" id=\"strategy\">" +
-         escape_html(describe(plan.strategy)) + " &middot; " + integer(plan.strategy.world_size()) +
-         " ranks &middot; global batch " + integer(plan.job.global_batch) + " &times; " +
-         integer(plan.job.seq_len) + " tokens, " +
+         escape_html(costmodel::describe(plan.strategy)) + " &middot; " +
+         integer(plan.strategy.world_size()) + " ranks &middot; global batch " +
+         integer(plan.job.global_batch) + " &times; " + integer(plan.job.seq_len) + " tokens, " +
          escape_html(profiles::to_string(plan.job.precision)) + "</p></header>\n";
 
   auto card = [](const std::string& label, const std::string& value) {

@@ -37,15 +37,6 @@ std::string gib(double bytes) {
   return buf;
 }
 
-std::string short_name(const Strategy& s) {
-  std::string out = "tp=" + std::to_string(s.tp) + " pp=" + std::to_string(s.pp) +
-                    " dp=" + std::to_string(s.dp) + " zero=" + std::to_string(s.zero) +
-                    " micro-batch=" + std::to_string(s.micro_batch) + " " +
-                    costmodel::to_string(s.schedule);
-  if (s.virtual_stages > 1) out += " v=" + std::to_string(s.virtual_stages);
-  return out + " recompute=" + costmodel::to_string(s.recompute);
-}
-
 // What the search remembers of every candidate, to rank and to explain.
 struct Candidate {
   Strategy strategy;
@@ -105,7 +96,7 @@ std::vector<std::string> explain(const Candidate& best, const std::vector<Candid
                     d.name + "=" + d.label(d.value(leanest_other->strategy)) + " needs at least " +
                     gib(leanest_other->peak_memory_bytes) + " on stage " +
                     std::to_string(leanest_other->peak_stage) + " (" +
-                    short_name(leanest_other->strategy) + ")");
+                    costmodel::describe(leanest_other->strategy) + ")");
     }
   }
   return why;
@@ -501,7 +492,7 @@ SearchResult search(const costmodel::CostModel& cost, const costmodel::Job& job,
     result.infeasible_reason = "does not fit: the smallest memory need is " +
                                gib(lean.peak_memory_bytes) + " per device (stage " +
                                std::to_string(lean.peak_stage) + ") at " +
-                               short_name(lean.strategy) + "; the device has " +
+                               costmodel::describe(lean.strategy) + "; the device has " +
                                gib(static_cast<double>(cluster.device.memory_bytes)) +
                                " and plans may use " + buf + " of it (" + gib(limit) + ")";
     return result;

@@ -286,4 +286,17 @@ PathMetrics Topology::concurrent_rings(const std::vector<std::vector<int>>& ring
   return out;
 }
 
+int Topology::link_count() const { return 2 * static_cast<int>(impl_->edge_metrics.size()); }
+
+double Topology::link_bandwidth_gbps(int link) const {
+  return impl_->edge_metrics.at(static_cast<std::size_t>(link / 2)).first;
+}
+
+std::vector<int> Topology::route_links(int from, int to) const {
+  std::vector<int> out;
+  if (from == to) return out;
+  for (const Hop& h : impl_->route_hops(from, to)) out.push_back(2 * h.edge + (h.forward ? 0 : 1));
+  return out;
+}
+
 }  // namespace loom::profiles

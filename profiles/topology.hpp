@@ -49,6 +49,13 @@ class Topology {
   // slowest hop gets and the largest hop latency. Rings of one device are ignored.
   PathMetrics concurrent_rings(const std::vector<std::vector<int>>& rings) const;
 
+  // Directed links, for models that share bandwidth link by link (the simulator): link 2e crosses
+  // edge e from its lower vertex to its higher, 2e + 1 the other way; each direction has the
+  // edge's bandwidth. route_links lists the links of route(from, to), in order (none to itself).
+  int link_count() const;
+  double link_bandwidth_gbps(int link) const;
+  std::vector<int> route_links(int from, int to) const;
+
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;

@@ -50,16 +50,6 @@ std::string seconds(double s) {
   return fixed(s * 1e6, 1) + " us";
 }
 
-std::string describe(const costmodel::Strategy& s) {
-  std::ostringstream o;
-  o << "dp=" << s.dp << " tp=" << s.tp << " pp=" << s.pp << " zero=" << s.zero
-    << " micro-batch=" << s.micro_batch << " micro-batches=" << s.num_micro_batches
-    << " schedule=" << costmodel::to_string(s.schedule);
-  if (s.virtual_stages > 1) o << " virtual-stages=" << s.virtual_stages;
-  o << " recompute=" << costmodel::to_string(s.recompute);
-  return o.str();
-}
-
 }  // namespace
 
 void print_plan(std::ostream& out, const planner::Plan& plan) {
@@ -70,7 +60,7 @@ void print_plan(std::ostream& out, const planner::Plan& plan) {
       << plan.cluster.devices_per_node << " " << plan.cluster.device.name << "\n"
       << "job      global batch " << plan.job.global_batch << ", seq " << plan.job.seq_len << ", "
       << profiles::to_string(plan.job.precision) << "\n"
-      << "strategy " << describe(plan.strategy) << "\n\n";
+      << "strategy " << costmodel::describe(plan.strategy) << "\n\n";
   out << "step time              " << seconds(p.step_time_s) << "\n"
       << "samples/s              " << fixed(p.samples_per_s, 1) << "\n"
       << "tokens/s               " << fixed(p.tokens_per_s, 0) << "\n"

@@ -42,15 +42,15 @@ int run_simulate(const SimulateArgs& a) {
     std::cout << costmodel::prediction_to_json(sim.prediction).dump(2) << "\n";
     return 0;
   }
-  const double analytical_s = plan.predicted.step_time_s;
+  const costmodel::Prediction recorded = plan.predicted;
   plan.predicted = sim.prediction;
   print_plan(std::cout, plan);
   char line[256];
-  if (analytical_s > 0) {
+  if (recorded.step_time_s > 0) {
     std::snprintf(line, sizeof line,
-                  "\nsimulated step %.6g s; the plan's %s prediction was %.6g s (%+.1f %%)\n",
-                  sim.step_time_s, "analytical/recorded", analytical_s,
-                  100 * (analytical_s / sim.step_time_s - 1));
+                  "\nsimulated step %.6g s; the plan recorded %.6g s (%s, %+.1f %%)\n",
+                  sim.step_time_s, recorded.step_time_s, recorded.source.c_str(),
+                  100 * (recorded.step_time_s / sim.step_time_s - 1));
     std::cout << line;
   }
   std::snprintf(line, sizeof line, "%lld events in %.1f ms\n",

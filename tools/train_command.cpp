@@ -1,6 +1,5 @@
 // loom train: one rank of a plan (spec/cli.md). Reads the plan, the data and the tokenizer,
 // checks them against each other, and calls executor::train_classifier.
-#include <malloc.h>
 
 #include <chrono>
 #include <cstdio>
@@ -51,41 +50,12 @@ struct TrainArgs {
   bool json = false;
 };
 
-// Rank and world size from torchrun's or Slurm's variables; a single process without either.
-struct World {
-  int rank = 0;
-  int size = 1;
-  std::string source = "a single process: no RANK/WORLD_SIZE or SLURM_PROCID/SLURM_NTASKS";
-};
-
-int env_int(const char* name) {
-  const char* v = std::getenv(name);
-  char* end = nullptr;
-  const long out = std::strtol(v, &end, 10);
-  if (*v == '\0' || *end != '\0' || out < 0 || out > 1'000'000) {
-    throw InputError(std::string("environment variable ") + name, "",
-                     std::string("a non-negative integer, found \"") + v + "\"");
-  }
-  return static_cast<int>(out);
-}
-
-World world_from_environment() {
-  World w;
-  if (std::getenv("WORLD_SIZE") != nullptr) {
-    w.size = env_int("WORLD_SIZE");
-    w.rank = std::getenv("RANK") != nullptr ? env_int("RANK") : 0;
-    w.source = "RANK/WORLD_SIZE";
-  } else if (std::getenv("SLURM_NTASKS") != nullptr) {
-    w.size = env_int("SLURM_NTASKS");
-    w.rank = std::getenv("SLURM_PROCID") != nullptr ? env_int("SLURM_PROCID") : 0;
-    w.source = "SLURM_PROCID/SLURM_NTASKS";
-  }
-  if (w.size < 1 || w.rank >= w.size) {
-    throw InputError(w.source, "",
-                     "0 <= rank < world size, found rank " + std::to_string(w.rank) + " of " +
-                         std::to_string(w.size));
-  }
-  return w;
+// Rank, world and master from torchrun's or Slurm's variables (executor::rank_environment).
+executor::RankEnvironment environment() {
+  return executor::rank_environment([](const std::string& name) -> std::optional<std::string> {
+    const char* value = std::getenv(name.c_str());
+    return value != nullptr ? std::optional<std::string>(value) : std::nullopt;
+  });
 }
 
 // The tokenizer: --tokenizer, else the init checkpoint's vocab.txt, else the synthetic data's own
@@ -151,32 +121,16 @@ std::vector<executor::EncodedExample> encode(const std::vector<executor::Review>
   return out;
 }
 
-// Training allocates the same activations, gradients and optimizer temporaries every step. By
-// default glibc hands freed blocks above its mmap threshold (and a large free heap top) back to
-// the kernel, so every step page-faults them in again: for bert-base (batch 8, seq 128) on one
-// CPU thread about 280,000 faults and 0.5 s of kernel time in a 7.4 s step. Keeping freed memory
-// in the heap removes them (the step 5-13 % faster in our runs) with the same peak resident set
-// (bench/RESULTS.md).
-// Skipped when the user tunes glibc's allocator with its MALLOC_* variables.
-void keep_freed_memory() {
-  for (const char* name : {"MALLOC_MMAP_MAX_", "MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_",
-                           "MALLOC_TOP_PAD_"}) {
-    if (std::getenv(name) != nullptr) return;
-  }
-  mallopt(M_MMAP_MAX, 0);         // every block from the heap, none mapped on its own
-  mallopt(M_TRIM_THRESHOLD, -1);  // never shrink the heap
-}
-
 int run_train(const TrainArgs& a) {
   const std::string text = profiles::read_text_file(a.plan);
   const planner::Plan plan =
       planner::plan_from_json(profiles::parse_json_text(text, a.plan), a.plan);
-  const World world = world_from_environment();
-  if (world.size != plan.strategy.world_size()) {
+  const executor::RankEnvironment env = environment();
+  if (env.world_size != plan.strategy.world_size()) {
     const int ranks = plan.strategy.world_size();
     throw InputError(a.plan, "$.strategy",
-                     "a plan for the " + std::to_string(world.size) + " rank(s) of this job (" +
-                         world.source + "); it has dp*tp*pp = " + std::to_string(ranks) +
+                     "a plan for the " + std::to_string(env.world_size) + " rank(s) of this job (" +
+                         env.source + "); it has dp*tp*pp = " + std::to_string(ranks) +
                          " ranks: run it with loom launch --nproc " + std::to_string(ranks) +
                          " or a launcher that starts " + std::to_string(ranks) + " ranks");
   }
@@ -195,7 +149,7 @@ int run_train(const TrainArgs& a) {
   o.checkpoint_every = a.checkpoint_every;
   o.resume = a.resume;
   o.metrics_path = a.metrics;
-  o.rank = world.rank;
+  o.rank = env.rank;
   o.progress = !a.json;
   const auto device = executor::parse_device(a.device);
   if (!device) throw InputError("--device", "", "cpu or cuda, found \"" + a.device + "\"");
@@ -238,20 +192,14 @@ int run_train(const TrainArgs& a) {
                          ", found " + std::to_string(split.train.size()) + " of " +
                          std::to_string(review_count));
   }
-  keep_freed_memory();
   const std::int64_t seq_len = plan.job.seq_len;
   const auto train_data = encode(split.train, tokenizer, seq_len);
   const auto validation_data = encode(split.validation, tokenizer, seq_len);
   executor::TrainSummary s;
-  if (world.size == 1) {
+  if (env.world_size == 1) {
     s = executor::train_classifier(o, train_data, validation_data);
   } else {
     // Many ranks: rendezvous on rank 0's TCPStore, then the plan's dp/tp/pp groups.
-    const executor::RankEnvironment env =
-        executor::rank_environment([](const std::string& name) -> std::optional<std::string> {
-          const char* value = std::getenv(name.c_str());
-          return value != nullptr ? std::optional<std::string>(value) : std::nullopt;
-        });
     executor::GroupOptions groups_options;
     groups_options.timeout =
         std::chrono::milliseconds(static_cast<std::int64_t>(a.comm_timeout_s * 1000));
@@ -263,10 +211,10 @@ int run_train(const TrainArgs& a) {
       o.device_index = env.local_rank;
     }
     const auto store = executor::connect_store(env, groups_options.timeout);
-    executor::ParallelGroups groups(store, world.rank, plan.strategy.dp, plan.strategy.tp,
+    executor::ParallelGroups groups(store, env.rank, plan.strategy.dp, plan.strategy.tp,
                                     plan.strategy.pp, groups_options);
     s = executor::train_classifier(o, train_data, validation_data, groups);
-    if (world.rank != 0) return 0;  // rank 0 prints the summary
+    if (env.rank != 0) return 0;  // rank 0 prints the summary
   }
 
   if (a.json) {
