@@ -6,6 +6,7 @@
 #include <numeric>
 #include <stdexcept>
 
+#include "costmodel/calibration.hpp"
 #include "costmodel/layers.hpp"
 #include "costmodel/memory.hpp"
 #include "costmodel/pipeline.hpp"
@@ -101,7 +102,15 @@ CostModel::CostModel(profiles::ModelSpec model, profiles::Cluster cluster, CostO
       links_(std::move(topology), std::move(device_of_rank)) {}
 
 CostModel CostModel::with_mapping(std::vector<int> device_of_rank) const {
-  return CostModel(model_, cluster_, options_, links_.shared_topology(), std::move(device_of_rank));
+  CostModel out(model_, cluster_, options_, links_.shared_topology(), std::move(device_of_rank));
+  out.calibration_ = calibration_;
+  return out;
+}
+
+CostModel CostModel::with_calibration(std::shared_ptr<const Calibration> calibration) const {
+  CostModel out(model_, cluster_, options_, links_.shared_topology(), links_.device_of_rank());
+  out.calibration_ = std::move(calibration);
+  return out;
 }
 
 namespace {
@@ -120,12 +129,66 @@ struct Terms {
   EntryTerms layer_terms, embed_terms, head_terms;
   double p2p_bytes = 0;
   double p2p_all_gather_bytes = 0;
+  int threads = 1;  // CPU threads per rank (1 on GPUs)
+  Calibrated how_layer = Calibrated::kRoofline;
+  Calibrated how_embedding = Calibrated::kRoofline;
+  Calibrated how_head = Calibrated::kRoofline;
 };
 
+// CPU threads one rank gets: a CPU "device" of a cluster is one core, and the executor gives each
+// of the ranks on a node an equal share of the node's cores (ranks are placed node-major).
+int threads_per_rank(const profiles::Cluster& cluster, int world) {
+  if (cluster.device.kind != profiles::DeviceKind::kCpu) return 1;
+  const auto per_node = std::min<std::int64_t>(world, cluster.devices_per_node);
+  return static_cast<int>(std::max<std::int64_t>(1, cluster.devices_per_node / per_node));
+}
+
+DeviceRates scaled_rates(DeviceRates rates, int threads) {
+  rates.matrix_flops_per_s *= threads;
+  rates.memory_bytes_per_s *= threads;
+  return rates;
+}
+
+// Replaces the roofline time and the formula's activation bytes of one entry kind by what the
+// calibration answers (calibration.hpp): measured or interpolated figures as they are; a scaled
+// answer multiplies the roofline and formula at the query by measured / modelled at the nearest
+// measured shape.
+template <typename Roofline, typename Formula>
+Calibrated calibrate(const Calibration& calibration, const LayerQuery& query,
+                     const Roofline& roofline, const Formula& formula, LayerTime* time,
+                     double* activation_bytes) {
+  const LayerAnswer a = calibration.layer(query);
+  switch (a.how) {
+    case Calibrated::kRoofline:
+      break;
+    case Calibrated::kMeasured:
+    case Calibrated::kInterpolated:
+      time->forward_s = a.forward_s;
+      time->backward_s = a.backward_s;  // recomputation included: the point used it
+      time->recompute_s = 0;
+      *activation_bytes = a.activation_bytes;
+      break;
+    case Calibrated::kScaled: {
+      const LayerTime at = roofline(a.at);
+      const double fwd = at.forward_s > 0 ? a.forward_s / at.forward_s : 1;
+      const double bwd =
+          at.backward_s + at.recompute_s > 0 ? a.backward_s / (at.backward_s + at.recompute_s) : 1;
+      time->forward_s *= fwd;
+      time->backward_s *= bwd;
+      time->recompute_s *= a.at.recompute == query.recompute ? bwd : fwd;
+      const double modelled = formula(a.at);
+      if (modelled > 0) *activation_bytes *= a.activation_bytes / modelled;
+      break;
+    }
+  }
+  return a.how;
+}
+
 Terms compute_terms(const profiles::ModelSpec& m, const CostOptions& options,
-                    const GroupLinks& links, const profiles::DeviceSpec& device, const Job& job,
-                    const Strategy& s) {
+                    const GroupLinks& links, const profiles::Cluster& cluster,
+                    const Calibration* calibration, const Job& job, const Strategy& s) {
   Terms t;
+  const profiles::DeviceSpec& device = cluster.device;
   const int world = s.world_size();
   const int e = element_bytes(job.precision);
   const double b = static_cast<double>(s.micro_batch);
@@ -134,7 +197,9 @@ Terms compute_terms(const profiles::ModelSpec& m, const CostOptions& options,
   const double v = static_cast<double>(m.vocab);
   const double sp_split = s.sequence_parallel ? s.tp : 1;
 
-  const DeviceRates rates = device_rates(device, job.precision, options.efficiency);
+  const DeviceRates core_rates = device_rates(device, job.precision, options.efficiency);
+  t.threads = threads_per_rank(cluster, world);
+  const DeviceRates rates = scaled_rates(core_rates, t.threads);
   t.rate_memory_bytes_per_s = rates.memory_bytes_per_s;
   const LayerShape shape{s.micro_batch, job.seq_len, s.tp, e, s.recompute};
   t.layer = transformer_layer_time(m, shape, rates);
@@ -185,17 +250,17 @@ Terms compute_terms(const profiles::ModelSpec& m, const CostOptions& options,
     profiles::PathMetrics pp_link = links.group(world, s.pp, s.tp * s.dp);
     t.p2p_s = collective_time_s(Collective::kP2p, act_bytes / s.tp, 2, pp_link);
     if (s.tp > 1 && !s.sequence_parallel) {
-      t.p2p_s += collective_time_s(Collective::kAllGather, act_bytes, s.tp,
-                                   links.group(world, s.tp, 1));
+      t.p2p_s +=
+          collective_time_s(Collective::kAllGather, act_bytes, s.tp, links.group(world, s.tp, 1));
     }
   }
 
   // Per-micro-batch activations kept for backward.
   ActivationShape ashape{job.seq_len, s.micro_batch, m.hidden, m.heads, m.ffn_hidden, e};
-  const double layer_act = transformer_layer_activation_bytes(
-      ashape, s.tp, s.sequence_parallel, s.recompute, options.attention_scores);
+  double layer_act = transformer_layer_activation_bytes(ashape, s.tp, s.sequence_parallel,
+                                                        s.recompute, options.attention_scores);
   const double sbh = b * seq * h;
-  const double embed_act =
+  double embed_act =
       (m.family == Family::kEncoder ? (e + 1) * sbh : sbh) / sp_split;  // LayerNorm in, mask
   double head_act = 3 * e * b * h;
   if (!m.num_labels) {
@@ -209,10 +274,65 @@ Terms compute_terms(const profiles::ModelSpec& m, const CostOptions& options,
     t.recompute_buffer = full - layer_act;
   }
 
-  t.costs.layer = {t.layer.forward_s + 2 * tp_ar,
-                   t.layer.backward_s + t.layer.recompute_s +
-                       (s.recompute == Recompute::kFull ? 4 : 2) * tp_ar,
-                   static_cast<double>(params.transformer_layer.per_rank(s.tp)), layer_act};
+  if (calibration != nullptr) {
+    const double formula_layer_act = layer_act;
+    const int tpn = s.tp;
+    const int ek = e;
+    const auto embed_formula = [&](const LayerQuery& q) {
+      const double x = static_cast<double>(q.micro_batch) * static_cast<double>(q.seq_len) * h;
+      return (m.family == Family::kEncoder ? (ek + 1) * x : x) / (s.sequence_parallel ? q.tp : 1);
+    };
+    const auto head_formula = [&](const LayerQuery& q) {
+      const double qb = static_cast<double>(q.micro_batch);
+      const double qs = static_cast<double>(q.seq_len);
+      if (m.num_labels) return 3.0 * ek * qb * h;
+      return (m.family == Family::kEncoder ? 3 : 1) * ek * qb * qs * h /
+                 (s.sequence_parallel ? q.tp : 1) +
+             (ek + 4) * qb * qs * v / q.tp;
+    };
+    const auto layer_formula = [&](const LayerQuery& q) {
+      ActivationShape a{q.seq_len, q.micro_batch, m.hidden, m.heads, m.ffn_hidden, ek};
+      return transformer_layer_activation_bytes(
+          a, q.tp, s.sequence_parallel, *parse_recompute(q.recompute), options.attention_scores);
+    };
+    auto roofline = [&](const LayerQuery& q,
+                        LayerTime (*time)(const profiles::ModelSpec&, const LayerShape&,
+                                          const DeviceRates&)) {
+      return time(m, LayerShape{q.micro_batch, q.seq_len, q.tp, ek, *parse_recompute(q.recompute)},
+                  scaled_rates(core_rates, q.threads));
+    };
+    const LayerQuery base{profiles::LayerKind::kEncoderLayer,
+                          s.micro_batch,
+                          job.seq_len,
+                          tpn,
+                          to_string(s.recompute),
+                          t.threads};
+    LayerQuery q = base;
+    q.kind = m.family == Family::kEncoder ? profiles::LayerKind::kEncoderLayer
+                                          : profiles::LayerKind::kDecoderLayer;
+    t.how_layer = calibrate(
+        *calibration, q, [&](const LayerQuery& x) { return roofline(x, transformer_layer_time); },
+        layer_formula, &t.layer, &layer_act);
+    q.kind = profiles::LayerKind::kEmbedding;
+    t.how_embedding = calibrate(
+        *calibration, q, [&](const LayerQuery& x) { return roofline(x, embedding_time); },
+        embed_formula, &t.embed, &embed_act);
+    q.kind = profiles::LayerKind::kHead;
+    t.how_head = calibrate(
+        *calibration, q, [&](const LayerQuery& x) { return roofline(x, head_time); }, head_formula,
+        &t.head, &head_act);
+    t.layer_terms.forward_compute_s = t.layer.forward_s;
+    t.layer_terms.backward_compute_s = t.layer.backward_s + t.layer.recompute_s;
+    t.embed_terms.forward_compute_s = t.embed.forward_s;
+    t.embed_terms.backward_compute_s = t.embed.backward_s;
+    t.head_terms.forward_compute_s = t.head.forward_s;
+    t.head_terms.backward_compute_s = t.head.backward_s;
+    if (formula_layer_act > 0) t.recompute_buffer *= layer_act / formula_layer_act;
+  }
+  t.costs.layer = {
+      t.layer.forward_s + 2 * tp_ar,
+      t.layer.backward_s + t.layer.recompute_s + (s.recompute == Recompute::kFull ? 4 : 2) * tp_ar,
+      static_cast<double>(params.transformer_layer.per_rank(s.tp)), layer_act};
   // Vocab-parallel embedding: an all-reduce of its output.
   t.costs.embedding = {t.embed.forward_s + tp_ar, t.embed.backward_s,
                        static_cast<double>(params.embedding.per_rank(s.tp)), embed_act};
@@ -223,12 +343,39 @@ Terms compute_terms(const profiles::ModelSpec& m, const CostOptions& options,
 
 }  // namespace
 
+int CostModel::threads_per_rank(int world) const {
+  return costmodel::threads_per_rank(cluster_, world);
+}
+
+std::vector<std::string> CostModel::calibration_notes(const Job& job, const Strategy& s) const {
+  std::vector<std::string> out;
+  if (!calibration_) return out;
+  const Terms t = compute_terms(model_, options_, links_, cluster_, calibration_.get(), job, s);
+  const std::string shape =
+      " (b=" + std::to_string(s.micro_batch) + " s=" + std::to_string(job.seq_len) +
+      " tp=" + std::to_string(s.tp) + " recompute=" + to_string(s.recompute) +
+      (cluster_.device.kind == profiles::DeviceKind::kCpu ? " threads=" + std::to_string(t.threads)
+                                                          : std::string()) +
+      ")";
+  auto line = [&](const char* what, Calibrated how) {
+    std::string text = std::string(what) + ": " + to_string(how);
+    if (how == Calibrated::kScaled) text += " (roofline x measured/roofline of the nearest point)";
+    if (how == Calibrated::kRoofline) text += " (the profile has no such layer)";
+    out.push_back(text + shape);
+  };
+  line("embedding", t.how_embedding);
+  line(model_.family == Family::kEncoder ? "encoder layer" : "decoder layer", t.how_layer);
+  line("head", t.how_head);
+  return out;
+}
+
 SequenceCosts CostModel::sequence_costs(const Job& job, const Strategy& strategy) const {
-  return compute_terms(model_, options_, links_, cluster_.device, job, strategy).costs;
+  return compute_terms(model_, options_, links_, cluster_, calibration_.get(), job, strategy).costs;
 }
 
 StepTerms CostModel::step_terms(const Job& job, const Strategy& strategy) const {
-  const Terms t = compute_terms(model_, options_, links_, cluster_.device, job, strategy);
+  const Terms t =
+      compute_terms(model_, options_, links_, cluster_, calibration_.get(), job, strategy);
   StepTerms out;
   out.costs = t.costs;
   out.embedding = t.embed_terms;
@@ -243,12 +390,13 @@ StepTerms CostModel::step_terms(const Job& job, const Strategy& strategy) const 
 
 MemoryBreakdown CostModel::stage_memory(const Job& job, const Strategy& s, int pipeline_rank,
                                         const StageLoad& load) const {
-  const Terms t = compute_terms(model_, options_, links_, cluster_.device, job, s);
+  const Terms t = compute_terms(model_, options_, links_, cluster_, calibration_.get(), job, s);
   return stage_memory_from(t.recompute_buffer, job, s, pipeline_rank, load);
 }
 
 double CostModel::recompute_buffer_bytes(const Job& job, const Strategy& s) const {
-  return compute_terms(model_, options_, links_, cluster_.device, job, s).recompute_buffer;
+  return compute_terms(model_, options_, links_, cluster_, calibration_.get(), job, s)
+      .recompute_buffer;
 }
 
 MemoryBreakdown CostModel::stage_memory_from(double recompute_buffer, const Job& job,
@@ -259,9 +407,9 @@ MemoryBreakdown CostModel::stage_memory_from(double recompute_buffer, const Job&
   mem.parameters = states.parameters;
   mem.gradients = states.gradients;
   mem.optimizer = states.optimizer;
-  mem.activations = load.activations *
-                    activation_micro_batches_in_flight(s.schedule, s.pp, pipeline_rank,
-                                                       s.num_micro_batches, s.virtual_stages);
+  mem.activations =
+      load.activations * activation_micro_batches_in_flight(s.schedule, s.pp, pipeline_rank,
+                                                            s.num_micro_batches, s.virtual_stages);
   mem.buffers = load.layers > 0 ? recompute_buffer : 0;
   if (s.dp > 1) {
     const double state_bytes = element_bytes(job.precision) == 2 ? 2 : 4;
@@ -292,7 +440,7 @@ Prediction CostModel::estimate(const Job& job, const Strategy& s,
   const double h = static_cast<double>(m.hidden);
   const double v = static_cast<double>(m.vocab);
   const double mb = static_cast<double>(s.num_micro_batches);
-  const Terms terms = compute_terms(m, options_, links_, cluster_.device, job, s);
+  const Terms terms = compute_terms(m, options_, links_, cluster_, calibration_.get(), job, s);
   const SequenceCosts& cost = terms.costs;
   const double p2p = terms.p2p_s;
 

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "costmodel/calibration.hpp"
 #include "costmodel/comm.hpp"
 #include "costmodel/compute.hpp"
 #include "costmodel/strategy.hpp"
@@ -127,6 +128,16 @@ class CostModel {
 
   // The same model and options over the same topology with another rank-to-device mapping.
   CostModel with_mapping(std::vector<int> device_of_rank) const;
+  // The same with layer figures taken from a measured profile (calibration.hpp); nullptr goes
+  // back to the roofline. Links are calibrated on the cluster instead (calibrated_cluster()).
+  CostModel with_calibration(std::shared_ptr<const Calibration> calibration) const;
+  const Calibration* calibration() const { return calibration_.get(); }
+  // Where each entry kind's figures come from for this job and strategy, one line per kind
+  // ("encoder layer: measured (b=4 s=128 tp=1 threads=2)"); empty without a calibration.
+  std::vector<std::string> calibration_notes(const Job& job, const Strategy& strategy) const;
+  // CPU threads each rank runs with: on CPU clusters a device is one core and the ranks of a
+  // node share its cores equally; 1 on GPUs.
+  int threads_per_rank(int world) const;
   const std::vector<int>& device_of_rank() const { return links_.device_of_rank(); }
 
   SequenceCosts sequence_costs(const Job& job, const Strategy& strategy) const;
@@ -160,6 +171,7 @@ class CostModel {
   profiles::Cluster cluster_;
   CostOptions options_;
   GroupLinks links_;
+  std::shared_ptr<const Calibration> calibration_;
 };
 
 }  // namespace loom::costmodel

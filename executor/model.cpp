@@ -212,6 +212,7 @@ EncoderClassifier::EncoderClassifier(const ModelSpec& spec, const EncoderOptions
     : spec_(spec),
       parallel_(std::move(parallel)),
       dropout_(options.dropout),
+      recompute_(options.recompute),
       first_layer_(options.first_layer),
       last_layer_(options.last_layer < 0 ? static_cast<int>(spec.layers) + 1 : options.last_layer),
       pad_id_(pad_token_id(spec.model_type)),
@@ -340,6 +341,98 @@ torch::Tensor EncoderClassifier::embed(const EncoderInputs& inputs) const {
   return dropout(layer_norm(x, e.norm));
 }
 
+namespace {
+
+// What a recomputed region needs again in the backward pass: the function and the state it ran
+// under (random generators, autocast).
+struct Recomputed : torch::CustomClassHolder {
+  std::function<torch::Tensor(const std::vector<torch::Tensor>&)> fn;
+  std::vector<bool> needs_grad;
+  compat::RngState rng;
+  torch::Device device = torch::kCPU;
+  bool autocast = false;
+  c10::ScalarType autocast_dtype = c10::ScalarType::BFloat16;
+};
+
+// Activation checkpointing as PyTorch's reentrant torch.utils.checkpoint: the forward pass runs
+// without recording a graph and keeps only the inputs; the backward pass runs the function again
+// with the same random state and autocast, then back-propagates through it (gradients of weights
+// captured by the function accumulate into their .grad as usual).
+class Checkpoint : public torch::autograd::Function<Checkpoint> {
+ public:
+  static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx,
+                                                const c10::intrusive_ptr<Recomputed>& r,
+                                                torch::TensorList inputs) {
+    r->device = inputs[0].device();
+    r->rng = compat::capture_rng(r->device);
+    const c10::DeviceType type = r->device.type();
+    r->autocast = compat::AutocastGuard::is_enabled(type);
+    r->autocast_dtype = compat::AutocastGuard::get_dtype(type);
+    std::vector<torch::Tensor> in(inputs.begin(), inputs.end());
+    r->needs_grad.clear();
+    for (const torch::Tensor& t : in) r->needs_grad.push_back(t.requires_grad());
+    torch::Tensor out = r->fn(in);
+    ctx->save_for_backward(in);
+    ctx->saved_data["recomputed"] = c10::IValue::make_capsule(r);
+    return {out};
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    auto r =
+        c10::static_intrusive_pointer_cast<Recomputed>(ctx->saved_data["recomputed"].toCapsule());
+    std::vector<torch::Tensor> in;
+    for (const torch::Tensor& saved : ctx->get_saved_variables()) {
+      in.push_back(saved.detach());
+    }
+    for (std::size_t i = 0; i < in.size(); ++i) {
+      if (r->needs_grad[i]) in[i].requires_grad_(true);
+    }
+    torch::Tensor out;
+    {
+      const compat::RngState now = compat::capture_rng(r->device);
+      compat::restore_rng(r->rng);
+      torch::AutoGradMode grad_on(true);
+      compat::AutocastGuard autocast(r->device.type(), r->autocast_dtype, r->autocast);
+      out = r->fn(in);
+      compat::restore_rng(now);
+    }
+    torch::autograd::backward({out}, {grads[0]});
+    torch::autograd::variable_list result;
+    result.emplace_back();  // the Recomputed argument
+    for (std::size_t i = 0; i < in.size(); ++i) {
+      result.push_back(r->needs_grad[i] ? in[i].grad() : torch::Tensor());
+    }
+    return result;
+  }
+};
+
+torch::Tensor checkpointed(std::function<torch::Tensor(const std::vector<torch::Tensor>&)> fn,
+                           const std::vector<torch::Tensor>& inputs) {
+  auto r = c10::make_intrusive<Recomputed>();
+  r->fn = std::move(fn);
+  return Checkpoint::apply(r, torch::TensorList(inputs))[0];
+}
+
+}  // namespace
+
+torch::Tensor EncoderClassifier::attention_core(const torch::Tensor& q, const torch::Tensor& k,
+                                                const torch::Tensor& v,
+                                                const torch::Tensor& keep) const {
+  const double p = is_training() ? dropout_ : 0.0;
+  if (recompute_ != costmodel::Recompute::kSelective || !is_training() ||
+      !torch::GradMode::is_enabled()) {
+    return compat::attention(q, k, v, keep, p);
+  }
+  std::vector<torch::Tensor> inputs = {q, k, v};
+  if (keep.defined()) inputs.push_back(keep);
+  return checkpointed(
+      [p](const std::vector<torch::Tensor>& in) {
+        return compat::attention(in[0], in[1], in[2], in.size() > 3 ? in[3] : torch::Tensor(), p);
+      },
+      inputs);
+}
+
 torch::Tensor EncoderClassifier::transformer_layer(const LayerWeights& w, const torch::Tensor& x,
                                                    const torch::Tensor& keep) const {
   const std::int64_t batch = x.size(0);
@@ -352,8 +445,7 @@ torch::Tensor EncoderClassifier::transformer_layer(const LayerWeights& w, const 
         .view({batch, seq, local_heads, head_dim})
         .permute({0, 2, 1, 3});
   };
-  torch::Tensor context = compat::attention(heads(w.query), heads(w.key), heads(w.value), keep,
-                                            is_training() ? dropout_ : 0.0);
+  torch::Tensor context = attention_core(heads(w.query), heads(w.key), heads(w.value), keep);
   context = context.permute({0, 2, 1, 3}).reshape({batch, seq, local_heads * head_dim});
   const torch::Tensor attended =
       layer_norm(dropout(row_linear(context, w.attention_output)) + x, w.attention_norm);
@@ -385,7 +477,23 @@ torch::Tensor EncoderClassifier::forward(const EncoderInputs& inputs, const torc
   if (!layers_.empty() && inputs.attention_mask.defined()) {
     keep = inputs.attention_mask.to(torch::kBool).view({x.size(0), 1, 1, x.size(1)});
   }
-  for (const LayerWeights& layer : layers_) x = transformer_layer(layer, x, keep);
+  // Checkpointing needs an input that requires grad, or no gradient would reach the weights.
+  const bool full = recompute_ == costmodel::Recompute::kFull && is_training() &&
+                    torch::GradMode::is_enabled() && x.requires_grad();
+  for (const LayerWeights& layer : layers_) {
+    if (!full) {
+      x = transformer_layer(layer, x, keep);
+      continue;
+    }
+    std::vector<torch::Tensor> inputs;
+    inputs.push_back(x);
+    if (keep.defined()) inputs.push_back(keep);
+    x = checkpointed(
+        [this, &layer](const std::vector<torch::Tensor>& in) {
+          return transformer_layer(layer, in[0], in.size() > 1 ? in[1] : torch::Tensor());
+        },
+        inputs);
+  }
   return has_head() ? head(x) : x;
 }
 

@@ -28,6 +28,7 @@
 #include <utility>
 #include <vector>
 
+#include "costmodel/strategy.hpp"
 #include "profiles/model_spec.hpp"
 
 namespace loom::executor {
@@ -121,6 +122,11 @@ struct EncoderOptions {
   std::uint64_t seed = 0;  // initialisation seed
   torch::Device device = torch::kCPU;
   torch::ScalarType dtype = torch::kFloat;  // parameter dtype (fp32 master weights for training)
+  // Activation recomputation in training mode (Korthikanti et al. 2022): full keeps only each
+  // transformer layer's input and runs the layer again in the backward pass; selective does that
+  // for the attention core (scores, softmax, dropout, context). The recomputed forward draws the
+  // same dropout masks (the generators' states are restored), so gradients equal the plain ones.
+  costmodel::Recompute recompute = costmodel::Recompute::kNone;
 };
 
 // One batch of token ids. All int64 [batch, seq] on the model's device.
@@ -211,6 +217,8 @@ class EncoderClassifier : public torch::nn::Module {
   torch::Tensor embed(const EncoderInputs& inputs) const;
   torch::Tensor transformer_layer(const LayerWeights& w, const torch::Tensor& x,
                                   const torch::Tensor& keep) const;
+  torch::Tensor attention_core(const torch::Tensor& q, const torch::Tensor& k,
+                               const torch::Tensor& v, const torch::Tensor& keep) const;
   torch::Tensor head(const torch::Tensor& x) const;
   torch::Tensor dropout(const torch::Tensor& x) const;
   torch::Tensor row_linear(const torch::Tensor& x, const Linear& w) const;
@@ -221,6 +229,7 @@ class EncoderClassifier : public torch::nn::Module {
   profiles::ModelSpec spec_;
   ParallelContext parallel_;
   double dropout_;
+  costmodel::Recompute recompute_;
   int first_layer_;
   int last_layer_;
   std::int64_t pad_id_;

@@ -7,7 +7,10 @@
 // them; code that may run on CUDA checks torch::cuda::is_available() at run time.
 #pragma once
 
+#include <ATen/CPUGeneratorImpl.h>
 #include <ATen/autocast_mode.h>
+#include <c10/core/Allocator.h>
+#include <c10/util/ThreadLocalDebugInfo.h>
 #include <torch/csrc/autograd/utils/lambda_post_hook.h>
 #include <torch/csrc/autograd/variable.h>
 #include <torch/torch.h>
@@ -23,6 +26,7 @@
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
 #if defined(LOOM_TORCH_CUDA)
+#include <ATen/cuda/CUDAGeneratorImpl.h>
 #include <c10/cuda/CUDACachingAllocator.h>
 
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
@@ -94,17 +98,11 @@ class AutocastGuard {
   AutocastGuard(const AutocastGuard&) = delete;
   AutocastGuard& operator=(const AutocastGuard&) = delete;
 
- private:
+  // The calling thread's autocast state for `type`.
 #if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
   static bool is_enabled(c10::DeviceType type) { return at::autocast::is_autocast_enabled(type); }
   static c10::ScalarType get_dtype(c10::DeviceType type) {
     return at::autocast::get_autocast_dtype(type);
-  }
-  static void set_enabled(c10::DeviceType type, bool on) {
-    at::autocast::set_autocast_enabled(type, on);
-  }
-  static void set_dtype(c10::DeviceType type, c10::ScalarType dtype) {
-    at::autocast::set_autocast_dtype(type, dtype);
   }
 #else
   static bool is_enabled(c10::DeviceType type) {
@@ -115,6 +113,17 @@ class AutocastGuard {
     return type == c10::DeviceType::CUDA ? at::autocast::get_autocast_gpu_dtype()
                                          : at::autocast::get_autocast_cpu_dtype();
   }
+#endif
+
+ private:
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
+  static void set_enabled(c10::DeviceType type, bool on) {
+    at::autocast::set_autocast_enabled(type, on);
+  }
+  static void set_dtype(c10::DeviceType type, c10::ScalarType dtype) {
+    at::autocast::set_autocast_dtype(type, dtype);
+  }
+#else
   static void set_enabled(c10::DeviceType type, bool on) {
     if (type == c10::DeviceType::CUDA) {
       at::autocast::set_enabled(on);
@@ -176,6 +185,99 @@ inline void cuda_synchronize(int device_index) {
   (void)device_index;
 #endif
 }
+
+// ---------------------------------------------------------------------------------------------
+// Random state and memory accounting
+
+// The default generators' states (the CPU one, and the CUDA one of `device` in CUDA builds): what
+// recomputation restores so that dropout draws the same masks again.
+struct RngState {
+  torch::Tensor cpu;
+  torch::Tensor cuda;
+  int cuda_device = -1;
+};
+
+inline RngState capture_rng(const torch::Device& device) {
+  RngState state;
+  at::Generator cpu = at::detail::getDefaultCPUGenerator();
+  {
+    std::lock_guard<std::mutex> lock(cpu.mutex());
+    state.cpu = cpu.get_state();
+  }
+#if defined(LOOM_TORCH_CUDA)
+  if (device.is_cuda()) {
+    const int index = device.has_index() ? device.index() : 0;
+    at::Generator cuda = at::cuda::detail::getDefaultCUDAGenerator(index);
+    std::lock_guard<std::mutex> lock(cuda.mutex());
+    state.cuda = cuda.get_state();
+    state.cuda_device = index;
+  }
+#else
+  (void)device;
+#endif
+  return state;
+}
+
+inline void restore_rng(const RngState& state) {
+  at::Generator cpu = at::detail::getDefaultCPUGenerator();
+  {
+    std::lock_guard<std::mutex> lock(cpu.mutex());
+    cpu.set_state(state.cpu);
+  }
+#if defined(LOOM_TORCH_CUDA)
+  if (state.cuda_device >= 0) {
+    at::Generator cuda = at::cuda::detail::getDefaultCUDAGenerator(state.cuda_device);
+    std::lock_guard<std::mutex> lock(cuda.mutex());
+    cuda.set_state(state.cuda);
+  }
+#endif
+}
+
+// Counts the bytes of CPU tensors the calling thread allocates while installed (LibTorch's CPU
+// allocator reports every allocation and free to the thread's memory reporter when one is
+// installed, as its profiler does): current and peak bytes in use. The signature of the report
+// changed from int64_t to size_t totals in 2.x; both overloads are declared, the one matching the
+// base class overrides it.
+class CpuMemoryCounter : public c10::MemoryReportingInfoBase {
+ public:
+  // NOLINTNEXTLINE(readability-inconsistent-declaration-parameter-name)
+  void reportMemoryUsage(void* /*ptr*/, int64_t alloc_size, int64_t /*total_allocated*/,
+                         int64_t /*total_reserved*/, c10::Device device) {
+    count(alloc_size, device);
+  }
+  void reportMemoryUsage(void* /*ptr*/, int64_t alloc_size, size_t /*total_allocated*/,
+                         size_t /*total_reserved*/, c10::Device device) {
+    count(alloc_size, device);
+  }
+  bool memoryProfilingEnabled() const override { return true; }
+
+  std::int64_t current_bytes() const { return current_; }
+  std::int64_t peak_bytes() const { return peak_; }
+  // Starts a new peak from the current use.
+  void reset_peak() { peak_ = current_; }
+
+ private:
+  void count(int64_t alloc_size, c10::Device device) {
+    if (!device.is_cpu()) return;
+    current_ += alloc_size;
+    peak_ = std::max(peak_, current_);
+  }
+  std::int64_t current_ = 0;
+  std::int64_t peak_ = 0;
+};
+
+// Installs a CpuMemoryCounter for the calling thread while alive.
+class CpuMemoryScope {
+ public:
+  CpuMemoryScope()
+      : counter_(std::make_shared<CpuMemoryCounter>()),
+        guard_(c10::DebugInfoKind::PROFILER_STATE, counter_) {}
+  CpuMemoryCounter& counter() { return *counter_; }
+
+ private:
+  std::shared_ptr<CpuMemoryCounter> counter_;
+  c10::DebugInfoGuard guard_;
+};
 
 // ---------------------------------------------------------------------------------------------
 // Autograd

@@ -51,6 +51,7 @@ TrainOptions train_options_from_plan(const planner::Plan& plan) {
   options.zero = s.zero;
   options.schedule = s.schedule;
   options.virtual_stages = s.virtual_stages;
+  options.recompute = s.recompute;
   options.stages = plan.stages;
   return options;
 }
@@ -235,8 +236,17 @@ struct LossScaler {
   }
 };
 
-std::int64_t peak_memory_bytes(Device device, int device_index) {
+// Peak bytes of this rank's tensors: the CUDA caching allocator's peak on GPUs, the CPU
+// allocator's reports to this thread's counter on CPUs (what the cost model predicts: parameters,
+// gradients, optimizer states, activations and buffers; not the process's code and libraries).
+std::int64_t peak_memory_bytes(Device device, int device_index,
+                               const compat::CpuMemoryCounter& counter) {
   if (device == Device::kCuda) return compat::cuda_peak_allocated_bytes(device_index);
+  return counter.peak_bytes();
+}
+
+// The process's peak resident set (code, libraries and allocator slack included).
+std::int64_t peak_rss_bytes() {
   rusage usage{};
   getrusage(RUSAGE_SELF, &usage);
   return static_cast<std::int64_t>(usage.ru_maxrss) * 1024;  // Linux reports KiB
@@ -582,6 +592,7 @@ std::optional<std::string> latest_checkpoint(const std::string& checkpoint_dir) 
 TrainSummary train_classifier(const TrainOptions& o, const std::vector<EncodedExample>& train_data,
                               const std::vector<EncodedExample>& validation_data) {
   check_options(o);
+  compat::CpuMemoryScope memory;  // counts this thread's CPU tensors from here on
   if (o.dp * o.tp * o.pp != 1) {
     throw InputError("plan", "$.strategy",
                      "dp = tp = pp = 1 for single-rank training (many ranks need process groups), "
@@ -613,6 +624,7 @@ TrainSummary train_classifier(const TrainOptions& o, const std::vector<EncodedEx
   model_options.dropout = o.dropout;
   model_options.seed = o.seed;
   model_options.device = device;
+  model_options.recompute = o.recompute;
   EncoderClassifier model(spec, model_options);
   model.train();
 
@@ -753,7 +765,8 @@ TrainSummary train_classifier(const TrainOptions& o, const std::vector<EncodedEx
       line["lr"] = lr;
       line["samples_per_s"] = static_cast<double>(global_batch) / step_time_s;
       line["step_time_s"] = step_time_s;
-      line["peak_memory_bytes"] = peak_memory_bytes(o.device, device_index);
+      line["peak_memory_bytes"] = peak_memory_bytes(o.device, device_index, memory.counter());
+      line["peak_rss_bytes"] = peak_rss_bytes();
       line["rank"] = o.rank;
       line["time"] = utc_now_iso8601();
       metrics.write(line);
@@ -793,7 +806,7 @@ TrainSummary train_classifier(const TrainOptions& o, const std::vector<EncodedEx
   summary.samples_per_s = summary.median_step_time_s > 0.0
                               ? static_cast<double>(global_batch) / summary.median_step_time_s
                               : 0.0;
-  summary.peak_memory_bytes = peak_memory_bytes(o.device, device_index);
+  summary.peak_memory_bytes = peak_memory_bytes(o.device, device_index, memory.counter());
   return summary;
 }
 
@@ -1084,6 +1097,7 @@ TrainSummary train_classifier(const TrainOptions& o, const std::vector<EncodedEx
                               const std::vector<EncodedExample>& validation_data,
                               ParallelGroups& groups) {
   check_options(o);
+  compat::CpuMemoryScope memory;  // counts this thread's CPU tensors from here on
   check_parallel_options(o, groups);
   const ModelSpec& spec = o.model;
   parameter_table(spec);
@@ -1121,6 +1135,7 @@ TrainSummary train_classifier(const TrainOptions& o, const std::vector<EncodedEx
     model_options.dropout = o.dropout;
     model_options.seed = o.seed;
     model_options.device = device;
+    model_options.recompute = o.recompute;
     const auto& range = stages[static_cast<std::size_t>(k * pp + c.pp)];
     model_options.first_layer = range.first_layer;
     model_options.last_layer = range.last_layer;
@@ -1339,7 +1354,8 @@ TrainSummary train_classifier(const TrainOptions& o, const std::vector<EncodedEx
       line["lr"] = lr;
       line["samples_per_s"] = static_cast<double>(global_batch) / step_time_s;
       line["step_time_s"] = step_time_s;
-      line["peak_memory_bytes"] = peak_memory_bytes(o.device, device_index);
+      line["peak_memory_bytes"] = peak_memory_bytes(o.device, device_index, memory.counter());
+      line["peak_rss_bytes"] = peak_rss_bytes();
       line["rank"] = groups.world_rank();
       line["time"] = utc_now_iso8601();
       metrics.write(line);
@@ -1363,7 +1379,7 @@ TrainSummary train_classifier(const TrainOptions& o, const std::vector<EncodedEx
   summary.samples_per_s = summary.median_step_time_s > 0.0
                               ? static_cast<double>(global_batch) / summary.median_step_time_s
                               : 0.0;
-  summary.peak_memory_bytes = peak_memory_bytes(o.device, device_index);
+  summary.peak_memory_bytes = peak_memory_bytes(o.device, device_index, memory.counter());
   return summary;
 }
 

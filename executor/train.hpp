@@ -119,6 +119,7 @@ struct TrainOptions {
   costmodel::Schedule schedule = costmodel::Schedule::k1F1B;
   int virtual_stages = 1;
   std::vector<costmodel::StageRange> stages;  // pp * virtual_stages ranges; empty = even split
+  costmodel::Recompute recompute = costmodel::Recompute::kNone;  // activation recomputation
   // DP and ZeRO-1: gradients are all-reduced in buckets of about this size, each started by a
   // gradient hook as soon as the last micro-batch's backward pass has finished its gradients.
   std::int64_t bucket_bytes = 25 << 20;
@@ -134,6 +135,8 @@ struct TrainSummary {
   std::optional<double> validation_loss;
   double median_step_time_s = 0.0;
   double samples_per_s = 0.0;  // global_batch / median_step_time_s
+  // Peak bytes of this rank's tensors (CUDA: the caching allocator's peak; CPU: tensors the
+  // rank's thread allocated, counted through LibTorch's allocator reports).
   std::int64_t peak_memory_bytes = 0;
   std::string precision;  // what actually ran: "fp32", "bf16", ...
 };

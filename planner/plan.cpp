@@ -5,6 +5,7 @@
 
 #include "profiles/errors.hpp"
 #include "profiles/json_reader.hpp"
+#include "profiles/profile.hpp"
 
 #ifndef LOOM_VERSION
 #define LOOM_VERSION "0.0.0"
@@ -60,6 +61,7 @@ nlohmann::json plan_to_json(const Plan& plan) {
   j["predicted"] = costmodel::prediction_to_json(plan.predicted);
   j["why"] = plan.why;
   j["cost_model"] = costmodel::cost_options_to_json(plan.cost_options);
+  if (plan.profile) j["profile"] = profiles::profile_to_json(*plan.profile);
   return j;
 }
 
@@ -86,6 +88,9 @@ Plan evaluate_strategy(const costmodel::CostModel& cost, const costmodel::Job& j
   plan.ranks = placement(strategy, cost.cluster(), cost.device_of_rank());
   plan.predicted = cost.estimate(job, strategy, plan.stages);
   plan.cost_options = cost.options();
+  if (cost.calibration() != nullptr) {
+    plan.profile = std::make_shared<const profiles::Profile>(cost.calibration()->profile());
+  }
   return plan;
 }
 
@@ -254,6 +259,13 @@ Plan plan_from_json(const nlohmann::json& value, const std::string& source) {
     }
   }
   if (r.has("cost_model")) plan.cost_options = cost_options_from_json(r.object("cost_model"));
+  if (r.has("profile")) {
+    r.object("profile");
+    plan.profile = nested(source, "$.profile", [&] {
+      return std::make_shared<const profiles::Profile>(
+          profiles::profile_from_json(value.at("profile"), source));
+    });
+  }
   r.finish();
   return plan;
 }
@@ -263,6 +275,36 @@ std::vector<int> device_of_rank(const Plan& plan) {
   std::vector<int> out;
   for (const RankPlacement& p : plan.ranks) out.push_back(topology.find_device(p.device).value());
   return out;
+}
+
+costmodel::CostModel cost_model_of(const Plan& plan) {
+  costmodel::CostModel cost(plan.model, plan.cluster, plan.cost_options, device_of_rank(plan));
+  if (plan.profile) {
+    cost = cost.with_calibration(
+        std::make_shared<const costmodel::Calibration>(*plan.profile, plan.model));
+  }
+  return cost;
+}
+
+profiles::Profile read_profiles(const std::vector<std::string>& paths,
+                                const profiles::ModelSpec& model, profiles::Precision precision) {
+  std::vector<profiles::Profile> all;
+  for (const std::string& path : paths) {
+    all.push_back(profiles::load_profile(path));
+    profiles::check_profile_for(all.back(), model, precision, path);
+  }
+  return profiles::merge_profiles(all, paths);
+}
+
+costmodel::CostModel calibrated_cost_model(const profiles::ModelSpec& model,
+                                           const profiles::Cluster& cluster,
+                                           std::shared_ptr<const profiles::Profile> profile,
+                                           std::vector<std::string>* notes) {
+  if (!profile) return costmodel::CostModel(model, cluster);
+  const profiles::Cluster calibrated =
+      costmodel::calibrated_cluster(cluster, costmodel::fit_links(profile->links), notes);
+  const costmodel::CostModel base(model, calibrated);
+  return base.with_calibration(std::make_shared<const costmodel::Calibration>(*profile, model));
 }
 
 }  // namespace loom::planner

@@ -2,6 +2,7 @@
 // `loom-plan/1` document (spec/formats.md) that joins the planner, the simulator and the executor.
 #pragma once
 
+#include <memory>
 #include <nlohmann/json_fwd.hpp>
 #include <string>
 #include <vector>
@@ -35,6 +36,9 @@ struct Plan {
   costmodel::Prediction predicted;
   std::vector<std::string> why;
   costmodel::CostOptions cost_options;  // provenance: the cost-model settings used
+  // The measurements the prediction used (`loom plan --profile`), written as "profile" (an
+  // extension of loom-plan/1); the cluster then already carries the fitted links.
+  std::shared_ptr<const profiles::Profile> profile;
 };
 
 // Megatron-LM's rank order: tp varies fastest, then dp, then pp; rank r on device r.
@@ -57,6 +61,20 @@ Plan plan_from_json(const nlohmann::json& value, const std::string& source);
 
 // The rank-to-device mapping a plan records (device indices of its cluster, by rank).
 std::vector<int> device_of_rank(const Plan& plan);
+
+// The cost model a plan was predicted with: its model, cluster, options, mapping and profile.
+costmodel::CostModel cost_model_of(const Plan& plan);
+
+// Reads `--profile` files, checks each is for `model` at `precision`, and merges them.
+profiles::Profile read_profiles(const std::vector<std::string>& paths,
+                                const profiles::ModelSpec& model, profiles::Precision precision);
+
+// A profile applied: the cluster with the profile's fitted links and the cost model over it with
+// the profile's layer figures; `notes` (may be null) say what the profile changed.
+costmodel::CostModel calibrated_cost_model(const profiles::ModelSpec& model,
+                                           const profiles::Cluster& cluster,
+                                           std::shared_ptr<const profiles::Profile> profile,
+                                           std::vector<std::string>* notes);
 
 // Evaluates exactly `strategy` with the analytical cost model (rank r on
 // cost.device_of_rank()[r]); `why` is left for the caller. With no `stages`, Megatron's even

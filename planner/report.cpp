@@ -855,13 +855,15 @@ MeasuredSteps summarize_metrics(const std::string& jsonl, const std::string& sou
 
 costmodel::SimulationResult simulate_plan(const Plan& plan,
                                           const costmodel::SimulationOptions& options) {
-  const costmodel::CostModel cost(plan.model, plan.cluster, plan.cost_options,
-                                  device_of_rank(plan));
-  return costmodel::simulate(cost, plan.job, plan.strategy, plan.stages, options);
+  return costmodel::simulate(cost_model_of(plan), plan.job, plan.strategy, plan.stages, options);
 }
 
 std::vector<Plan> alternatives_of(const Plan& plan, int top, double memory_margin) {
-  const costmodel::CostModel cost(plan.model, plan.cluster, plan.cost_options);
+  costmodel::CostModel cost(plan.model, plan.cluster, plan.cost_options);
+  if (plan.profile) {
+    cost = cost.with_calibration(
+        std::make_shared<const costmodel::Calibration>(*plan.profile, plan.model));
+  }
   SearchOptions options;
   options.top = top;
   options.memory_margin = memory_margin;

@@ -276,6 +276,9 @@ std::vector<std::string> describe(const Plan& plan, const costmodel::CostModel& 
                   1e3 * slowest_stage_s(cost, plan.job, s, even), ranges(even).c_str());
     why.emplace_back(buf);
   }
+  for (const std::string& note : cost.calibration_notes(plan.job, s)) {
+    why.push_back("profile: " + note);
+  }
   const std::vector<int>& mapping = cost.device_of_rank();
   bool identity = true;
   for (std::size_t r = 0; r < mapping.size(); ++r) identity = identity && mapping[r] == int(r);

@@ -14,6 +14,7 @@
 #include "planner/search.hpp"
 #include "profiles/errors.hpp"
 #include "profiles/loader.hpp"
+#include "profiles/profile.hpp"
 #include "tools/commands.hpp"
 
 namespace loom::tools {
@@ -26,7 +27,7 @@ struct PlanArgs {
   std::int64_t seq_len = 0;
   std::optional<std::int64_t> nodes;
   std::string precision = "bf16";
-  std::string profile;
+  std::vector<std::string> profile;
   std::optional<int> tp, pp, dp, zero, virtual_stages;
   std::optional<std::int64_t> micro_batch;
   std::optional<std::string> schedule, recompute, stages;
@@ -185,16 +186,22 @@ int run_plan(const PlanArgs& a) {
   profiles::ModelSpec model = profiles::load_model(a.model);
   profiles::Cluster cluster = profiles::load_cluster(a.cluster);
   if (a.nodes) cluster = profiles::with_nodes(cluster, *a.nodes, "--nodes");
-  if (!a.profile.empty()) {
-    throw InputError("--profile", "", "measured profiles are not supported yet (a later release)");
-  }
   if (!(a.memory_margin > 0 && a.memory_margin <= 1)) {
     throw InputError("--memory-margin", "", "expected a fraction in (0, 1]");
   }
   costmodel::Job job = make_job(a);
   planner::SearchOptions options = search_options(a, model, cluster.device_count());
-  costmodel::CostModel cost(model, cluster);
+  std::shared_ptr<const profiles::Profile> profile;
+  if (!a.profile.empty()) {
+    profile = std::make_shared<const profiles::Profile>(
+        planner::read_profiles(a.profile, model, job.precision));
+  }
+  std::vector<std::string> notes;
+  const costmodel::CostModel cost = planner::calibrated_cost_model(model, cluster, profile, &notes);
   planner::SearchResult result = planner::search(cost, job, options);
+  if (!result.plans.empty()) {
+    for (const std::string& note : notes) result.plans[0].why.push_back("profile: " + note);
+  }
   double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (result.plans.empty()) throw InputError("plan", "", result.infeasible_reason);
   if (!a.output.empty()) {
@@ -245,7 +252,10 @@ Runner add_plan_command(CLI::App& app) {
       ->check(CLI::PositiveNumber);
   cmd->add_option("--precision", args->precision, "bf16 | fp16 | fp32")
       ->check(CLI::IsMember({"bf16", "fp16", "fp32"}));
-  cmd->add_option("--profile", args->profile, "measured loom-profile JSON");
+  cmd->add_option("--profile", args->profile,
+                  "measured loom-profile JSON (repeatable): layer times and links replace the "
+                  "roofline where measured")
+      ->allow_extra_args(false);
   cmd->add_option("--tp", args->tp, "tensor-parallel size")->check(CLI::PositiveNumber);
   cmd->add_option("--pp", args->pp, "pipeline-parallel size")->check(CLI::PositiveNumber);
   cmd->add_option("--dp", args->dp, "data-parallel size")->check(CLI::PositiveNumber);

@@ -11,6 +11,7 @@
 #include "planner/plan.hpp"
 #include "profiles/json_reader.hpp"
 #include "profiles/loader.hpp"
+#include "profiles/profile.hpp"
 #include "tools/commands.hpp"
 
 namespace loom::tools {
@@ -20,6 +21,7 @@ namespace {
 struct SimulateArgs {
   std::string plan;
   std::string trace;
+  std::vector<std::string> profile;
   bool json = false;
 };
 
@@ -27,8 +29,15 @@ int run_simulate(const SimulateArgs& a) {
   const auto start = std::chrono::steady_clock::now();
   planner::Plan plan = planner::plan_from_json(
       profiles::parse_json_text(profiles::read_text_file(a.plan), a.plan), a.plan);
-  const costmodel::CostModel cost(plan.model, plan.cluster, plan.cost_options,
-                                  planner::device_of_rank(plan));
+  if (!a.profile.empty()) {
+    // Re-predict with these measurements: the plan's model, strategy and placement stay.
+    auto profile = std::make_shared<const profiles::Profile>(
+        planner::read_profiles(a.profile, plan.model, plan.job.precision));
+    plan.cluster =
+        costmodel::calibrated_cluster(plan.cluster, costmodel::fit_links(profile->links), nullptr);
+    plan.profile = profile;
+  }
+  const costmodel::CostModel cost = planner::cost_model_of(plan);
   costmodel::SimulationOptions options;
   options.record_trace = !a.trace.empty();
   const costmodel::SimulationResult sim =
@@ -68,6 +77,9 @@ Runner add_simulate_command(CLI::App& app) {
       app.add_subcommand("simulate", "Play a plan's step on the event-driven simulator");
   cmd->add_option("plan", args->plan, "PLAN.json (loom-plan/1)")->required();
   cmd->add_option("--trace", args->trace, "write a Chrome trace (open in Perfetto)");
+  cmd->add_option("--profile", args->profile,
+                  "measured loom-profile JSON (repeatable): predict with these measurements")
+      ->allow_extra_args(false);
   cmd->add_flag("--json", args->json, "print the plan's `predicted` object, simulated");
   return [args]() { return run_simulate(*args); };
 }

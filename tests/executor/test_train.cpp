@@ -231,6 +231,32 @@ TEST_CASE("Gradient accumulation averages over the global batch", "[train]") {
   CHECK(a.losses[3] != Approx(a.losses[0]).epsilon(1e-6));  // the model did change
 }
 
+TEST_CASE("Recomputation gives the losses and memory of the plain backward pass", "[train]") {
+  // With dropout on, so the recomputed forward must draw the same masks again; the losses of
+  // 6 steps (each after the previous step's update) then equal the plain run's to float rounding
+  // (the recomputed ops are the same kernels on the same inputs).
+  const auto train = synthetic(64, 9);
+  TrainOptions plain = tiny_options();
+  plain.model = small_spec(3, 32, 4);
+  plain.steps = 6;
+  plain.dropout = 0.2;
+  const TrainSummary none = loom::executor::train_classifier(plain, train, {});
+  for (auto recompute :
+       {loom::costmodel::Recompute::kFull, loom::costmodel::Recompute::kSelective}) {
+    INFO(loom::costmodel::to_string(recompute));
+    TrainOptions o = plain;
+    o.recompute = recompute;
+    const TrainSummary r = loom::executor::train_classifier(o, train, {});
+    REQUIRE(r.losses.size() == none.losses.size());
+    for (std::size_t i = 0; i < r.losses.size(); ++i) {
+      CHECK(r.losses[i] == Approx(none.losses[i]).epsilon(1e-6));
+    }
+    // Keeping only layer inputs needs less memory at the peak.
+    CHECK(r.peak_memory_bytes < none.peak_memory_bytes);
+  }
+  CHECK(none.peak_memory_bytes > 0);
+}
+
 TEST_CASE("The learning rate follows linear warm-up and decay", "[train]") {
   const auto train = synthetic(32, 6);
   const fs::path dir = fresh_dir("schedule");

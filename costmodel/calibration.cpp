@@ -1,0 +1,228 @@
+#include "costmodel/calibration.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <tuple>
+
+namespace loom::costmodel {
+
+using profiles::LayerKind;
+using profiles::LayerMeasurement;
+
+const char* to_string(Calibrated how) {
+  switch (how) {
+    case Calibrated::kMeasured:
+      return "measured";
+    case Calibrated::kInterpolated:
+      return "interpolated";
+    case Calibrated::kScaled:
+      return "scaled";
+    case Calibrated::kRoofline:
+      return "roofline";
+  }
+  return "roofline";
+}
+
+namespace {
+
+bool is_layer(LayerKind k) {
+  return k == LayerKind::kEncoderLayer || k == LayerKind::kDecoderLayer;
+}
+
+bool same_kind(LayerKind a, LayerKind b) { return a == b || (is_layer(a) && is_layer(b)); }
+
+LayerQuery shape_of(const LayerMeasurement& p) {
+  return {p.kind, p.micro_batch, p.seq_len, p.tp, p.recompute, p.threads};
+}
+
+// Value at x on the line through (x0, y0) and (x1, y1).
+double line(double x, double x0, double y0, double x1, double y1) {
+  if (x1 == x0) return y0;
+  return y0 + (y1 - y0) * (x - x0) / (x1 - x0);
+}
+
+}  // namespace
+
+Calibration::Calibration(const profiles::Profile& profile, const profiles::ModelSpec& model)
+    : profile_(profile) {
+  for (const LayerMeasurement& p : profile.layers) {
+    if (p.hidden != model.hidden || p.heads != model.heads || p.ffn_hidden != model.ffn_hidden) {
+      continue;
+    }
+    if (!is_layer(p.kind) && p.vocab && *p.vocab != model.vocab) continue;
+    points_.push_back(p);
+  }
+}
+
+LayerAnswer Calibration::layer(const LayerQuery& q) const {
+  LayerAnswer out;
+  out.at = q;
+  // Points of exactly the wanted shape apart from the micro-batch, sorted by it.
+  std::vector<const LayerMeasurement*> row;
+  for (const LayerMeasurement& p : points_) {
+    if (same_kind(p.kind, q.kind) && p.seq_len == q.seq_len && p.tp == q.tp &&
+        p.recompute == q.recompute && p.threads == q.threads) {
+      row.push_back(&p);
+    }
+  }
+  std::sort(row.begin(), row.end(), [](const LayerMeasurement* a, const LayerMeasurement* b) {
+    return a->micro_batch < b->micro_batch;
+  });
+  if (!row.empty()) {
+    for (const LayerMeasurement* p : row) {
+      if (p->micro_batch == q.micro_batch) {
+        out.how = Calibrated::kMeasured;
+        out.forward_s = p->forward_s;
+        out.backward_s = p->backward_s;
+        out.activation_bytes = static_cast<double>(p->activation_bytes);
+        return out;
+      }
+    }
+    out.how = Calibrated::kInterpolated;
+    const double x = static_cast<double>(q.micro_batch);
+    if (row.size() == 1) {
+      const double k = x / static_cast<double>(row[0]->micro_batch);
+      out.forward_s = row[0]->forward_s * k;
+      out.backward_s = row[0]->backward_s * k;
+      out.activation_bytes = static_cast<double>(row[0]->activation_bytes) * k;
+      return out;
+    }
+    // The segment around x, or the nearest end segment.
+    std::size_t i = 1;
+    while (i + 1 < row.size() && row[i]->micro_batch < q.micro_batch) ++i;
+    const LayerMeasurement& a = *row[i - 1];
+    const LayerMeasurement& b = *row[i];
+    const double xa = static_cast<double>(a.micro_batch);
+    const double xb = static_cast<double>(b.micro_batch);
+    // Extrapolating below the smallest point never goes under a proportional share of it.
+    auto value = [&](double ya, double yb) {
+      double v = line(x, xa, ya, xb, yb);
+      return std::max(v, std::min(ya, yb) * std::min(1.0, x / xa) * 0.5);
+    };
+    out.forward_s = value(a.forward_s, b.forward_s);
+    out.backward_s = value(a.backward_s, b.backward_s);
+    out.activation_bytes =
+        value(static_cast<double>(a.activation_bytes), static_cast<double>(b.activation_bytes));
+    return out;
+  }
+  // The nearest measured shape: same recomputation if any, same tp, same threads, then the
+  // closest sequence length and micro-batch (by ratio).
+  const LayerMeasurement* best = nullptr;
+  auto distance = [&](const LayerMeasurement& p) {
+    auto ratio = [](double a, double b) { return std::abs(std::log(a / b)); };
+    return std::make_tuple(
+        p.recompute != q.recompute, p.tp != q.tp, p.threads != q.threads,
+        ratio(static_cast<double>(p.seq_len), static_cast<double>(q.seq_len)),
+        ratio(static_cast<double>(p.micro_batch), static_cast<double>(q.micro_batch)));
+  };
+  for (const LayerMeasurement& p : points_) {
+    if (!same_kind(p.kind, q.kind)) continue;
+    // A point with recomputation only serves queries with the same recomputation.
+    if (p.recompute != "none" && p.recompute != q.recompute) continue;
+    if (best == nullptr || distance(p) < distance(*best)) best = &p;
+  }
+  if (best == nullptr) return out;  // roofline
+  out.how = Calibrated::kScaled;
+  out.forward_s = best->forward_s;
+  out.backward_s = best->backward_s;
+  out.activation_bytes = static_cast<double>(best->activation_bytes);
+  out.at = shape_of(*best);
+  return out;
+}
+
+namespace {
+
+// Coefficients of latency and of bytes / bandwidth in the ring formulas of comm.hpp.
+std::pair<double, double> ring_coefficients(const std::string& collective, int ranks) {
+  const double n = ranks;
+  if (collective == "allreduce") return {2 * (n - 1), 2 * (n - 1) / n};
+  if (collective == "p2p") return {1, 1};
+  return {n - 1, (n - 1) / n};  // reduce_scatter, all_gather
+}
+
+}  // namespace
+
+std::vector<LinkFit> fit_links(const std::vector<profiles::LinkMeasurement>& links) {
+  std::vector<LinkFit> fits;
+  for (const char* scope : {"intra_node", "inter_node"}) {
+    // Weighted least squares: minimise sum ((a L + c B x - t) / t)^2 over L (latency) and
+    // x = 1 / bandwidth, a 2 x 2 linear system.
+    double saa = 0, sab = 0, sbb = 0, sat = 0, sbt = 0;
+    std::vector<std::tuple<double, double, double>> rows;  // a, c * bytes, t
+    std::vector<double> sizes;
+    for (const profiles::LinkMeasurement& l : links) {
+      if (l.scope != scope) continue;
+      auto [a, c] = ring_coefficients(l.collective, l.ranks);
+      const double bx = c * l.bytes;
+      const double w = 1 / (l.time_s * l.time_s);
+      saa += w * a * a;
+      sab += w * a * bx;
+      sbb += w * bx * bx;
+      sat += w * a * l.time_s;
+      sbt += w * bx * l.time_s;
+      rows.emplace_back(a, bx, l.time_s);
+      if (std::find(sizes.begin(), sizes.end(), l.bytes) == sizes.end()) sizes.push_back(l.bytes);
+    }
+    if (rows.empty()) continue;
+    double latency = 0;
+    double inverse_bw = 0;
+    const double det = saa * sbb - sab * sab;
+    if (sizes.size() >= 2 && det > 0) {
+      latency = (sat * sbb - sab * sbt) / det;
+      inverse_bw = (saa * sbt - sab * sat) / det;
+    }
+    if (sizes.size() < 2 || det <= 0 || latency < 0 || inverse_bw <= 0) {
+      latency = 0;  // bandwidth only
+      inverse_bw = sbt / sbb;
+    }
+    LinkFit f;
+    f.scope = scope;
+    f.latency_us = latency * 1e6;
+    f.bandwidth_gbps = 1 / inverse_bw / 1e9;
+    f.points = static_cast<int>(rows.size());
+    double sq = 0;
+    for (const auto& [a, bx, t] : rows) {
+      const double e = (a * latency + bx * inverse_bw - t) / t;
+      sq += e * e;
+    }
+    f.rms_relative_error = std::sqrt(sq / static_cast<double>(rows.size()));
+    fits.push_back(f);
+  }
+  return fits;
+}
+
+profiles::Cluster calibrated_cluster(const profiles::Cluster& cluster,
+                                     const std::vector<LinkFit>& fits,
+                                     std::vector<std::string>* notes) {
+  profiles::Cluster out = cluster;
+  auto describe = [](const LinkFit& f) {
+    char text[160];
+    std::snprintf(text, sizeof text,
+                  "%.3g GB/s, %.3g us per hop (fitted to %d measurements, rms %.1f %%)",
+                  f.bandwidth_gbps, f.latency_us, f.points, 100 * f.rms_relative_error);
+    return std::string(text);
+  };
+  for (const LinkFit& f : fits) {
+    if (f.scope == "intra_node") {
+      if (!cluster.links.empty()) {
+        if (notes) notes->push_back("intra-node links kept from the cluster's explicit links");
+        continue;
+      }
+      out.intra_node.bandwidth_gbps = f.bandwidth_gbps;
+      out.intra_node.latency_us = f.latency_us;
+      if (notes) notes->push_back("intra-node link from the profile: " + describe(f));
+    } else if (out.inter_node) {
+      out.inter_node->bandwidth_gbps = f.bandwidth_gbps;
+      out.inter_node->latency_us = f.latency_us;
+      if (notes) notes->push_back("inter-node link from the profile: " + describe(f));
+    }
+  }
+  if (!fits.empty()) {
+    out.source = cluster.source.empty() ? "links measured by loom profile"
+                                        : cluster.source + "; links measured by loom profile";
+  }
+  return out;
+}
+
+}  // namespace loom::costmodel

@@ -1,0 +1,88 @@
+// Calibration: what a measured profile (profiles/profile.hpp) changes in the cost model.
+//
+// Layers: for each kind (embedding, transformer layer, head) the cost model asks for one
+// micro-batch's forward and backward time and activation bytes at a shape (micro-batch, sequence
+// length, tp, recomputation, CPU threads). The answer is, in order of preference:
+//   measured      a point of exactly that shape;
+//   interpolated  points of that shape but other micro-batch sizes: piecewise linear in the
+//                 micro-batch (time and activations of a layer are affine in it), extrapolated
+//                 from the two nearest points at the ends, proportional with a single point;
+//   scaled        the roofline of the wanted shape times measured / roofline at the nearest
+//                 measured shape (nearest: same tp, then same threads, then sequence length,
+//                 then micro-batch), times point threads / wanted threads for CPU ranks;
+//   roofline      no measurement of that kind at all.
+// Recomputation: points measured with the wanted recomputation are used as they are; otherwise the
+// cost model derives it from the "none" point (full: the forward again; selective: the roofline's
+// share scaled like the forward).
+//
+// Links: collective times are fitted per scope to the ring formulas of comm.hpp,
+//   t = a(collective, n) * latency + c(collective, n) * bytes / bandwidth,
+// by least squares on relative error, and replace the cluster's link classes.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "profiles/cluster.hpp"
+#include "profiles/model_spec.hpp"
+#include "profiles/profile.hpp"
+
+namespace loom::costmodel {
+
+enum class Calibrated { kMeasured, kInterpolated, kScaled, kRoofline };
+const char* to_string(Calibrated how);
+
+struct LayerQuery {
+  profiles::LayerKind kind = profiles::LayerKind::kEncoderLayer;
+  std::int64_t micro_batch = 1;
+  std::int64_t seq_len = 1;
+  int tp = 1;
+  std::string recompute = "none";
+  int threads = 1;
+};
+
+struct LayerAnswer {
+  Calibrated how = Calibrated::kRoofline;
+  double forward_s = 0;
+  double backward_s = 0;  // with the point's recomputation
+  double activation_bytes = 0;
+  // The shape the figures belong to: the query for measured and interpolated answers, the
+  // nearest measured shape for scaled ones (the caller scales by its roofline there).
+  LayerQuery at;
+};
+
+class Calibration {
+ public:
+  // Keeps the layer measurements of `model`'s shape (hidden, heads, ffn_hidden; embedding and
+  // head also by vocab when recorded); transformer layers of both kinds count as one.
+  Calibration(const profiles::Profile& profile, const profiles::ModelSpec& model);
+
+  const profiles::Profile& profile() const { return profile_; }
+  LayerAnswer layer(const LayerQuery& query) const;
+  bool empty() const { return points_.empty(); }
+
+ private:
+  profiles::Profile profile_;
+  std::vector<profiles::LayerMeasurement> points_;
+};
+
+struct LinkFit {
+  std::string scope;          // "intra_node" | "inter_node"
+  double latency_us = 0;      // per hop
+  double bandwidth_gbps = 0;  // per direction, as loom-cluster/1 counts it
+  int points = 0;
+  double rms_relative_error = 0;  // of the fitted times against the measured ones
+};
+
+// One fit per scope present (intra_node first). Needs two message sizes per scope for a latency;
+// with one, the latency is 0 and the bandwidth carries the whole time.
+std::vector<LinkFit> fit_links(const std::vector<profiles::LinkMeasurement>& links);
+
+// The cluster with its link classes replaced by the fits (shorthand clusters; a cluster with
+// explicit links keeps them and the returned note says so). Notes describe what changed.
+profiles::Cluster calibrated_cluster(const profiles::Cluster& cluster,
+                                     const std::vector<LinkFit>& fits,
+                                     std::vector<std::string>* notes);
+
+}  // namespace loom::costmodel

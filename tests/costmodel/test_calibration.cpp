@@ -1,0 +1,164 @@
+// Calibration: a measured profile replaces the roofline's layer times and the formulas'
+// activation bytes, and link measurements give the links' latency and bandwidth back.
+#include <catch2/catch.hpp>
+#include <random>
+
+#include "costmodel/calibration.hpp"
+#include "costmodel/comm.hpp"
+#include "costmodel/estimate.hpp"
+#include "profiles/loader.hpp"
+
+using namespace loom;
+using namespace loom::costmodel;
+using profiles::LayerKind;
+using profiles::LayerMeasurement;
+
+namespace {
+
+LayerMeasurement point(const profiles::ModelSpec& m, LayerKind kind, std::int64_t b,
+                       std::int64_t seq, double fwd, double bwd, std::int64_t act) {
+  LayerMeasurement p;
+  p.kind = kind;
+  p.hidden = m.hidden;
+  p.heads = m.heads;
+  p.ffn_hidden = m.ffn_hidden;
+  p.seq_len = seq;
+  p.micro_batch = b;
+  p.forward_s = fwd;
+  p.backward_s = bwd;
+  p.activation_bytes = act;
+  return p;
+}
+
+Strategy single(std::int64_t b, std::int64_t m) {
+  Strategy s;
+  s.micro_batch = b;
+  s.num_micro_batches = m;
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("with a synthetic profile the estimate uses exactly its times", "[calibration]") {
+  const profiles::ModelSpec model = profiles::load_model("bert-base");
+  profiles::Profile prof;
+  prof.device = "test";
+  prof.precision = profiles::Precision::kBf16;
+  prof.layers = {point(model, LayerKind::kEmbedding, 4, 128, 0.001, 0.002, 1'000'000),
+                 point(model, LayerKind::kEncoderLayer, 4, 128, 0.010, 0.021, 50'000'000),
+                 point(model, LayerKind::kHead, 4, 128, 0.003, 0.005, 7'000)};
+  const CostModel roofline(model, profiles::load_cluster("h100-x1"));
+  const CostModel cost = roofline.with_calibration(std::make_shared<Calibration>(prof, model));
+  const Strategy s = single(4, 2);
+  const Job job{8, 128, Precision::kBf16, "adamw"};
+
+  const SequenceCosts c = cost.sequence_costs(job, s);
+  CHECK(c.layer.forward_s == 0.010);
+  CHECK(c.layer.backward_s == 0.021);
+  CHECK(c.embedding.forward_s == 0.001);
+  CHECK(c.head.backward_s == 0.005);
+  CHECK(c.layer.activations == 50'000'000);
+
+  const Prediction p = cost.estimate(job, s, even_partition(model, 1));
+  const double per_micro_batch = 0.001 + 0.002 + 12 * (0.010 + 0.021) + 0.003 + 0.005;
+  CHECK(p.step_time_s == Approx(2 * per_micro_batch + p.optimizer_s).epsilon(1e-12));
+  CHECK(p.memory_by_stage[0].activations == Approx(1'000'000 + 12 * 50'000'000.0 + 7'000));
+  // Without the profile the roofline gives other figures.
+  CHECK(roofline.sequence_costs(job, s).layer.forward_s != Approx(0.010));
+
+  const std::vector<std::string> notes = cost.calibration_notes(job, s);
+  REQUIRE(notes.size() == 3);
+  CHECK_THAT(notes[1], Catch::StartsWith("encoder layer: measured"));
+}
+
+TEST_CASE("micro-batches between measured ones are interpolated", "[calibration]") {
+  const profiles::ModelSpec model = profiles::load_model("bert-base");
+  profiles::Profile prof;
+  prof.layers = {point(model, LayerKind::kEncoderLayer, 2, 128, 0.004, 0.008, 200),
+                 point(model, LayerKind::kEncoderLayer, 8, 128, 0.010, 0.020, 800)};
+  const Calibration cal(prof, model);
+  LayerAnswer a = cal.layer({LayerKind::kEncoderLayer, 4, 128, 1, "none", 1});
+  CHECK(a.how == Calibrated::kInterpolated);
+  CHECK(a.forward_s == Approx(0.006));
+  CHECK(a.backward_s == Approx(0.012));
+  CHECK(a.activation_bytes == Approx(400));
+  a = cal.layer({LayerKind::kEncoderLayer, 16, 128, 1, "none", 1});  // extrapolated
+  CHECK(a.forward_s == Approx(0.018));
+  a = cal.layer({LayerKind::kEncoderLayer, 8, 128, 1, "none", 1});
+  CHECK(a.how == Calibrated::kMeasured);
+  // Another sequence length: scaled from the nearest point; no head measured: roofline.
+  a = cal.layer({LayerKind::kEncoderLayer, 8, 256, 1, "none", 1});
+  CHECK(a.how == Calibrated::kScaled);
+  CHECK(a.at.seq_len == 128);
+  CHECK(a.at.micro_batch == 8);
+  CHECK(cal.layer({LayerKind::kHead, 8, 128, 1, "none", 1}).how == Calibrated::kRoofline);
+}
+
+TEST_CASE("a scaled answer keeps the measured-to-roofline ratio", "[calibration]") {
+  const profiles::ModelSpec model = profiles::load_model("bert-base");
+  const CostModel roofline(model, profiles::load_cluster("h100-x1"));
+  const Job job{8, 128, Precision::kBf16, "adamw"};
+  const SequenceCosts r4 = roofline.sequence_costs(job, single(4, 2));
+  const Job job256{8, 256, Precision::kBf16, "adamw"};
+  const SequenceCosts r256 = roofline.sequence_costs(job256, single(4, 2));
+  profiles::Profile prof;
+  // Measured 1.5x slower forward and 2x slower backward than the roofline at s=128.
+  prof.layers = {point(model, LayerKind::kEncoderLayer, 4, 128, 1.5 * r4.layer.forward_s,
+                       2 * r4.layer.backward_s, 1000)};
+  const CostModel cost = roofline.with_calibration(std::make_shared<Calibration>(prof, model));
+  const SequenceCosts c = cost.sequence_costs(job256, single(4, 2));
+  CHECK(c.layer.forward_s == Approx(1.5 * r256.layer.forward_s));
+  CHECK(c.layer.backward_s == Approx(2 * r256.layer.backward_s));
+  CHECK(c.layer.activations == Approx(1000 * r256.layer.activations / r4.layer.activations));
+}
+
+TEST_CASE("CPU ranks share their node's cores", "[calibration]") {
+  const profiles::ModelSpec model = profiles::load_model("tiny-bert");
+  const CostModel cost(model, profiles::load_cluster("local-cpu"));
+  CHECK(cost.threads_per_rank(1) == 2);
+  CHECK(cost.threads_per_rank(2) == 1);
+  const Job job{8, 64, Precision::kFp32, "adamw"};
+  Strategy one = single(8, 1);
+  Strategy two = single(4, 1);
+  two.dp = 2;
+  // One rank on both cores runs a micro-batch of 8 as fast as one core runs a micro-batch of 4.
+  CHECK(cost.sequence_costs(job, one).layer.forward_s ==
+        Approx(cost.sequence_costs(job, two).layer.forward_s));
+  CHECK(CostModel(model, profiles::load_cluster("h100-x1")).threads_per_rank(1) == 1);
+}
+
+TEST_CASE("link fitting recovers latency and bandwidth from noisy measurements", "[calibration]") {
+  const double latency_us = 12;
+  const double bandwidth_gbps = 40;
+  const profiles::PathMetrics link{bandwidth_gbps, latency_us};
+  std::mt19937 rng(7);
+  std::normal_distribution<double> noise(1.0, 0.03);  // 3 % multiplicative noise
+  std::vector<profiles::LinkMeasurement> ms;
+  for (double bytes = 1024; bytes <= 64.0 * 1024 * 1024; bytes *= 4) {
+    for (int ranks : {2, 4}) {
+      ms.push_back({"allreduce", ranks, bytes,
+                    collective_time_s(Collective::kAllReduce, bytes, ranks, link) * noise(rng),
+                    "intra_node"});
+      ms.push_back({"all_gather", ranks, bytes,
+                    collective_time_s(Collective::kAllGather, bytes, ranks, link) * noise(rng),
+                    "intra_node"});
+    }
+    ms.push_back({"p2p", 2, bytes, collective_time_s(Collective::kP2p, bytes, 2, link) * noise(rng),
+                  "inter_node"});
+  }
+  const std::vector<LinkFit> fits = fit_links(ms);
+  REQUIRE(fits.size() == 2);
+  CHECK(fits[0].scope == "intra_node");
+  CHECK(fits[0].latency_us == Approx(latency_us).epsilon(0.1));
+  CHECK(fits[0].bandwidth_gbps == Approx(bandwidth_gbps).epsilon(0.05));
+  CHECK(fits[0].rms_relative_error < 0.06);
+  CHECK(fits[1].scope == "inter_node");
+  CHECK(fits[1].bandwidth_gbps == Approx(bandwidth_gbps).epsilon(0.05));
+
+  std::vector<std::string> notes;
+  profiles::Cluster c = calibrated_cluster(profiles::load_cluster("local-cpu"), fits, &notes);
+  CHECK(c.intra_node.bandwidth_gbps == fits[0].bandwidth_gbps);
+  CHECK(c.intra_node.latency_us == fits[0].latency_us);
+  REQUIRE(notes.size() == 1);
+  CHECK_THAT(notes[0], Catch::Contains("intra-node link from the profile"));
+}
