@@ -135,14 +135,6 @@ struct Terms {
   Calibrated how_head = Calibrated::kRoofline;
 };
 
-// CPU threads one rank gets: a CPU "device" of a cluster is one core, and the executor gives each
-// of the ranks on a node an equal share of the node's cores (ranks are placed node-major).
-int threads_per_rank(const profiles::Cluster& cluster, int world) {
-  if (cluster.device.kind != profiles::DeviceKind::kCpu) return 1;
-  const auto per_node = std::min<std::int64_t>(world, cluster.devices_per_node);
-  return static_cast<int>(std::max<std::int64_t>(1, cluster.devices_per_node / per_node));
-}
-
 DeviceRates scaled_rates(DeviceRates rates, int threads) {
   rates.matrix_flops_per_s *= threads;
   rates.memory_bytes_per_s *= threads;
@@ -342,6 +334,12 @@ Terms compute_terms(const profiles::ModelSpec& m, const CostOptions& options,
 }
 
 }  // namespace
+
+int threads_per_rank(const profiles::Cluster& cluster, int world) {
+  if (cluster.device.kind != profiles::DeviceKind::kCpu) return 1;
+  const auto per_node = std::min<std::int64_t>(std::max(world, 1), cluster.devices_per_node);
+  return static_cast<int>(std::max<std::int64_t>(1, cluster.devices_per_node / per_node));
+}
 
 int CostModel::threads_per_rank(int world) const {
   return costmodel::threads_per_rank(cluster_, world);

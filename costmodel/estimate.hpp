@@ -113,6 +113,11 @@ struct StepTerms {
   double memory_bytes_per_s = 0;      // the device's effective memory bandwidth (optimizer step)
 };
 
+// CPU threads each rank of a `world`-rank job runs with: on CPU clusters a device is one core and
+// the ranks of a node share its cores equally (ranks placed node-major); 1 on GPU clusters. The
+// executor sets LibTorch's threads from it for CPU plans.
+int threads_per_rank(const profiles::Cluster& cluster, int world);
+
 class CostModel {
  public:
   // Builds the topology of `cluster` and maps rank r to device r (node-major), Megatron's order.
@@ -135,8 +140,7 @@ class CostModel {
   // Where each entry kind's figures come from for this job and strategy, one line per kind
   // ("encoder layer: measured (b=4 s=128 tp=1 threads=2)"); empty without a calibration.
   std::vector<std::string> calibration_notes(const Job& job, const Strategy& strategy) const;
-  // CPU threads each rank runs with: on CPU clusters a device is one core and the ranks of a
-  // node share its cores equally; 1 on GPUs.
+  // costmodel::threads_per_rank() of this model's cluster.
   int threads_per_rank(int world) const;
   const std::vector<int>& device_of_rank() const { return links_.device_of_rank(); }
 

@@ -26,6 +26,7 @@
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
 #if defined(LOOM_TORCH_CUDA)
+#include <ATen/cuda/CUDAContext.h>
 #include <ATen/cuda/CUDAGeneratorImpl.h>
 #include <c10/cuda/CUDACachingAllocator.h>
 
@@ -165,6 +166,28 @@ inline std::int64_t cuda_peak_allocated_bytes(int device_index) {
 #else
   (void)device_index;
   return 0;
+#endif
+}
+
+// Bytes the CUDA caching allocator has handed out on `device_index` now; 0 without CUDA.
+inline std::int64_t cuda_allocated_bytes(int device_index) {
+#if defined(LOOM_TORCH_CUDA)
+  const auto stats =
+      c10::cuda::CUDACachingAllocator::getDeviceStats(static_cast<c10::DeviceIndex>(device_index));
+  return stats.allocated_bytes[0].current;
+#else
+  (void)device_index;
+  return 0;
+#endif
+}
+
+// The CUDA device's name ("NVIDIA H100 80GB HBM3"); "" without CUDA.
+inline std::string cuda_device_name(int device_index) {
+#if defined(LOOM_TORCH_CUDA)
+  return at::cuda::getDeviceProperties(device_index)->name;
+#else
+  (void)device_index;
+  return "";
 #endif
 }
 

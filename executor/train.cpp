@@ -1157,7 +1157,8 @@ TrainSummary train_classifier(const TrainOptions& o, const std::vector<EncodedEx
   TrainSummary summary;
   summary.total_steps = total_steps;
   summary.precision = mp.name;
-  MetricsWriter metrics(groups.world_rank() == 0 ? o.metrics_path : std::string(), false);
+  MetricsWriter metrics(
+      groups.world_rank() == 0 || o.metrics_every_rank ? o.metrics_path : std::string(), false);
   ProgressBar progress(o.progress && groups.world_rank() == 0, total_steps);
   if (o.device == Device::kCuda) compat::cuda_reset_peak(device_index);
   const std::int64_t eval_batch = o.eval_batch > 0 ? o.eval_batch : o.micro_batch;

@@ -95,7 +95,8 @@ struct TrainOptions {
   std::int64_t eval_batch = 0;  // examples per evaluation batch; 0 = micro_batch
   std::uint64_t seed = 42;      // initialisation, data order and dropout
 
-  std::string metrics_path;    // "" = no metrics file
+  std::string metrics_path;    // "" = no metrics file (many ranks: world rank 0 writes it)
+  bool metrics_every_rank = false;  // many ranks: every rank writes metrics_path (its own file)
   std::int64_t log_every = 1;  // steps between metrics lines
 
   std::string checkpoint_dir;         // "" = no checkpoints

@@ -818,8 +818,10 @@ std::string escape_html(const std::string& text) {
   return out;
 }
 
-MeasuredSteps summarize_metrics(const std::string& jsonl, const std::string& source) {
+MeasuredSteps summarize_metrics(const std::string& jsonl, const std::string& source,
+                                std::int64_t warmup_steps) {
   std::vector<double> times;
+  std::vector<double> warm;  // steps after the warm-up
   MeasuredSteps out;
   std::istringstream in(jsonl);
   std::string line;
@@ -840,12 +842,17 @@ MeasuredSteps summarize_metrics(const std::string& jsonl, const std::string& sou
       }
       return it->get<double>();
     };
-    if (auto t = number_field("step_time_s")) times.push_back(*t);
+    if (auto t = number_field("step_time_s")) {
+      times.push_back(*t);
+      const auto step = number_field("step");
+      if (!step || *step > static_cast<double>(warmup_steps)) warm.push_back(*t);
+    }
     if (auto m = number_field("peak_memory_bytes")) {
       out.peak_memory_bytes = std::max(out.peak_memory_bytes.value_or(0), *m);
     }
   }
   if (times.empty()) throw InputError(source, "", "expected lines with a step_time_s, found none");
+  if (!warm.empty()) times = warm;
   std::sort(times.begin(), times.end());
   const std::size_t n = times.size();
   out.steps = static_cast<std::int64_t>(n);

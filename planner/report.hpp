@@ -42,8 +42,10 @@ struct MeasuredSteps {
 // Reads metrics JSON lines (blank lines skipped; evaluation lines have no step_time_s and are
 // ignored). Throws InputError naming `source` and the line number for a line that is not a JSON
 // object or whose step_time_s / peak_memory_bytes is not a non-negative number, and when no line
-// has a step_time_s.
-MeasuredSteps summarize_metrics(const std::string& jsonl, const std::string& source);
+// has a step_time_s. The first `warmup_steps` steps are left out of the median (when more were
+// run).
+MeasuredSteps summarize_metrics(const std::string& jsonl, const std::string& source,
+                                std::int64_t warmup_steps = 0);
 
 struct ReportOptions {
   double memory_margin = 0.9;             // what the alternatives' binding constraint used

@@ -125,9 +125,10 @@ void validate_model(const ModelSpec& m, const std::string& source) {
 ModelSpec model_from_json(const nlohmann::json& value, const std::string& source) {
   ObjectReader r(value, source);
   ModelSpec m;
-  // A Hugging Face config has no "format" but its own size fields.
-  bool hugging_face =
-      !r.has("format") && r.has("model_type") && (r.has("num_hidden_layers") || r.has("n_layer"));
+  // A Hugging Face config has no "format" but its own size fields; one that lacks the layer count
+  // is still a config (no loom-model "layers" either), so the error names the missing field.
+  bool hugging_face = !r.has("format") && r.has("model_type") &&
+                      (r.has("num_hidden_layers") || r.has("n_layer") || !r.has("layers"));
   if (hugging_face) {
     m = from_hugging_face(r, source);
     if (m.hidden % m.heads != 0) {

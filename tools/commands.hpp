@@ -21,6 +21,8 @@ Runner add_simulate_command(CLI::App& app);
 Runner add_report_command(CLI::App& app);
 Runner add_launch_command(CLI::App& app);
 Runner add_slurm_command(CLI::App& app);
+Runner add_profile_command(CLI::App& app);
+Runner add_validate_command(CLI::App& app);
 
 // The human-readable summary of a plan: model, cluster, job, strategy, prediction, memory per
 // stage and the reasons (`loom plan`, `loom simulate`).

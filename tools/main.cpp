@@ -39,6 +39,8 @@ int main(int argc, char** argv) {
   runners["report"] = loom::tools::add_report_command(app);
   runners["launch"] = loom::tools::add_launch_command(app);
   runners["slurm"] = loom::tools::add_slurm_command(app);
+  runners["profile"] = loom::tools::add_profile_command(app);
+  runners["validate"] = loom::tools::add_validate_command(app);
 
   std::string sub = argc > 1 ? argv[1] : "";
   if (runners.count(sub) == 0) sub = "";
@@ -52,6 +54,14 @@ int main(int argc, char** argv) {
     std::cout << "loom 0.1.0\n";
     return 0;
   } catch (const CLI::ParseError& e) {
+    if (sub.empty() && argc > 1 && argv[1][0] != '-') {
+      // CLI11 says only "A subcommand is required": name the word it did not know.
+      std::string known;
+      for (const auto& [name, runner] : runners) known += (known.empty() ? "" : ", ") + name;
+      std::cerr << "loom: error: \"" << argv[1] << "\" is not a subcommand: expected one of "
+                << known << " (see loom --help)\n";
+      return 2;
+    }
     std::cerr << prefix() << ": error: " << e.what() << " (see " << prefix() << " --help)\n";
     return 2;
   }

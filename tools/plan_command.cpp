@@ -203,7 +203,9 @@ int run_plan(const PlanArgs& a) {
     for (const std::string& note : notes) result.plans[0].why.push_back("profile: " + note);
   }
   double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  if (result.plans.empty()) throw InputError("plan", "", result.infeasible_reason);
+  if (result.plans.empty()) {
+    throw InputError(a.model + " on " + a.cluster, "", result.infeasible_reason);
+  }
   if (!a.output.empty()) {
     profiles::write_file_atomically(a.output, plan_to_json(result.plans[0]).dump(2) + "\n");
   }

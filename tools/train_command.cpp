@@ -1,6 +1,7 @@
 // loom train: one rank of a plan (spec/cli.md). Reads the plan, the data and the tokenizer,
 // checks them against each other, and calls executor::train_classifier.
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -10,6 +11,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -111,6 +113,19 @@ void check_init_config(const planner::Plan& plan, const std::string& init) {
   }
 }
 
+// LibTorch threads of a CPU rank: what the cost model assumed for a CPU cluster's plan (the
+// node's cores shared by its ranks), else this machine's cores shared by the local ranks; at most
+// this machine's cores.
+int cpu_threads(const planner::Plan& plan, int world_size) {
+  const int cores = std::max(1U, std::thread::hardware_concurrency());
+  const char* local = std::getenv("LOCAL_WORLD_SIZE");
+  const int local_ranks = std::max(1, local != nullptr ? std::atoi(local) : 1);
+  const int threads = plan.cluster.device.kind == profiles::DeviceKind::kCpu
+                          ? costmodel::threads_per_rank(plan.cluster, world_size)
+                          : cores / local_ranks;
+  return std::clamp(threads, 1, cores);
+}
+
 std::vector<executor::EncodedExample> encode(const std::vector<executor::Review>& reviews,
                                              const executor::WordPieceTokenizer& tokenizer,
                                              std::int64_t seq_len) {
@@ -149,6 +164,11 @@ int run_train(const TrainArgs& a) {
   o.checkpoint_every = a.checkpoint_every;
   o.resume = a.resume;
   o.metrics_path = a.metrics;
+  // "{rank}" in the path: every rank writes its own metrics file.
+  if (const auto at = a.metrics.find("{rank}"); at != std::string::npos) {
+    o.metrics_path = a.metrics.substr(0, at) + std::to_string(env.rank) + a.metrics.substr(at + 6);
+    o.metrics_every_rank = true;
+  }
   o.rank = env.rank;
   o.progress = !a.json;
   const auto device = executor::parse_device(a.device);
@@ -191,6 +211,9 @@ int run_train(const TrainArgs& a) {
                          " training reviews after holding out --validation-fraction " + fraction +
                          ", found " + std::to_string(split.train.size()) + " of " +
                          std::to_string(review_count));
+  }
+  if (o.device == executor::Device::kCpu && std::getenv("OMP_NUM_THREADS") == nullptr) {
+    at::set_num_threads(cpu_threads(plan, env.world_size));
   }
   const std::int64_t seq_len = plan.job.seq_len;
   const auto train_data = encode(split.train, tokenizer, seq_len);
@@ -277,7 +300,8 @@ Runner add_train_command(CLI::App& app) {
                   "steps between checkpoints (0: at the end)")
       ->check(CLI::NonNegativeNumber);
   cmd->add_flag("--resume", args->resume, "continue from the latest checkpoint");
-  cmd->add_option("--metrics", args->metrics, "METRICS.jsonl to write");
+  cmd->add_option("--metrics", args->metrics,
+                  "METRICS.jsonl to write (\"{rank}\" in the name: one file per rank)");
   cmd->add_option("--device", args->device, "cpu | cuda");
   cmd->add_option("--comm-timeout", args->comm_timeout_s,
                   "seconds any collective may wait for a peer before failing (default 300)")

@@ -1,0 +1,351 @@
+#include "executor/profiler.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <fstream>
+#include <thread>
+
+#include "executor/distributed.hpp"
+#include "executor/model.hpp"
+#include "executor/torch_compat.hpp"
+#include "profiles/errors.hpp"
+
+namespace loom::executor {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using profiles::LayerKind;
+
+// One rank's shard of a tp group whose collectives are skipped: the compute of tp rank 0.
+class ShardOnlyComm final : public TensorParallelComm {
+ public:
+  explicit ShardOnlyComm(int size) : size_(size) {}
+  int rank() const override { return 0; }
+  int size() const override { return size_; }
+  void allreduce_sum(torch::Tensor& /*tensor*/) override {}
+
+ private:
+  int size_;
+};
+
+double median_of(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  return n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+// Bytes in use and the peak since the last reset, from the device's allocator.
+class MemoryProbe {
+ public:
+  MemoryProbe(Device device, int device_index, compat::CpuMemoryCounter& cpu)
+      : device_(device), index_(device_index), cpu_(cpu) {}
+  std::int64_t current() const {
+    return device_ == Device::kCuda ? compat::cuda_allocated_bytes(index_) : cpu_.current_bytes();
+  }
+  std::int64_t peak() const {
+    return device_ == Device::kCuda ? compat::cuda_peak_allocated_bytes(index_) : cpu_.peak_bytes();
+  }
+  void reset_peak() {
+    if (device_ == Device::kCuda) {
+      compat::cuda_reset_peak(index_);
+    } else {
+      cpu_.reset_peak();
+    }
+  }
+
+ private:
+  Device device_;
+  int index_;
+  compat::CpuMemoryCounter& cpu_;
+};
+
+struct Sample {
+  double forward_s = 0;
+  double backward_s = 0;
+  std::int64_t activation_bytes = 0;
+  std::int64_t peak_temporary_bytes = 0;
+};
+
+profiles::LayerMeasurement measure(const ProfileOptions& o, LayerKind kind, std::int64_t batch,
+                                   int tp, costmodel::Recompute recompute, int threads) {
+  const profiles::ModelSpec& spec = o.model;
+  const torch::Device device = o.device == Device::kCuda
+                                   ? torch::Device(torch::kCUDA, o.device_index)
+                                   : torch::Device(torch::kCPU);
+  auto sync = [&] {
+    if (o.device == Device::kCuda) compat::cuda_synchronize(o.device_index);
+  };
+  const int last = static_cast<int>(spec.layers) + 1;
+  EncoderOptions eo;
+  eo.dropout = o.dropout;
+  eo.seed = 1;
+  eo.device = device;
+  eo.recompute = recompute;
+  eo.first_layer = kind == LayerKind::kEmbedding ? 0 : kind == LayerKind::kHead ? last : 1;
+  eo.last_layer = eo.first_layer;
+  ParallelContext context;
+  context.tp = std::make_shared<ShardOnlyComm>(tp);
+
+  compat::CpuMemoryScope cpu_memory;
+  MemoryProbe memory(o.device, o.device_index, cpu_memory.counter());
+  EncoderClassifier stage(spec, eo, context);
+  stage.train();
+  std::int64_t parameter_bytes = 0;
+  for (const auto& [name, p] : stage.local_parameters()) {
+    parameter_bytes += p.numel() * static_cast<std::int64_t>(p.element_size());
+  }
+
+  const std::int64_t seq = o.seq_len;
+  const auto ids_options = torch::TensorOptions().dtype(torch::kLong).device(device);
+  EncoderInputs inputs;
+  const std::int64_t pad = pad_token_id(spec.model_type);
+  inputs.input_ids = torch::randint(pad + 1, spec.vocab, {batch, seq}, ids_options);
+  inputs.attention_mask = torch::ones({batch, seq}, ids_options);
+  const auto float_options = torch::TensorOptions().dtype(torch::kFloat).device(device);
+  torch::Tensor hidden;
+  if (kind != LayerKind::kEmbedding) {
+    hidden = torch::randn({batch, seq, spec.hidden}, float_options).requires_grad_(true);
+  }
+  const torch::Tensor labels = torch::randint(0, classifier_labels(spec), {batch}, ids_options);
+  const torch::Tensor upstream = torch::randn({batch, seq, spec.hidden}, float_options);
+  const bool autocast = o.device == Device::kCuda && o.precision != profiles::Precision::kFp32 &&
+                        o.precision != profiles::Precision::kTf32;
+  const c10::ScalarType autocast_dtype =
+      o.precision == profiles::Precision::kFp16 ? torch::kHalf : torch::kBFloat16;
+
+  std::vector<double> forward, backward;
+  Sample last_sample;
+  for (int i = 0; i < o.warmup + o.repeats; ++i) {
+    sync();
+    const std::int64_t before = memory.current();
+    const auto t0 = Clock::now();
+    torch::Tensor out;
+    {
+      compat::AutocastGuard guard(device.type(), autocast_dtype, autocast);
+      out = stage.forward(inputs, hidden);
+      if (kind == LayerKind::kHead) out = torch::cross_entropy_loss(out.to(torch::kFloat), labels);
+    }
+    sync();
+    const auto t1 = Clock::now();
+    const std::int64_t kept = memory.current() - before;
+    memory.reset_peak();
+    const std::int64_t base = memory.current();
+    if (kind == LayerKind::kHead) {
+      out.backward();
+    } else {
+      out.backward(upstream.to(out.scalar_type()));
+    }
+    sync();
+    const auto t2 = Clock::now();
+    const std::int64_t temporary = memory.peak() - base;
+    out = torch::Tensor();
+    if (hidden.defined()) hidden.mutable_grad() = torch::Tensor();
+    if (i >= o.warmup) {
+      forward.push_back(std::chrono::duration<double>(t1 - t0).count());
+      backward.push_back(std::chrono::duration<double>(t2 - t1).count());
+      last_sample.activation_bytes = kept;
+      last_sample.peak_temporary_bytes = temporary;
+    }
+  }
+
+  profiles::LayerMeasurement m;
+  m.kind = kind;
+  m.hidden = spec.hidden;
+  m.heads = spec.heads;
+  m.ffn_hidden = spec.ffn_hidden;
+  if (kind != LayerKind::kEncoderLayer) m.vocab = spec.vocab;
+  m.seq_len = seq;
+  m.micro_batch = batch;
+  m.tp = tp;
+  m.recompute = costmodel::to_string(recompute);
+  m.threads = threads;
+  // Clock resolution bounds tiny layers from below (the profile format needs times > 0).
+  m.forward_s = std::max(median_of(forward), 1e-9);
+  m.backward_s = std::max(median_of(backward), 1e-9);
+  m.activation_bytes = std::max<std::int64_t>(0, last_sample.activation_bytes);
+  m.parameter_bytes = parameter_bytes;
+  m.peak_temporary_bytes = std::max<std::int64_t>(0, last_sample.peak_temporary_bytes);
+  return m;
+}
+
+}  // namespace
+
+std::vector<profiles::LayerMeasurement> profile_layers(const ProfileOptions& o) {
+  parameter_table(o.model);  // refuses non-encoders
+  if (o.seq_len < 1 || o.seq_len > o.model.max_positions) {
+    throw InputError("--seq-len", "",
+                     "1 to the model's " + std::to_string(o.model.max_positions) +
+                         " positions, found " + std::to_string(o.seq_len));
+  }
+  for (std::int64_t b : o.micro_batches) {
+    if (b < 1) throw InputError("--micro-batch", "", "positive sizes");
+  }
+  for (int tp : o.tp) {
+    if (tp < 1 || o.model.heads % tp != 0 || o.model.ffn_hidden % tp != 0) {
+      throw InputError("--tp", "",
+                       "a divisor of the model's " + std::to_string(o.model.heads) + " heads and " +
+                           std::to_string(o.model.ffn_hidden) + " ffn features, found " +
+                           std::to_string(tp));
+    }
+  }
+  if (o.device == Device::kCpu && o.precision != profiles::Precision::kFp32) {
+    throw InputError("--precision", "",
+                     "fp32 on the CPU (the executor trains in fp32 there), found " +
+                         std::string(profiles::to_string(o.precision)));
+  }
+  if (o.device == Device::kCuda && !compat::cuda_available()) {
+    throw InputError("--device", "", "cpu: this build of Loom or this machine has no CUDA");
+  }
+  if (o.warmup < 0 || o.repeats < 1) throw InputError("--repeats", "", "at least 1");
+
+  const int threads_before = at::get_num_threads();
+  std::vector<int> thread_counts = o.threads;
+  if (thread_counts.empty() || o.device == Device::kCuda) thread_counts = {threads_before};
+  for (int t : thread_counts) {
+    if (t < 1) throw InputError("--threads", "", "positive thread counts");
+  }
+  std::vector<profiles::LayerMeasurement> out;
+  const LayerKind layer = LayerKind::kEncoderLayer;
+  for (int threads : thread_counts) {
+    at::set_num_threads(threads);
+    for (int tp : o.tp) {
+      for (std::int64_t b : o.micro_batches) {
+        for (LayerKind kind : {LayerKind::kEmbedding, layer, LayerKind::kHead}) {
+          for (costmodel::Recompute r : o.recompute) {
+            // Recomputation changes transformer layers only.
+            if (kind != layer && r != costmodel::Recompute::kNone) continue;
+            out.push_back(measure(o, kind, b, tp, r, threads));
+            if (o.progress) {
+              const profiles::LayerMeasurement& m = out.back();
+              char line[200];
+              std::snprintf(line, sizeof line,
+                            "%-13s b=%-3lld tp=%d threads=%d recompute=%-9s forward %.3f ms, "
+                            "backward %.3f ms, kept %.1f MiB",
+                            profiles::to_string(kind), static_cast<long long>(b), tp, threads,
+                            m.recompute.c_str(), m.forward_s * 1e3, m.backward_s * 1e3,
+                            static_cast<double>(m.activation_bytes) / (1 << 20));
+              o.progress(line);
+            }
+          }
+        }
+      }
+    }
+  }
+  at::set_num_threads(threads_before);
+  return out;
+}
+
+std::vector<profiles::LinkMeasurement> profile_links(ProcessGroup& group, Device device,
+                                                     int device_index,
+                                                     const LinkProfileOptions& o) {
+  const int n = group.size();
+  const torch::Device where = device == Device::kCuda ? torch::Device(torch::kCUDA, device_index)
+                                                      : torch::Device(torch::kCPU);
+  const auto options = torch::TensorOptions().dtype(torch::kFloat).device(where);
+  auto sync = [&] {
+    if (device == Device::kCuda) compat::cuda_synchronize(device_index);
+  };
+  std::vector<profiles::LinkMeasurement> out;
+  auto timed = [&](const std::string& collective, double bytes, const std::function<void()>& op) {
+    std::vector<double> times;
+    for (int i = 0; i < o.warmup + o.repeats; ++i) {
+      group.barrier();
+      sync();
+      const auto t0 = Clock::now();
+      op();
+      sync();
+      const double t = std::chrono::duration<double>(Clock::now() - t0).count();
+      if (i >= o.warmup) times.push_back(t);
+    }
+    out.push_back({collective, collective == "p2p" ? 2 : n, bytes, std::max(median_of(times), 1e-9),
+                   o.scope});
+  };
+  for (double bytes : o.message_bytes) {
+    // Whole buffers a multiple of the group size, in floats.
+    const std::int64_t per_rank =
+        std::max<std::int64_t>(1, static_cast<std::int64_t>(bytes) / 4 / n);
+    const std::int64_t count = per_rank * n;
+    const double whole = static_cast<double>(count) * 4;
+    torch::Tensor buffer = torch::ones({count}, options);
+    torch::Tensor shard = torch::ones({per_rank}, options);
+    timed("allreduce", whole, [&] { group.allreduce_sum(buffer); });
+    timed("reduce_scatter", whole, [&] { group.reduce_scatter_sum(shard, buffer); });
+    timed("all_gather", whole, [&] { group.allgather(buffer, shard); });
+    if (n >= 2) {
+      // Ping-pong between group ranks 0 and 1: half the round trip.
+      torch::Tensor message = torch::ones({count}, options);
+      std::vector<double> times;
+      for (int i = 0; i < o.warmup + o.repeats; ++i) {
+        group.barrier();
+        sync();
+        const auto t0 = Clock::now();
+        if (group.rank() == 0) {
+          group.send(message, 1, 0).wait();
+          group.recv(message, 1, 1);
+        } else if (group.rank() == 1) {
+          group.recv(message, 0, 0);
+          group.send(message, 0, 1).wait();
+        }
+        sync();
+        const double t = std::chrono::duration<double>(Clock::now() - t0).count() / 2;
+        if (i >= o.warmup) times.push_back(t);
+      }
+      out.push_back({"p2p", 2, whole, std::max(median_of(times), 1e-9), o.scope});
+    }
+  }
+  group.barrier();
+  return out;
+}
+
+JobLinks profile_job_links(Device device, LinkProfileOptions options, double timeout_s) {
+  const RankEnvironment env =
+      rank_environment([](const std::string& name) -> std::optional<std::string> {
+        const char* value = std::getenv(name.c_str());
+        return value != nullptr ? std::optional<std::string>(value) : std::nullopt;
+      });
+  if (env.world_size < 2) {
+    throw InputError("--links", "",
+                     "a launched group of at least 2 ranks (loom launch --nproc N -- loom profile "
+                     "--links ...), found " +
+                         env.source);
+  }
+  const char* local_world = std::getenv("LOCAL_WORLD_SIZE");
+  const bool one_node = local_world != nullptr && std::atoi(local_world) == env.world_size;
+  options.scope = one_node ? "intra_node" : "inter_node";
+  GroupOptions groups;
+  groups.timeout = std::chrono::milliseconds(static_cast<std::int64_t>(timeout_s * 1000));
+  groups.interface = env.gloo_interface;
+  const bool local = env.master_addr == "127.0.0.1" || env.master_addr == "localhost";
+  groups.host = local ? "127.0.0.1" : "";
+  if (device == Device::kCuda) groups.backend = CommBackend::kNccl;
+  const auto store = connect_store(env, groups.timeout);
+  std::vector<int> members(static_cast<std::size_t>(env.world_size));
+  for (int r = 0; r < env.world_size; ++r) members[static_cast<std::size_t>(r)] = r;
+  ProcessGroup world(store, "links", members, env.rank, groups);
+  JobLinks out;
+  out.rank = env.rank;
+  out.world_size = env.world_size;
+  out.links = profile_links(world, device, env.local_rank, options);
+  return out;
+}
+
+std::string device_description(Device device, int device_index) {
+  if (device == Device::kCuda) return compat::cuda_device_name(device_index);
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("model name", 0) == 0) {
+      const auto colon = line.find(':');
+      if (colon != std::string::npos) {
+        std::string name = line.substr(colon + 1);
+        name.erase(0, name.find_first_not_of(' '));
+        return name + " (" + std::to_string(std::thread::hardware_concurrency()) + " threads)";
+      }
+    }
+  }
+  return "cpu";
+}
+
+}  // namespace loom::executor

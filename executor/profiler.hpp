@@ -1,0 +1,78 @@
+// The profiler behind `loom profile`: measures the model's layers and the links between ranks on
+// the machine it runs on, and returns loom-profile/1 measurements (profiles/profile.hpp).
+//
+// Layers: each kind (embedding, one transformer layer, head) runs as a one-layer stage of the
+// real executor model (executor/model.hpp) in training mode (dropout on), for every micro-batch,
+// tp degree, recomputation and CPU thread count asked for: forward and backward time are medians
+// of `repeats` runs after `warmup` runs, the device synchronised around each pass. With tp > 1 the
+// stage holds one tp rank's shard and its collectives are skipped (the cost model adds them from
+// the links). Memory: bytes still allocated after the forward pass (what backward will use: saved
+// tensors and the output), bytes allocated above that during backward (peak temporary), and the
+// stage's parameter bytes; CPU tensors are counted through LibTorch's allocator reports, CUDA ones
+// from the caching allocator's statistics.
+//
+// Links: every rank of a launched group calls profile_links(); collectives over all ranks (and
+// p2p between ranks 0 and 1) for each message size, medians of `repeats` after a warm-up.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "executor/executor.hpp"
+#include "executor/train.hpp"
+#include "profiles/profile.hpp"
+
+namespace loom::executor {
+
+class ProcessGroup;
+
+struct ProfileOptions {
+  profiles::ModelSpec model;
+  Device device = Device::kCpu;
+  int device_index = 0;
+  profiles::Precision precision = profiles::Precision::kFp32;
+  std::int64_t seq_len = 128;
+  std::vector<std::int64_t> micro_batches = {1, 2, 4, 8};
+  std::vector<int> tp = {1};
+  std::vector<costmodel::Recompute> recompute = {costmodel::Recompute::kNone};
+  std::vector<int> threads;  // CPU threads to measure with; empty = LibTorch's current setting
+  double dropout = 0.1;
+  int warmup = 2;
+  int repeats = 5;
+  std::function<void(const std::string&)> progress;  // one line per measurement; may be empty
+};
+
+// Throws InputError for a model that is not a BERT/RoBERTa encoder, a tp that does not divide
+// the heads and ffn, a seq_len beyond the model's positions, or bf16/fp16 on the CPU.
+std::vector<profiles::LayerMeasurement> profile_layers(const ProfileOptions& options);
+
+struct LinkProfileOptions {
+  std::vector<double> message_bytes = {4096, 65536, 1 << 20, 4 << 20, 16 << 20};
+  int warmup = 2;
+  int repeats = 5;
+  std::string scope = "intra_node";
+};
+
+// Collective: every rank of `group` calls it with the same options. Times allreduce,
+// reduce-scatter and all-gather over the group and p2p from group rank 0 to 1, on `device`.
+std::vector<profiles::LinkMeasurement> profile_links(ProcessGroup& group, Device device,
+                                                     int device_index,
+                                                     const LinkProfileOptions& options);
+
+// profile_links() over the whole job this process is a rank of (torchrun's or Slurm's variables,
+// as `loom train` reads them): joins the rendezvous, builds the world group (Gloo on the CPU, NCCL
+// on CUDA), measures, and returns the measurements with this process's rank. The scope is
+// intra_node when every rank is local (LOCAL_WORLD_SIZE equals WORLD_SIZE), else inter_node.
+struct JobLinks {
+  int rank = 0;
+  int world_size = 1;
+  std::vector<profiles::LinkMeasurement> links;
+};
+JobLinks profile_job_links(Device device, LinkProfileOptions options, double timeout_s);
+
+// This machine's name for profiles: the CUDA device's name, or the CPU model from /proc/cpuinfo.
+std::string device_description(Device device, int device_index);
+
+}  // namespace loom::executor

@@ -1,0 +1,273 @@
+// loom validate: runs a plan for N steps on this machine and prints the measured step time and
+// peak memory next to the prediction, with the relative error (spec/cli.md).
+//
+// The run is `loom train` in child processes (through `loom launch` when the plan has several
+// ranks), each rank writing its own metrics; the step time is the median over the steps after the
+// warm-up (the largest over ranks), the peak memory the largest rank's. The prediction is the
+// simulator's for the plan, calibrated with --profile when given (else with the profile the plan
+// carries, else the roofline).
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "costmodel/calibration.hpp"
+#include "planner/plan.hpp"
+#include "planner/report.hpp"
+#include "profiles/errors.hpp"
+#include "profiles/json_reader.hpp"
+#include "profiles/loader.hpp"
+#include "profiles/profile.hpp"
+#include "tools/commands.hpp"
+
+namespace loom::tools {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+struct ValidateArgs {
+  std::string plan;
+  std::int64_t steps = 10;
+  std::int64_t warmup = 2;
+  std::vector<std::string> profile;
+  bool json = false;
+  std::string data = "synthetic:2000";
+  std::string tokenizer;
+  std::string init;
+  std::uint64_t seed = 42;
+  std::string device = "cpu";
+  double comm_timeout_s = 300;
+  std::string keep;  // folder to keep the run's logs and metrics in
+};
+
+std::string self_executable() {
+  std::error_code error;
+  const fs::path self = fs::read_symlink("/proc/self/exe", error);
+  return error ? std::string("loom") : self.string();
+}
+
+// A TCP port that was free a moment ago (the kernel's choice for port 0).
+int free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return 29500;
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  address.sin_port = 0;
+  int port = 29500;
+  socklen_t length = sizeof address;
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0 &&
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) == 0) {
+    port = ntohs(address.sin_port);
+  }
+  ::close(fd);
+  return port;
+}
+
+// Runs `argv` with stdout and stderr to `log`; returns the exit status.
+int run_logged(const std::vector<std::string>& argv_text, const fs::path& log) {
+  const pid_t pid = fork();
+  if (pid < 0) throw std::runtime_error(std::string("fork failed: ") + std::strerror(errno));
+  if (pid == 0) {
+    FILE* out = std::freopen(log.c_str(), "w", stdout);
+    if (out == nullptr || dup2(fileno(stdout), STDERR_FILENO) < 0) _exit(127);
+    std::vector<std::string> copy = argv_text;
+    std::vector<char*> argv;
+    for (std::string& s : copy) argv.push_back(s.data());
+    argv.push_back(nullptr);
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  return status;
+}
+
+std::string tail_of(const fs::path& path, std::size_t lines) {
+  std::ifstream in(path);
+  std::vector<std::string> all;
+  for (std::string line; std::getline(in, line);) all.push_back(line);
+  std::string out;
+  for (std::size_t i = all.size() > lines ? all.size() - lines : 0; i < all.size(); ++i) {
+    out += all[i] + "\n";
+  }
+  return out;
+}
+
+double relative_error(double predicted, double measured) {
+  return measured > 0 ? (predicted - measured) / measured : 0;
+}
+
+int run_validate(const ValidateArgs& a) {
+  planner::Plan plan = planner::plan_from_json(
+      profiles::parse_json_text(profiles::read_text_file(a.plan), a.plan), a.plan);
+  if (a.warmup >= a.steps) {
+    throw InputError("--warmup", "",
+                     "fewer warm-up steps than --steps (" + std::to_string(a.steps) + ")");
+  }
+  if (!a.profile.empty()) {
+    auto profile = std::make_shared<const profiles::Profile>(
+        planner::read_profiles(a.profile, plan.model, plan.job.precision));
+    plan.cluster =
+        costmodel::calibrated_cluster(plan.cluster, costmodel::fit_links(profile->links), nullptr);
+    plan.profile = profile;
+  }
+  const costmodel::Prediction predicted = planner::simulate_plan(plan).prediction;
+
+  // The run, in a temporary folder (or --keep).
+  const int world = plan.strategy.world_size();
+  fs::path dir = a.keep.empty()
+                     ? fs::temp_directory_path() / ("loom-validate-" + std::to_string(::getpid()))
+                     : fs::path(a.keep);
+  fs::create_directories(dir);
+  struct Cleanup {
+    fs::path dir;
+    bool keep;
+    ~Cleanup() {
+      std::error_code ec;
+      if (!keep) fs::remove_all(dir, ec);
+    }
+  } cleanup{dir, !a.keep.empty()};
+  const fs::path plan_copy = dir / "plan.json";
+  profiles::write_file_atomically(plan_copy.string(), planner::plan_to_json(plan).dump(2) + "\n");
+  const std::string self = self_executable();
+  std::vector<std::string> argv;
+  if (world > 1) {
+    argv = {self,
+            "launch",
+            "--nproc",
+            std::to_string(world),
+            "--master-port",
+            std::to_string(free_port()),
+            "--",
+            "loom"};
+  } else {
+    argv = {self};
+  }
+  const std::vector<std::string> train = {
+      "train",          plan_copy.string(),
+      "--steps",        std::to_string(a.steps),
+      "--data",         a.data,
+      "--seed",         std::to_string(a.seed),
+      "--device",       a.device,
+      "--comm-timeout", std::to_string(a.comm_timeout_s),
+      "--metrics",      (dir / "metrics.{rank}.jsonl").string()};
+  argv.insert(argv.end(), train.begin(), train.end());
+  if (!a.tokenizer.empty()) argv.insert(argv.end(), {"--tokenizer", a.tokenizer});
+  if (!a.init.empty()) argv.insert(argv.end(), {"--init", a.init});
+  const fs::path log = dir / "train.log";
+  if (!a.json) {
+    std::cerr << "running " << world << " rank(s) for " << a.steps << " steps...\n";
+  }
+  const int status = run_logged(argv, log);
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 1;
+    std::string last = tail_of(log, 1);
+    if (!last.empty() && last.back() == '\n') last.pop_back();
+    for (const char* prefix : {"loom train: error: ", "loom launch: error: "}) {
+      const auto at = last.find(prefix);
+      if (at != std::string::npos) last = last.substr(at + std::strlen(prefix));
+    }
+    if (code == 2) throw InputError(a.plan, "", last);
+    throw std::runtime_error("the run failed: " + last);
+  }
+
+  // Per rank: the median step time after the warm-up and the peak memory.
+  double step_time_s = 0;
+  double peak_bytes = 0;
+  nlohmann::json ranks = nlohmann::json::array();
+  for (int r = 0; r < world; ++r) {
+    const fs::path metrics = dir / ("metrics." + std::to_string(r) + ".jsonl");
+    const planner::MeasuredSteps m = planner::summarize_metrics(
+        profiles::read_text_file(metrics.string()), metrics.string(), a.warmup);
+    step_time_s = std::max(step_time_s, m.median_step_time_s);
+    peak_bytes = std::max(peak_bytes, m.peak_memory_bytes.value_or(0));
+    ranks.push_back({{"rank", r},
+                     {"step_time_s", m.median_step_time_s},
+                     {"peak_memory_bytes", std::llround(m.peak_memory_bytes.value_or(0))}});
+  }
+  const double time_error = relative_error(predicted.step_time_s, step_time_s);
+  const double memory_error = relative_error(predicted.peak_memory_bytes, peak_bytes);
+  if (a.json) {
+    nlohmann::json doc;
+    doc["predicted"] = costmodel::prediction_to_json(predicted);
+    doc["measured"] = {{"step_time_s", step_time_s},
+                       {"peak_memory_bytes", std::llround(peak_bytes)},
+                       {"steps", a.steps},
+                       {"warmup_steps", a.warmup},
+                       {"ranks", ranks}};
+    doc["relative_error"] = {{"step_time", time_error}, {"peak_memory", memory_error}};
+    doc["calibration"] = plan.profile ? "profile" : "roofline";
+    std::cout << doc.dump(2) << "\n";
+    return 0;
+  }
+  const costmodel::Strategy& s = plan.strategy;
+  std::cout << "plan: " << costmodel::describe(s) << ", " << plan.model.name << ", "
+            << (plan.profile ? "calibrated with a measured profile" : "roofline (no --profile)")
+            << "\n";
+  char line[256];
+  std::snprintf(line, sizeof line, "%-18s %14s %14s %10s\n", "", "predicted", "measured", "error");
+  std::cout << line;
+  std::snprintf(line, sizeof line, "%-18s %12.4f s %12.4f s %+9.1f %%\n", "step time",
+                predicted.step_time_s, step_time_s, 100 * time_error);
+  std::cout << line;
+  std::snprintf(line, sizeof line, "%-18s %10.1f MiB %10.1f MiB %+9.1f %%\n", "peak memory",
+                predicted.peak_memory_bytes / (1 << 20), peak_bytes / (1 << 20),
+                100 * memory_error);
+  std::cout << line;
+  for (const auto& r : ranks) {
+    std::snprintf(line, sizeof line, "  rank %-3d %21.4f s %10.1f MiB\n", r["rank"].get<int>(),
+                  r["step_time_s"].get<double>(),
+                  static_cast<double>(r["peak_memory_bytes"].get<std::int64_t>()) / (1 << 20));
+    std::cout << line;
+  }
+  std::snprintf(line, sizeof line, "(median of steps %lld-%lld)\n",
+                static_cast<long long>(a.warmup + 1), static_cast<long long>(a.steps));
+  std::cout << line;
+  return 0;
+}
+
+}  // namespace
+
+Runner add_validate_command(CLI::App& app) {
+  auto args = std::make_shared<ValidateArgs>();
+  CLI::App* cmd = app.add_subcommand(
+      "validate", "Run a plan for N steps here; print predicted vs measured step time and memory");
+  cmd->add_option("plan", args->plan, "PLAN.json (loom-plan/1)")->required();
+  cmd->add_option("--steps", args->steps, "steps to run (default 10)")->check(CLI::PositiveNumber);
+  cmd->add_option("--warmup", args->warmup, "first steps left out of the median (default 2)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--profile", args->profile,
+                  "measured loom-profile JSON (repeatable): predict with these measurements")
+      ->allow_extra_args(false);
+  cmd->add_option("--data", args->data,
+                  "aclImdb/ folder, IMDB CSV or synthetic[:N] (default synthetic:2000)");
+  cmd->add_option("--tokenizer", args->tokenizer, "WordPiece vocab.txt");
+  cmd->add_option("--init", args->init, "Hugging Face checkpoint folder");
+  cmd->add_option("--seed", args->seed, "seed of initialisation, data order and dropout");
+  cmd->add_option("--device", args->device, "cpu | cuda");
+  cmd->add_option("--comm-timeout", args->comm_timeout_s,
+                  "seconds any collective may wait for a peer (default 300)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--keep", args->keep, "keep the run's plan, logs and metrics in this folder");
+  cmd->add_flag("--json", args->json, "print one JSON document");
+  return [args]() { return run_validate(*args); };
+}
+
+}  // namespace loom::tools
