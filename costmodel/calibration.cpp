@@ -36,6 +36,13 @@ LayerQuery shape_of(const LayerMeasurement& p) {
   return {p.kind, p.micro_batch, p.seq_len, p.tp, p.recompute, p.threads};
 }
 
+Collective collective_of(const std::string& name) {
+  if (name == "allreduce") return Collective::kAllReduce;
+  if (name == "reduce_scatter") return Collective::kReduceScatter;
+  if (name == "all_gather") return Collective::kAllGather;
+  return Collective::kP2p;
+}
+
 // Value at x on the line through (x0, y0) and (x1, y1).
 double line(double x, double x0, double y0, double x1, double y1) {
   if (x1 == x0) return y0;
@@ -53,6 +60,41 @@ Calibration::Calibration(const profiles::Profile& profile, const profiles::Model
     if (!is_layer(p.kind) && p.vocab && *p.vocab != model.vocab) continue;
     points_.push_back(p);
   }
+  const std::vector<LinkFit> fits = fit_links(profile.links);
+  for (Collective c : {Collective::kAllReduce, Collective::kReduceScatter, Collective::kAllGather,
+                       Collective::kP2p}) {
+    std::vector<double> ratios;
+    for (const profiles::LinkMeasurement& l : profile.links) {
+      if (collective_of(l.collective) != c || l.bytes < 65536) continue;
+      for (const LinkFit& f : fits) {
+        if (f.scope != l.scope) continue;
+        const double modelled = collective_time_s(
+            c, l.bytes, l.ranks, profiles::PathMetrics{f.bandwidth_gbps, f.latency_us});
+        if (modelled > 0) ratios.push_back(l.time_s / modelled);
+      }
+    }
+    if (ratios.empty()) continue;
+    std::sort(ratios.begin(), ratios.end());
+    const std::size_t n = ratios.size();
+    factors_[static_cast<int>(c)] =
+        n % 2 == 1 ? ratios[n / 2] : (ratios[n / 2 - 1] + ratios[n / 2]) / 2;
+  }
+}
+
+double Calibration::collective_factor(Collective collective) const {
+  return factors_[static_cast<int>(collective)];
+}
+
+std::optional<double> Calibration::optimizer_s_per_parameter(int threads) const {
+  const profiles::OptimizerMeasurement* best = nullptr;
+  for (const profiles::OptimizerMeasurement& m : profile_.optimizer) {
+    if (best == nullptr || std::abs(m.threads - threads) < std::abs(best->threads - threads) ||
+        (m.threads == best->threads && m.parameters > best->parameters)) {
+      best = &m;
+    }
+  }
+  if (best == nullptr) return std::nullopt;
+  return best->time_s / static_cast<double>(best->parameters) * best->threads / threads;
 }
 
 LayerAnswer Calibration::layer(const LayerQuery& q) const {

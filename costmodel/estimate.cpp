@@ -129,7 +129,8 @@ struct Terms {
   EntryTerms layer_terms, embed_terms, head_terms;
   double p2p_bytes = 0;
   double p2p_all_gather_bytes = 0;
-  int threads = 1;  // CPU threads per rank (1 on GPUs)
+  int threads = 1;                       // CPU threads per rank (1 on GPUs)
+  double optimizer_s_per_parameter = 0;  // AdamW step time per parameter of a rank's shard
   Calibrated how_layer = Calibrated::kRoofline;
   Calibrated how_embedding = Calibrated::kRoofline;
   Calibrated how_head = Calibrated::kRoofline;
@@ -193,6 +194,16 @@ Terms compute_terms(const profiles::ModelSpec& m, const CostOptions& options,
   t.threads = threads_per_rank(cluster, world);
   const DeviceRates rates = scaled_rates(core_rates, t.threads);
   t.rate_memory_bytes_per_s = rates.memory_bytes_per_s;
+  t.optimizer_s_per_parameter = CostModel::kOptimizerBytesPerParameter / rates.memory_bytes_per_s;
+  if (calibration != nullptr) {
+    if (auto measured = calibration->optimizer_s_per_parameter(t.threads)) {
+      t.optimizer_s_per_parameter = *measured;
+    }
+  }
+  // Measured / modelled time of each collective (1 without a profile's link measurements).
+  auto factor = [&](Collective c) {
+    return calibration != nullptr ? calibration->collective_factor(c) : 1.0;
+  };
   const LayerShape shape{s.micro_batch, job.seq_len, s.tp, e, s.recompute};
   t.layer = transformer_layer_time(m, shape, rates);
   t.embed = embedding_time(m, shape, rates);
@@ -209,10 +220,12 @@ Terms compute_terms(const profiles::ModelSpec& m, const CostOptions& options,
   double tp_head_bwd = 0;
   if (s.tp > 1) {
     profiles::PathMetrics tp_link = links.group(world, s.tp, 1);
-    tp_ar = collective_time_s(Collective::kAllReduce, act_bytes, s.tp, tp_link);
+    tp_ar = factor(Collective::kAllReduce) *
+            collective_time_s(Collective::kAllReduce, act_bytes, s.tp, tp_link);
     if (!m.num_labels) {
       // Vocab-parallel cross-entropy: max, sum-exp and target-logit reductions over b*s floats.
-      tp_head_fwd = 3 * collective_time_s(Collective::kAllReduce, b * seq * 4, s.tp, tp_link);
+      tp_head_fwd = 3 * factor(Collective::kAllReduce) *
+                    collective_time_s(Collective::kAllReduce, b * seq * 4, s.tp, tp_link);
       tp_head_bwd = tp_ar;
     }
   }
@@ -240,9 +253,11 @@ Terms compute_terms(const profiles::ModelSpec& m, const CostOptions& options,
     // activation and the receiving group all-gathers it over the tp link (with sequence
     // parallelism the activation is already split).
     profiles::PathMetrics pp_link = links.group(world, s.pp, s.tp * s.dp);
-    t.p2p_s = collective_time_s(Collective::kP2p, act_bytes / s.tp, 2, pp_link);
+    t.p2p_s = factor(Collective::kP2p) *
+              collective_time_s(Collective::kP2p, act_bytes / s.tp, 2, pp_link);
     if (s.tp > 1 && !s.sequence_parallel) {
       t.p2p_s +=
+          factor(Collective::kAllGather) *
           collective_time_s(Collective::kAllGather, act_bytes, s.tp, links.group(world, s.tp, 1));
     }
   }
@@ -383,6 +398,7 @@ StepTerms CostModel::step_terms(const Job& job, const Strategy& strategy) const 
   out.p2p_all_gather_bytes = t.p2p_all_gather_bytes;
   out.recompute_buffer_bytes = t.recompute_buffer;
   out.memory_bytes_per_s = t.rate_memory_bytes_per_s;
+  out.optimizer_s_per_parameter = t.optimizer_s_per_parameter;
   return out;
 }
 
@@ -502,7 +518,8 @@ Prediction CostModel::estimate(const Job& job, const Strategy& s,
   profiles::PathMetrics dp_link{};
   if (s.dp > 1) dp_link = links_.group(world, s.dp, s.tp);
   auto dp_time = [&](Collective c, double bytes) {
-    return collective_time_s(c, bytes, s.dp, dp_link);
+    const double f = calibration_ ? calibration_->collective_factor(c) : 1.0;
+    return f * collective_time_s(c, bytes, s.dp, dp_link);
   };
   double tail = 0;
   out.memory_by_stage.resize(static_cast<std::size_t>(s.pp));
@@ -547,7 +564,7 @@ Prediction CostModel::estimate(const Job& job, const Strategy& s,
     // AdamW reads and writes the fp32 master weights, both moments, the gradient and the
     // low-precision weights: about 28 bytes per parameter of this rank's optimizer shard.
     double shard = l.parameters / (s.zero >= 1 ? s.dp : 1);
-    double optimizer_s = shard * kOptimizerBytesPerParameter / terms.rate_memory_bytes_per_s;
+    double optimizer_s = shard * terms.optimizer_s_per_parameter;
     out.optimizer_s = std::max(out.optimizer_s, optimizer_s);
     out.exposed_communication_s.dp = std::max(out.exposed_communication_s.dp, dp_exposed);
     out.exposed_communication_s.zero = std::max(out.exposed_communication_s.zero, zero_exposed);

@@ -110,7 +110,8 @@ struct StepTerms {
   double p2p_bytes = 0;
   double p2p_all_gather_bytes = 0;
   double recompute_buffer_bytes = 0;  // working set of one recomputed layer (0 without recompute)
-  double memory_bytes_per_s = 0;      // the device's effective memory bandwidth (optimizer step)
+  double memory_bytes_per_s = 0;      // the device's effective memory bandwidth
+  double optimizer_s_per_parameter = 0;  // AdamW step per parameter (measured or bandwidth-bound)
 };
 
 // CPU threads each rank of a `world`-rank job runs with: on CPU clusters a device is one core and
@@ -142,6 +143,10 @@ class CostModel {
   std::vector<std::string> calibration_notes(const Job& job, const Strategy& strategy) const;
   // costmodel::threads_per_rank() of this model's cluster.
   int threads_per_rank(int world) const;
+  // Measured / modelled time of a collective from the calibration's link measurements (1 without).
+  double collective_factor(Collective collective) const {
+    return calibration_ ? calibration_->collective_factor(collective) : 1.0;
+  }
   const std::vector<int>& device_of_rank() const { return links_.device_of_rank(); }
 
   SequenceCosts sequence_costs(const Job& job, const Strategy& strategy) const;

@@ -1,6 +1,7 @@
 #include "costmodel/simulator.hpp"
 
 #include <algorithm>
+#include <array>
 #include <climits>
 #include <cmath>
 #include <cstdio>
@@ -399,8 +400,9 @@ enum class Group { kTensor, kData };
 class Comms {
  public:
   Comms(const profiles::Topology& topology, Network& network, std::vector<int> device_of_rank,
-        int dp, int tp)
-      : topology_(topology),
+        int dp, int tp, std::array<double, 4> factors)
+      : factors_(factors),
+        topology_(topology),
         network_(network),
         device_of_rank_(std::move(device_of_rank)),
         dp_(dp),
@@ -415,14 +417,16 @@ class Comms {
     double dn = n;
     double hops = c == Collective::kAllReduce ? 2 * (dn - 1) : dn - 1;
     double share = c == Collective::kAllReduce ? 2 * (dn - 1) / dn : (dn - 1) / dn;
-    return FlowSpec{s.id, count * hops * s.latency_s, count * share * bytes};
+    const double f = factors_[static_cast<std::size_t>(c)];
+    return FlowSpec{s.id, count * hops * s.latency_s * f, count * share * bytes * f};
   }
 
   // Every rank of stage `from` sends `bytes` to its peer of stage `to`.
   FlowSpec p2p(int from, int to, double bytes) {
     if (bytes <= 0) return {};
     const ShapeInfo& s = shape(2, from, to);
-    return FlowSpec{s.id, s.latency_s, bytes};
+    const double f = factors_[static_cast<std::size_t>(Collective::kP2p)];
+    return FlowSpec{s.id, s.latency_s * f, bytes * f};
   }
 
  private:
@@ -482,6 +486,7 @@ class Comms {
     return cache_.emplace(key, info).first->second;
   }
 
+  std::array<double, 4> factors_;  // measured / modelled time, by Collective
   const profiles::Topology& topology_;
   Network& network_;
   std::vector<int> device_of_rank_;
@@ -931,7 +936,11 @@ SimulationResult simulate(const CostModel& cost, const Job& job, const Strategy&
   Network network(link_capacities_bytes_per_s(cost.topology()));
   std::vector<int> device_of_rank(cost.device_of_rank().begin(),
                                   cost.device_of_rank().begin() + world);
-  Comms comms(cost.topology(), network, device_of_rank, s.dp, s.tp);
+  Comms comms(
+      cost.topology(), network, device_of_rank, s.dp, s.tp,
+      {cost.collective_factor(Collective::kAllReduce),
+       cost.collective_factor(Collective::kReduceScatter),
+       cost.collective_factor(Collective::kAllGather), cost.collective_factor(Collective::kP2p)});
 
   StepSpec spec;
   spec.pp = s.pp;
@@ -1021,8 +1030,7 @@ SimulationResult simulate(const CostModel& cost, const Job& job, const Strategy&
     const StageLoad& l = load[static_cast<std::size_t>(r)];
     memory[static_cast<std::size_t>(r)] = cost.stage_memory(job, s, r, l);
     double shard = l.parameters / (s.zero >= 1 ? s.dp : 1);
-    spec.optimizer_s.push_back(shard * CostModel::kOptimizerBytesPerParameter /
-                               terms.memory_bytes_per_s);
+    spec.optimizer_s.push_back(shard * terms.optimizer_s_per_parameter);
     spec.post_all_gather_bytes.push_back(l.parameters * state_bytes);
   }
 

@@ -182,8 +182,8 @@ struct SimulationResult {
   std::vector<std::string> device_names;  // per global rank ("node0/gpu3"), for the trace
   // Filled as estimate() fills it, from the simulated step; source = "simulation".
   Prediction prediction;
-  bool skipped = false;   // see SimulationOptions::max_tasks
-  std::int64_t tasks = 0;  // size of the task graph when skipped
+  bool skipped = false;               // see SimulationOptions::max_tasks
+  std::int64_t tasks = 0;             // size of the task graph when skipped
   std::int64_t events_processed = 0;  // events acted on (stale flow events not counted)
   // The representatives' tasks that took time (options.record_trace), sorted by rank, stream,
   // start and name.

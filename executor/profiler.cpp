@@ -237,6 +237,47 @@ std::vector<profiles::LayerMeasurement> profile_layers(const ProfileOptions& o) 
   return out;
 }
 
+std::vector<profiles::OptimizerMeasurement> profile_optimizer(const ProfileOptions& o) {
+  const torch::Device device = o.device == Device::kCuda
+                                   ? torch::Device(torch::kCUDA, o.device_index)
+                                   : torch::Device(torch::kCPU);
+  EncoderOptions eo;
+  eo.device = device;
+  EncoderClassifier model(o.model, eo);
+  std::vector<torch::Tensor> parameters;
+  std::int64_t count = 0;
+  for (const auto& [name, p] : model.local_parameters()) {
+    p.mutable_grad() = torch::randn_like(p) * 1e-3;
+    parameters.push_back(p);
+    count += p.numel();
+  }
+  torch::optim::AdamW optimizer(parameters, torch::optim::AdamWOptions(1e-5).weight_decay(0.01));
+  const int threads_before = at::get_num_threads();
+  std::vector<int> thread_counts = o.threads;
+  if (thread_counts.empty() || o.device == Device::kCuda) thread_counts = {threads_before};
+  std::vector<profiles::OptimizerMeasurement> out;
+  for (int threads : thread_counts) {
+    at::set_num_threads(threads);
+    std::vector<double> times;
+    for (int i = 0; i < o.warmup + o.repeats; ++i) {
+      if (o.device == Device::kCuda) compat::cuda_synchronize(o.device_index);
+      const auto t0 = Clock::now();
+      optimizer.step();
+      if (o.device == Device::kCuda) compat::cuda_synchronize(o.device_index);
+      if (i >= o.warmup) times.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+    }
+    out.push_back({count, threads, std::max(median_of(times), 1e-9)});
+    if (o.progress) {
+      char line[160];
+      std::snprintf(line, sizeof line, "optimizer     %lld parameters threads=%d: %.3f ms",
+                    static_cast<long long>(count), threads, out.back().time_s * 1e3);
+      o.progress(line);
+    }
+  }
+  at::set_num_threads(threads_before);
+  return out;
+}
+
 std::vector<profiles::LinkMeasurement> profile_links(ProcessGroup& group, Device device,
                                                      int device_index,
                                                      const LinkProfileOptions& o) {

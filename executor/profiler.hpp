@@ -48,6 +48,10 @@ struct ProfileOptions {
 // the heads and ffn, a seq_len beyond the model's positions, or bf16/fp16 on the CPU.
 std::vector<profiles::LayerMeasurement> profile_layers(const ProfileOptions& options);
 
+// One AdamW step (torch::optim::AdamW, as the single-rank loop runs it) over every parameter of
+// the whole model, per thread count of `options` (median of repeats after warm-up).
+std::vector<profiles::OptimizerMeasurement> profile_optimizer(const ProfileOptions& options);
+
 struct LinkProfileOptions {
   std::vector<double> message_bytes = {4096, 65536, 1 << 20, 4 << 20, 16 << 20};
   int warmup = 2;

@@ -102,6 +102,18 @@ Profile profile_from_json(const nlohmann::json& value, const std::string& source
       p.links.push_back(read_link(ObjectReader(links[i], source, r.element_path("links", i))));
     }
   }
+  if (r.has("optimizer")) {
+    const nlohmann::json& list = r.array("optimizer");
+    for (std::size_t i = 0; i < list.size(); ++i) {
+      ObjectReader o(list[i], source, r.element_path("optimizer", i));
+      OptimizerMeasurement m;
+      m.parameters = o.integer("parameters", 1);
+      m.threads = small_int(o, "threads", 1, 1);
+      m.time_s = o.number("time_s", 0, /*exclusive=*/true);
+      o.finish();
+      p.optimizer.push_back(m);
+    }
+  }
   if (p.layers.empty() && p.links.empty()) {
     r.fail("layers", "expected at least one layer or link measurement");
   }
@@ -137,6 +149,11 @@ nlohmann::json profile_to_json(const Profile& p) {
                      {"time_s", l.time_s},
                      {"scope", l.scope}});
   }
+  nlohmann::json optimizer = nlohmann::json::array();
+  for (const OptimizerMeasurement& m : p.optimizer) {
+    optimizer.push_back(
+        {{"parameters", m.parameters}, {"threads", m.threads}, {"time_s", m.time_s}});
+  }
   return {{"format", "loom-profile/1"},
           {"device", p.device},
           {"device_kind", p.device_kind == DeviceKind::kCpu ? "cpu" : "gpu"},
@@ -144,7 +161,8 @@ nlohmann::json profile_to_json(const Profile& p) {
           {"created", p.created},
           {"precision", to_string(p.precision)},
           {"layers", layers},
-          {"links", links}};
+          {"links", links},
+          {"optimizer", optimizer}};
 }
 
 Profile load_profile(const std::string& path) {
@@ -170,6 +188,7 @@ Profile merge_profiles(const std::vector<Profile>& profiles,
     }
     out.layers.insert(out.layers.end(), p.layers.begin(), p.layers.end());
     out.links.insert(out.links.end(), p.links.begin(), p.links.end());
+    out.optimizer.insert(out.optimizer.end(), p.optimizer.begin(), p.optimizer.end());
   }
   return out;
 }

@@ -6,7 +6,9 @@
 // over one group. How the cost model uses them (interpolation, link fitting, fallbacks) lives in
 // costmodel/calibration.hpp.
 //
-// Extensions to the spec's example (all optional when reading, always written): per layer
+// Extensions to the spec's example (all optional when reading, always written): "optimizer", a
+// list of {"parameters", "threads", "time_s"} (one AdamW step over that many fp32 parameters); per
+// layer
 // "recompute" ("none" | "selective" | "full", default "none"), "threads" (CPU threads the
 // measuring rank used, default 1), "vocab" (embedding and head), "peak_temporary_bytes"
 // (bytes allocated above the kept activations during forward plus backward), and at the top
@@ -57,6 +59,13 @@ struct LinkMeasurement {
   bool operator==(const LinkMeasurement&) const = default;
 };
 
+struct OptimizerMeasurement {
+  std::int64_t parameters = 0;
+  int threads = 1;
+  double time_s = 0;  // one AdamW step, median of repeats
+  bool operator==(const OptimizerMeasurement&) const = default;
+};
+
 struct Profile {
   std::string device;
   DeviceKind device_kind = DeviceKind::kGpu;
@@ -65,6 +74,7 @@ struct Profile {
   Precision precision = Precision::kBf16;
   std::vector<LayerMeasurement> layers;
   std::vector<LinkMeasurement> links;
+  std::vector<OptimizerMeasurement> optimizer;
   bool operator==(const Profile&) const = default;
 };
 

@@ -28,7 +28,7 @@ struct ProfileArgs {
   std::vector<int> tp = {1};
   std::vector<std::string> recompute = {"none"};
   std::vector<int> threads;
-  int repeats = 5;
+  int repeats = 10;
   bool links = false;
   std::vector<double> link_bytes;
   double comm_timeout_s = 300;
@@ -91,6 +91,7 @@ int run_profile(const ProfileArgs& a) {
     o.repeats = a.repeats;
     if (progress) o.progress = [](const std::string& line) { std::cerr << line << "\n"; };
     profile.layers = executor::profile_layers(o);
+    profile.optimizer = executor::profile_optimizer(o);
   }
   const nlohmann::json doc = profiles::profile_to_json(profile);
   profiles::write_file_atomically(a.output, doc.dump(2) + "\n");
@@ -130,7 +131,7 @@ Runner add_profile_command(CLI::App& app) {
   cmd->add_option("--threads", args->threads,
                   "CPU thread counts to measure with (default: LibTorch's current one)")
       ->check(CLI::PositiveNumber);
-  cmd->add_option("--repeats", args->repeats, "timed runs per point, after 2 warm-up runs")
+  cmd->add_option("--repeats", args->repeats, "timed runs per point, after 2 warm-up runs (default 10)")
       ->check(CLI::PositiveNumber);
   cmd->add_flag("--links", args->links,
                 "measure collectives between the ranks of a launched group instead of layers");

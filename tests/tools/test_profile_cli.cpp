@@ -1,0 +1,163 @@
+// loom profile and loom validate end to end on this machine's CPU: the profile a run writes is a
+// valid loom-profile/1 for its model, links are measured inside a launched group, the planner
+// refuses a profile of another model, and validate reports predicted against measured with the
+// relative error of spec/cli.md.
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <nlohmann/json.hpp>
+
+#include "costmodel/layers.hpp"
+#include "profiles/errors.hpp"
+#include "profiles/loader.hpp"
+#include "profiles/profile.hpp"
+#include "tests/tools/cli_sandbox.hpp"
+
+using Catch::Contains;
+using Catch::StartsWith;
+using loom::test::CliResult;
+using loom::test::CliSandbox;
+using nlohmann::json;
+
+namespace {
+
+std::string port(int offset) { return std::to_string(21000 + (::getpid() * 11 + offset) % 18000); }
+
+const char* const kTinyPlan =
+    "plan --model tiny-bert --cluster local-cpu --global-batch 8 --seq-len 16 --precision fp32 "
+    "--micro-batch 4";
+
+}  // namespace
+
+TEST_CASE("loom profile measures each layer kind of the model", "[tools][profile]") {
+  CliSandbox box("profile");
+  const CliResult r = box.loom(
+      "profile --model tiny-bert --seq-len 16 --micro-batch 2 4 --threads 1 --recompute none full "
+      "--repeats 2 -o prof.json");
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.out, Contains("prof.json"));
+  const loom::profiles::Profile p =
+      loom::profiles::load_profile((box.work() / "prof.json").string());
+  CHECK(p.precision == loom::profiles::Precision::kFp32);
+  CHECK(p.device_kind == loom::profiles::DeviceKind::kCpu);
+  // 2 micro-batches x (embedding, layer none, layer full, head).
+  REQUIRE(p.layers.size() == 8);
+  const loom::profiles::ModelSpec tiny = loom::profiles::load_model("tiny-bert");
+  CHECK_NOTHROW(
+      loom::profiles::check_profile_for(p, tiny, loom::profiles::Precision::kFp32, "prof.json"));
+  REQUIRE(p.optimizer.size() == 1);
+  CHECK(p.optimizer[0].parameters > 1'000'000);
+  const loom::profiles::LayerMeasurement* plain = nullptr;
+  const loom::profiles::LayerMeasurement* full = nullptr;
+  for (const auto& m : p.layers) {
+    CHECK(m.forward_s > 0);
+    CHECK(m.backward_s > 0);
+    if (m.kind == loom::profiles::LayerKind::kEncoderLayer && m.micro_batch == 4) {
+      (m.recompute == "none" ? plain : full) = &m;
+    }
+  }
+  REQUIRE(plain != nullptr);
+  REQUIRE(full != nullptr);
+  // A layer's parameters: 4 h^2 + 2 h f weights, 4 h + f + h biases, 2 LayerNorms (2 h each).
+  const std::int64_t h = tiny.hidden;
+  const std::int64_t f = tiny.ffn_hidden;
+  CHECK(plain->parameter_bytes == 4 * (4 * h * h + 2 * h * f + 5 * h + f + 4 * h));
+  // What the forward pass keeps is close to Korthikanti et al.'s count at 4-byte elements (the
+  // explicit attention of LibTorch 1.13 keeps its score matrices), and full recomputation keeps
+  // only the layer's output (b s h floats) and the random generator's state for the replay
+  // (LibTorch's CPU generator state is about 5 KB).
+  loom::costmodel::ActivationShape shape{16, 4, h, tiny.heads, f, 4};
+  const double formula = loom::costmodel::transformer_layer_activation_bytes(
+      shape, 1, false, loom::costmodel::Recompute::kNone);
+  CHECK(static_cast<double>(plain->activation_bytes) == Approx(formula).epsilon(0.3));
+  CHECK(full->activation_bytes >= 4 * 16 * h * 4);
+  CHECK(full->activation_bytes <= 4 * 16 * h * 4 + 8192);
+}
+
+TEST_CASE("loom profile --links measures collectives inside a launched group",
+          "[tools][profile][launch]") {
+  CliSandbox box("links");
+  const CliResult r = box.loom("launch --nproc 2 --master-port " + port(1) +
+                               " -- loom profile --links --link-bytes 4096 65536 --repeats 2 "
+                               "-o links.json");
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  const loom::profiles::Profile p =
+      loom::profiles::load_profile((box.work() / "links.json").string());
+  CHECK(p.layers.empty());
+  REQUIRE(p.links.size() == 8);  // 2 sizes x allreduce, reduce-scatter, all-gather, p2p
+  for (const auto& l : p.links) {
+    CHECK(l.scope == "intra_node");
+    CHECK(l.time_s > 0);
+    CHECK(l.ranks == 2);
+  }
+  // Outside a launched group there is nobody to measure against.
+  const CliResult alone = box.loom("profile --links -o alone.json");
+  CHECK(alone.exit_code == 2);
+  CHECK_THAT(alone.err, StartsWith("loom profile: error: --links"));
+  CHECK_FALSE(std::filesystem::exists(box.work() / "alone.json"));
+}
+
+TEST_CASE("a profile of another model or precision is refused with exit 2",
+          "[tools][profile][errors]") {
+  CliSandbox box("profile-refusal");
+  REQUIRE(box.loom("profile --model tiny-bert --seq-len 8 --micro-batch 1 --repeats 1 "
+                   "-o tiny.json")
+              .exit_code == 0);
+  CliResult r = box.loom(
+      "plan --model bert-base --cluster local-cpu --global-batch 8 --seq-len 8 --precision fp32 "
+      "--profile tiny.json");
+  CHECK(r.exit_code == 2);
+  CHECK(loom::test::line_count(r.err) == 1);
+  CHECK_THAT(r.err, StartsWith("loom plan: error: tiny.json") && Contains("$.layers") &&
+                        Contains("another model"));
+  r = box.loom(
+      "plan --model tiny-bert --cluster local-cpu --global-batch 8 --seq-len 8 --precision bf16 "
+      "--profile tiny.json");
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.err, Contains("tiny.json") && Contains("$.precision"));
+  box.write("broken.json", R"({"format": "loom-profile/1", "device": "x", "precision": "fp32",
+    "layers": [{"kind": "encoder_layer", "hidden": 128}]})");
+  r = box.loom(std::string(kTinyPlan) + " --profile broken.json");
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.err, Contains("broken.json") && Contains("$.layers[0].heads"));
+}
+
+TEST_CASE("loom validate prints predicted, measured and their relative error",
+          "[tools][profile][validate]") {
+  CliSandbox box("validate");
+  REQUIRE(box.loom("profile --model tiny-bert --seq-len 16 --micro-batch 4 --repeats 3 "
+                   "-o prof.json")
+              .exit_code == 0);
+  REQUIRE(box.loom(std::string(kTinyPlan) + " --dp 1 --tp 1 --pp 1 -o one.json").exit_code == 0);
+  CliResult r = box.loom("validate one.json --steps 5 --warmup 1 --profile prof.json --json");
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  const json doc = json::parse(r.out);
+  const double predicted = doc.at("predicted").at("step_time_s").get<double>();
+  const double measured = doc.at("measured").at("step_time_s").get<double>();
+  CHECK(measured > 0);
+  CHECK(doc.at("relative_error").at("step_time").get<double>() ==
+        Approx((predicted - measured) / measured));
+  const double peak = doc.at("measured").at("peak_memory_bytes").get<double>();
+  CHECK(doc.at("relative_error").at("peak_memory").get<double>() ==
+        Approx((doc.at("predicted").at("peak_memory_bytes").get<double>() - peak) / peak));
+  CHECK(doc.at("calibration") == "profile");
+  // The measured peak holds at least the parameters, gradients and AdamW's two moments.
+  CHECK(peak > 4.0 * 4 * 4.7e6);
+
+  // Two ranks through loom launch: one measurement per rank.
+  REQUIRE(box.loom(std::string(kTinyPlan) + " --dp 2 --zero 1 -o two.json").exit_code == 0);
+  r = box.loom("validate two.json --steps 4 --warmup 1 --json");
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  const json two = json::parse(r.out);
+  REQUIRE(two.at("measured").at("ranks").size() == 2);
+  CHECK(two.at("calibration") == "roofline");
+
+  // Text output names both figures.
+  r = box.loom("validate one.json --steps 3 --warmup 1");
+  CHECK(r.exit_code == 0);
+  CHECK_THAT(r.out, Contains("predicted") && Contains("measured") && Contains("step time") &&
+                        Contains("peak memory"));
+}
