@@ -425,11 +425,21 @@ MemoryBreakdown CostModel::stage_memory_from(double recompute_buffer, const Job&
       load.activations * activation_micro_batches_in_flight(s.schedule, s.pp, pipeline_rank,
                                                             s.num_micro_batches, s.virtual_stages);
   mem.buffers = load.layers > 0 ? recompute_buffer : 0;
+  // The optimizer step's working set, when it exceeds the backward pass's activations and
+  // buffers (the step's peak is then the model states plus it). Loom's executor runs
+  // torch::optim::AdamW per tensor on one rank (two fp32 temporaries of the largest tensor, the
+  // word embedding) and its own flat AdamW on the rank's shard with many (one fp32 temporary of
+  // the shard).
+  const double shard = load.parameters / (s.zero >= 1 ? s.dp : 1);
+  const double largest =
+      static_cast<double>(model_.vocab) * static_cast<double>(model_.hidden) / s.tp;
+  const double optimizer_working =
+      s.world_size() == 1 ? 2 * 4 * std::min(largest, load.parameters) : 4 * shard;
   if (s.dp > 1) {
     const double state_bytes = element_bytes(job.precision) == 2 ? 2 : 4;
     if (s.zero <= 2) {
-      // Two gradient buckets in flight.
-      mem.buffers += 2 * std::min(options_.dp_bucket_bytes, load.parameters * state_bytes);
+      // Loom's executor reduces gradient buckets in place in its flat gradient buffer (as
+      // Megatron-LM's contiguous buffer, or DDP with gradient_as_bucket_view): no bucket copies.
     } else {
       // ZeRO-3: the gathered layer being used and the one being prefetched.
       double per_layer = load.layers > 0 ? load.largest_chunk_parameters / load.layers
@@ -437,6 +447,7 @@ MemoryBreakdown CostModel::stage_memory_from(double recompute_buffer, const Job&
       mem.buffers += 2 * per_layer * state_bytes;
     }
   }
+  mem.buffers = std::max(mem.buffers, optimizer_working - mem.activations);
   return mem;
 }
 
@@ -531,8 +542,11 @@ Prediction CostModel::estimate(const Job& job, const Strategy& s,
     double dp_exposed = 0;
     double zero_exposed = 0;
     const double grads = l.parameters * state_bytes;
-    const double window_b = with_tp[r].backward_s;  // the last micro-batch's backward
-    const double window_f = with_tp[r].forward_s;
+    // What communication can hide behind: the last micro-batch's backward (and forward) pass, on
+    // GPUs; nothing on CPU ranks, where Gloo's reductions and copies use the compute's cores.
+    const bool cpu = cluster_.device.kind == profiles::DeviceKind::kCpu;
+    const double window_b = cpu ? 0 : with_tp[r].backward_s;
+    const double window_f = cpu ? 0 : with_tp[r].forward_s;
     if (s.dp > 1) {
       const double bucket = std::min(options_.dp_bucket_bytes, grads);
       if (s.zero <= 1) {

@@ -31,6 +31,8 @@ struct MemoryBreakdown {
   double gradients = 0;
   double optimizer = 0;
   double activations = 0;
+  // Working memory at the step's peak beyond kept activations: gradient buckets, ZeRO-3 gathers,
+  // the recomputation working set, or the optimizer step's temporaries when those are larger.
   double buffers = 0;
   double total() const { return parameters + gradients + optimizer + activations + buffers; }
 };

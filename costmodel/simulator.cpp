@@ -191,6 +191,10 @@ struct FlowSpec {
 struct Task {
   int rank = 0;  // index of the representative (pipeline rank), or of a transfer
   Stream stream = Stream::kCompute;
+  // The stream whose order it runs in: its own, except on CPU ranks, where gradient reductions
+  // and ZeRO gathers run in the compute stream's order (Gloo's reductions and copies use the
+  // cores the compute uses, so they do not overlap it).
+  Stream queue = Stream::kCompute;
   double duration_s = 0;  // tasks without a flow
   FlowSpec flow;
   bool pipeline = false;      // a forward or backward compute task
@@ -207,7 +211,8 @@ struct Task {
 };
 
 struct StreamState {
-  std::vector<int> tasks;  // program order
+  std::vector<int> tasks;  // program order of the tasks of this stream (accounting)
+  std::vector<int> order;  // program order of the tasks this stream runs (queue == this stream)
   std::size_t next = 0;
   bool busy = false;
 };
@@ -236,6 +241,7 @@ class Engine {
   int add(Task task) {
     int id = static_cast<int>(tasks_.size());
     stream_of(task.rank, task.stream).tasks.push_back(id);
+    stream_of(task.rank, task.queue).order.push_back(id);
     tasks_.push_back(std::move(task));
     return id;
   }
@@ -290,13 +296,13 @@ class Engine {
                     static_cast<std::size_t>(stream)];
   }
   std::size_t stream_index(const Task& t) const {
-    return static_cast<std::size_t>(t.rank) * kStreamCount + static_cast<std::size_t>(t.stream);
+    return static_cast<std::size_t>(t.rank) * kStreamCount + static_cast<std::size_t>(t.queue);
   }
 
   void try_start(std::size_t stream, int trigger) {
     StreamState& s = streams_[stream];
-    if (s.busy || s.next >= s.tasks.size()) return;
-    int id = s.tasks[s.next];
+    if (s.busy || s.next >= s.order.size()) return;
+    int id = s.order[s.next];
     Task& t = tasks_[static_cast<std::size_t>(id)];
     if (t.pending > 0) return;
     s.busy = true;
@@ -535,6 +541,7 @@ struct StepSpec {
   double bucket_bytes = 0;
   double p2p_bytes = 0;
   double p2p_all_gather_bytes = 0;
+  bool cpu = false;  // CPU ranks: communication does not overlap compute (Task::queue)
   std::vector<ChunkSpec> chunks;
   std::vector<double> optimizer_s;            // per pipeline rank
   std::vector<double> post_all_gather_bytes;  // per pipeline rank (ZeRO-1/2)
@@ -659,6 +666,9 @@ class StepBuilder {
     Task t;
     t.rank = rank;
     t.stream = stream;
+    t.queue = spec_.cpu && (stream == Stream::kDataParallel || stream == Stream::kZero)
+                  ? Stream::kCompute
+                  : stream;
     t.flow = f;
     t.peer_rank = peer;
     if (names_) t.name = std::move(name);
@@ -953,6 +963,7 @@ SimulationResult simulate(const CostModel& cost, const Job& job, const Strategy&
   spec.bucket_bytes = cost.options().dp_bucket_bytes;
   spec.p2p_bytes = terms.p2p_bytes;
   spec.p2p_all_gather_bytes = terms.p2p_all_gather_bytes;
+  spec.cpu = cost.cluster().device.kind == profiles::DeviceKind::kCpu;
 
   std::vector<StageLoad> load(static_cast<std::size_t>(s.pp));
   for (int c = 0; c < chunks; ++c) {
@@ -1134,6 +1145,7 @@ std::vector<double> simulate_transfers(const profiles::Cluster& cluster,
     Task t;
     t.rank = static_cast<int>(i);
     t.stream = Stream::kPipeline;
+    t.queue = Stream::kPipeline;
     t.flow = f;
     int id = engine.add(std::move(t));
     engine.depend(w, id);

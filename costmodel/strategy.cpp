@@ -168,15 +168,17 @@ Strategy strategy_from_json(const nlohmann::json& value, const std::string& sour
                             const std::string& path) {
   profiles::ObjectReader r(value, source, path);
   Strategy s;
-  s.dp = static_cast<int>(r.integer("dp", 1));
-  s.tp = static_cast<int>(r.integer("tp", 1));
-  s.pp = static_cast<int>(r.integer("pp", 1));
-  s.zero = static_cast<int>(r.integer("zero", 0));
-  if (s.zero > 3) r.fail("zero", "expected 0, 1, 2 or 3");
+  constexpr std::int64_t kIntMax = profiles::ObjectReader::kIntMax;  // read into ints
+  s.dp = static_cast<int>(r.integer("dp", 1, kIntMax));
+  s.tp = static_cast<int>(r.integer("tp", 1, kIntMax));
+  s.pp = static_cast<int>(r.integer("pp", 1, kIntMax));
+  s.zero = static_cast<int>(r.integer("zero", 0, 3));
   s.micro_batch = r.integer("micro_batch", 1);
-  s.num_micro_batches = r.integer("num_micro_batches", 1);
+  // A million micro-batches per step is far beyond any real job, and keeps the simulator's task
+  // graph (a few tasks per micro-batch and layer) within memory.
+  s.num_micro_batches = r.integer("num_micro_batches", 1, 1'000'000);
   s.schedule = *parse_schedule(r.choice("schedule", {"gpipe", "1f1b", "interleaved"}));
-  s.virtual_stages = static_cast<int>(r.optional_integer("virtual_stages", 1).value_or(1));
+  s.virtual_stages = static_cast<int>(r.optional_integer("virtual_stages", 1, kIntMax).value_or(1));
   s.recompute = *parse_recompute(r.choice("recompute", {"none", "selective", "full"}));
   s.sequence_parallel = r.optional_boolean("sequence_parallel").value_or(false);
   r.finish();

@@ -1,11 +1,13 @@
 #include "executor/train.hpp"
 
+#include <fcntl.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <ctime>
@@ -435,17 +437,31 @@ void restore_rng(const std::vector<torch::Tensor>& states, Device device, int de
 
 void write_checkpoint(const fs::path& dir, std::int64_t step, EncoderClassifier& model,
                       torch::optim::AdamW& optimizer, const std::vector<torch::Tensor>& rng,
-                      const nlohmann::ordered_json& state) {
+                      const nlohmann::ordered_json& state, bool kill_midway) {
   fs::create_directories(dir);
   const std::string name = step_folder(step);
   const std::string pid = std::to_string(static_cast<long long>(getpid()));
   const fs::path tmp = dir / (".tmp-" + name + "-" + pid);
   fs::remove_all(tmp);
   fs::create_directory(tmp);
-  model.save_safetensors((tmp / "model.safetensors").string());
-  torch::save(optimizer, (tmp / "optimizer.pt").string());
-  torch::save(rng, (tmp / "rng.pt").string());
-  profiles::write_file_atomically((tmp / kStateFile).string(), state.dump(2) + "\n");
+  // Everything goes to the temporary folder first; a failure (disk full) removes it, so the
+  // checkpoints under their final names stay whole.
+  auto failed = [&](const std::string& what) {
+    std::error_code ignored;
+    fs::remove_all(tmp, ignored);
+    throw std::runtime_error("cannot write checkpoint " + (dir / name).string() + ": " + what);
+  };
+  try {
+    model.save_safetensors((tmp / "model.safetensors").string());
+    if (kill_midway) ::raise(SIGKILL);  // fault injection (TrainOptions::fault_kill_in_checkpoint)
+    torch::save(optimizer, (tmp / "optimizer.pt").string());
+    torch::save(rng, (tmp / "rng.pt").string());
+    profiles::write_file_atomically((tmp / kStateFile).string(), state.dump(2) + "\n");
+  } catch (const c10::Error& e) {
+    failed(e.what_without_backtrace());
+  } catch (const std::exception& e) {
+    failed(e.what());
+  }
   const fs::path target = dir / name;
   if (fs::exists(target)) {  // the same step written again: swap, then drop the old one
     const fs::path old = dir / (".old-" + name + "-" + pid);
@@ -499,21 +515,47 @@ class ProgressBar {
   std::int64_t total_;
 };
 
+// metrics.jsonl, one line per write. A line that cannot be written whole (disk full, file-size
+// limit) is cut back off the file and reported, so the file never ends in half a line.
 class MetricsWriter {
  public:
-  MetricsWriter(const std::string& path, bool append) {
+  MetricsWriter(const std::string& path, bool append) : path_(path) {
     if (path.empty()) return;
-    out_.open(path, append ? std::ios::app : std::ios::trunc);
-    if (!out_) throw InputError(path, "", "a writable metrics file");
+    fd_ =
+        ::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | (append ? O_APPEND : O_TRUNC), 0644);
+    if (fd_ < 0) {
+      throw InputError(path, "",
+                       std::string("a writable metrics file (") + std::strerror(errno) + ")");
+    }
   }
+  ~MetricsWriter() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  MetricsWriter(const MetricsWriter&) = delete;
+  MetricsWriter& operator=(const MetricsWriter&) = delete;
+
   void write(const nlohmann::ordered_json& line) {
-    if (!out_.is_open()) return;
-    out_ << line.dump() << '\n';
-    out_.flush();
+    if (fd_ < 0) return;
+    const std::string text = line.dump() + "\n";
+    const off_t before = ::lseek(fd_, 0, SEEK_END);
+    std::size_t done = 0;
+    while (done < text.size()) {
+      const ssize_t n = ::write(fd_, text.data() + done, text.size() - done);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) {
+        const int error = n < 0 ? errno : ENOSPC;
+        if (before >= 0 && ::ftruncate(fd_, before) != 0) {
+          // Nothing more to do: the error below names the file.
+        }
+        throw std::runtime_error("cannot write metrics " + path_ + ": " + std::strerror(error));
+      }
+      done += static_cast<std::size_t>(n);
+    }
   }
 
  private:
-  std::ofstream out_;
+  std::string path_;
+  int fd_ = -1;
 };
 
 void check_options(const TrainOptions& o) {
@@ -737,6 +779,7 @@ TrainSummary train_classifier(const TrainOptions& o, const std::vector<EncodedEx
         loss.backward();
       }
       step_loss += loss.item<double>();
+      if (o.fault_kill_in_step == step + 1) ::raise(SIGKILL);  // fault injection
     }
 
     bool apply = true;
@@ -766,16 +809,17 @@ TrainSummary train_classifier(const TrainOptions& o, const std::vector<EncodedEx
       line["samples_per_s"] = static_cast<double>(global_batch) / step_time_s;
       line["step_time_s"] = step_time_s;
       line["peak_memory_bytes"] = peak_memory_bytes(o.device, device_index, memory.counter());
-      line["peak_rss_bytes"] = peak_rss_bytes();
       line["rank"] = o.rank;
       line["time"] = utc_now_iso8601();
+      line["peak_rss_bytes"] = peak_rss_bytes();  // an extension: code and libraries included
       metrics.write(line);
     }
     progress.update(step + 1, step_loss);
 
     if (o.eval_every > 0 && (step + 1) % o.eval_every == 0) run_evaluation(step + 1);
 
-    const bool last = step + 1 == end_step;
+    const bool stopping = o.stop_signal != nullptr && o.stop_signal->load() != 0;
+    const bool last = step + 1 == end_step || stopping;
     if (!o.checkpoint_dir.empty() &&
         ((o.checkpoint_every > 0 && (step + 1) % o.checkpoint_every == 0) || last)) {
       nlohmann::ordered_json state;
@@ -793,12 +837,17 @@ TrainSummary train_classifier(const TrainOptions& o, const std::vector<EncodedEx
       state["loss_scale_good_steps"] = scaler.good_steps;
       state["model"] = profiles::model_to_json(spec);
       write_checkpoint(o.checkpoint_dir, step + 1, model, *optimizer,
-                       capture_rng(o.device, device_index), state);
+                       capture_rng(o.device, device_index), state,
+                       o.fault_kill_in_checkpoint == step + 1);
+    }
+    if (stopping) {
+      summary.stopped_by_signal = o.stop_signal->load();
+      break;
     }
   }
   progress.finish();
 
-  const bool finished = summary.steps == total_steps;
+  const bool finished = summary.steps == total_steps && summary.stopped_by_signal == 0;
   if (finished && last_eval_step != summary.steps) run_evaluation(summary.steps);
 
   summary.final_loss = summary.losses.empty() ? 0.0 : summary.losses.back();
@@ -827,6 +876,25 @@ class GroupTensorParallelComm final : public TensorParallelComm {
  private:
   std::shared_ptr<ProcessGroup> group_;
 };
+
+// The maximal runs of true elements of a 1-D bool tensor, as (start, length).
+std::vector<std::pair<std::int64_t, std::int64_t>> true_ranges(const torch::Tensor& mask) {
+  const torch::Tensor cpu = mask.to(torch::kCPU).contiguous();
+  const bool* data = cpu.data_ptr<bool>();
+  std::vector<std::pair<std::int64_t, std::int64_t>> out;
+  const std::int64_t n = cpu.numel();
+  for (std::int64_t i = 0; i < n;) {
+    if (!data[i]) {
+      ++i;
+      continue;
+    }
+    std::int64_t j = i;
+    while (j < n && data[j]) ++j;
+    out.emplace_back(i, j - i);
+    i = j;
+  }
+  return out;
+}
 
 // One rank's parameters and gradients in flat fp32 buffers, their dp shards, and AdamW on the
 // shard this rank updates (the whole buffer without ZeRO).
@@ -860,7 +928,7 @@ class FlatParameters {
     const std::int64_t updated = zero_ > 0 ? shard_numel_ : padded_;
     const auto options = torch::TensorOptions().dtype(torch::kFloat).device(device);
     torch::Tensor decay = torch::zeros({padded_}, options.dtype(torch::kBool));
-    torch::Tensor counted = torch::zeros({padded_}, options);
+    torch::Tensor counted = torch::zeros({padded_}, options.dtype(torch::kBool));
     flat_ = torch::zeros({padded_}, options);
     const bool first_tp = groups.coordinates().tp == 0;
     {
@@ -874,12 +942,13 @@ class FlatParameters {
                             name.find("LayerNorm.") != std::string::npos;
         if (!exempt) decay.narrow(0, offsets_[i], n).fill_(true);
         if (first_tp || info.split != TensorParallelSplit::kReplicated) {
-          counted.narrow(0, offsets_[i], n).fill_(1.0);
+          counted.narrow(0, offsets_[i], n).fill_(true);
         }
       }
     }
-    decay_ = decay.narrow(0, shard_offset_, updated).clone();
-    counted_ = counted.narrow(0, shard_offset_, updated).clone();
+    // Ranges of the updated part (not per-element masks, which would cost another copy of it).
+    decay_ranges_ = true_ranges(decay.narrow(0, shard_offset_, updated));
+    counted_ranges_ = true_ranges(counted.narrow(0, shard_offset_, updated));
     exp_avg_ = torch::zeros({updated}, options);
     exp_avg_sq_ = torch::zeros({updated}, options);
     if (zero_ == 3) {
@@ -949,7 +1018,10 @@ class FlatParameters {
 
   // The L2 norm of the whole model's gradient (every stage, tp shard and dp shard once).
   double global_norm(const torch::Tensor& grad) {
-    torch::Tensor sum = (grad * grad * counted_).sum().reshape({1});
+    torch::Tensor sum = torch::zeros({1}, grad.options());
+    for (const auto& [start, length] : counted_ranges_) {
+      sum += grad.narrow(0, start, length).square().sum();
+    }
     if (zero_ > 0) groups_.dp().allreduce_sum(sum);
     groups_.tp().allreduce_sum(sum);
     groups_.pp().allreduce_sum(sum);
@@ -968,14 +1040,17 @@ class FlatParameters {
                                   : flat_;
     ++step_;
     const auto factor = static_cast<float>(1.0 - lr * weight_decay_);
-    p.mul_(
-        torch::where(decay_, torch::full({}, factor, p.options()), torch::ones({}, p.options())));
+    for (const auto& [start, length] : decay_ranges_) p.narrow(0, start, length).mul_(factor);
     exp_avg_.mul_(kBeta1).add_(grad, 1.0 - kBeta1);
     exp_avg_sq_.mul_(kBeta2).addcmul_(grad, grad, 1.0 - kBeta2);
     const double bias_correction1 = 1.0 - std::pow(kBeta1, static_cast<double>(step_));
     const double bias_correction2 = 1.0 - std::pow(kBeta2, static_cast<double>(step_));
-    const torch::Tensor denom = (exp_avg_sq_.sqrt() / std::sqrt(bias_correction2)).add_(kEps);
-    p.addcdiv_(exp_avg_, denom, -lr / bias_correction1);
+    {
+      // One temporary of the updated part's size (the cost model's optimizer working set).
+      torch::Tensor denom = exp_avg_sq_.sqrt();
+      denom.div_(std::sqrt(bias_correction2)).add_(kEps);
+      p.addcdiv_(exp_avg_, denom, -lr / bias_correction1);
+    }
     if (zero_ == 1 || zero_ == 2) {
       const torch::Tensor mine = p.clone();
       groups_.dp().allgather(flat_, mine);
@@ -1044,11 +1119,13 @@ class FlatParameters {
   std::int64_t padded_ = 0;
   std::int64_t shard_numel_ = 0;
   std::int64_t shard_offset_ = 0;
-  torch::Tensor flat_;     // all parameters (undefined between ZeRO-3 steps)
-  torch::Tensor grad_;     // all gradients (undefined between ZeRO-3 steps)
-  torch::Tensor shard_;    // ZeRO-3: this rank's parameters
-  torch::Tensor decay_;    // of the updated part: weight decay applies
-  torch::Tensor counted_;  // of the updated part: 1 where the norm counts the element
+  torch::Tensor flat_;   // all parameters (undefined between ZeRO-3 steps)
+  torch::Tensor grad_;   // all gradients (undefined between ZeRO-3 steps)
+  torch::Tensor shard_;  // ZeRO-3: this rank's parameters
+  // (start, length) ranges of the updated part where weight decay applies, and where the global
+  // norm counts the elements (tp-replicated parameters count on tp rank 0 only).
+  std::vector<std::pair<std::int64_t, std::int64_t>> decay_ranges_;
+  std::vector<std::pair<std::int64_t, std::int64_t>> counted_ranges_;
   torch::Tensor exp_avg_;
   torch::Tensor exp_avg_sq_;
   std::int64_t step_ = 0;
@@ -1290,6 +1367,7 @@ TrainSummary train_classifier(const TrainOptions& o, const std::vector<EncodedEx
       }
       if (g > 0) sends.push_back(pipe.send(f.input.grad(), previous_rank, tag(g - 1, m, 1)));
       f = InFlight{};
+      if (o.fault_kill_in_step == step + 1) ::raise(SIGKILL);  // fault injection
     };
     if (o.schedule == costmodel::Schedule::kGpipe) {
       for (std::int64_t m = 0; m < micro_batches; ++m) forward(0, m);
@@ -1356,9 +1434,9 @@ TrainSummary train_classifier(const TrainOptions& o, const std::vector<EncodedEx
       line["samples_per_s"] = static_cast<double>(global_batch) / step_time_s;
       line["step_time_s"] = step_time_s;
       line["peak_memory_bytes"] = peak_memory_bytes(o.device, device_index, memory.counter());
-      line["peak_rss_bytes"] = peak_rss_bytes();
       line["rank"] = groups.world_rank();
       line["time"] = utc_now_iso8601();
+      line["peak_rss_bytes"] = peak_rss_bytes();  // an extension: code and libraries included
       metrics.write(line);
     }
     progress.update(step + 1, step_loss);
@@ -1366,9 +1444,19 @@ TrainSummary train_classifier(const TrainOptions& o, const std::vector<EncodedEx
       run_evaluation(step + 1);
       flat.release();
     }
+    // A stop signal on any rank stops every rank after this step (one agreed flag per step).
+    if (o.stop_signal != nullptr) {
+      torch::Tensor flag = torch::tensor({static_cast<double>(o.stop_signal->load())},
+                                         torch::TensorOptions().dtype(torch::kDouble));
+      groups.world().allreduce_sum(flag);
+      if (flag.item<double>() != 0) {
+        summary.stopped_by_signal = o.stop_signal->load() != 0 ? o.stop_signal->load() : SIGTERM;
+        break;
+      }
+    }
   }
   progress.finish();
-  const bool finished = summary.steps == total_steps;
+  const bool finished = summary.steps == total_steps && summary.stopped_by_signal == 0;
   if (finished && last_eval_step != summary.steps) {
     run_evaluation(summary.steps);
     flat.release();

@@ -57,6 +57,7 @@
 // and renamed into place; older step folders are removed only after that rename.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -95,9 +96,9 @@ struct TrainOptions {
   std::int64_t eval_batch = 0;  // examples per evaluation batch; 0 = micro_batch
   std::uint64_t seed = 42;      // initialisation, data order and dropout
 
-  std::string metrics_path;    // "" = no metrics file (many ranks: world rank 0 writes it)
+  std::string metrics_path;         // "" = no metrics file (many ranks: world rank 0 writes it)
   bool metrics_every_rank = false;  // many ranks: every rank writes metrics_path (its own file)
-  std::int64_t log_every = 1;  // steps between metrics lines
+  std::int64_t log_every = 1;       // steps between metrics lines
 
   std::string checkpoint_dir;         // "" = no checkpoints
   std::int64_t checkpoint_every = 0;  // steps between checkpoints; 0 = only after the last step
@@ -121,6 +122,17 @@ struct TrainOptions {
   int virtual_stages = 1;
   std::vector<costmodel::StageRange> stages;  // pp * virtual_stages ranges; empty = even split
   costmodel::Recompute recompute = costmodel::Recompute::kNone;  // activation recomputation
+
+  // Graceful stop: when this points at a non-zero value (a signal number that a SIGINT/SIGTERM
+  // handler stored), training stops at the next step boundary (all ranks at the same one),
+  // writes a checkpoint when checkpoint_dir is set, skips the final evaluation and reports the
+  // signal in TrainSummary::stopped_by_signal.
+  const std::atomic<int>* stop_signal = nullptr;
+  // Fault injection for tests (`LOOM_FAULT` in loom train): SIGKILL this process in the middle
+  // of step N (after its first micro-batch's backward pass), or in the middle of writing the
+  // checkpoint of step N (after the model file, before the rest and the rename); 0 = never.
+  std::int64_t fault_kill_in_step = 0;
+  std::int64_t fault_kill_in_checkpoint = 0;
   // DP and ZeRO-1: gradients are all-reduced in buckets of about this size, each started by a
   // gradient hook as soon as the last micro-batch's backward pass has finished its gradients.
   std::int64_t bucket_bytes = 25 << 20;
@@ -139,7 +151,8 @@ struct TrainSummary {
   // Peak bytes of this rank's tensors (CUDA: the caching allocator's peak; CPU: tensors the
   // rank's thread allocated, counted through LibTorch's allocator reports).
   std::int64_t peak_memory_bytes = 0;
-  std::string precision;  // what actually ran: "fp32", "bf16", ...
+  std::string precision;      // what actually ran: "fp32", "bf16", ...
+  int stopped_by_signal = 0;  // the signal that stopped training early (TrainOptions::stop_signal)
 };
 
 class ParallelGroups;  // executor/distributed.hpp

@@ -177,6 +177,7 @@ costmodel::CostOptions cost_options_from_json(profiles::ObjectReader r) {
 Plan plan_from_json(const nlohmann::json& value, const std::string& source) {
   profiles::ObjectReader r(value, source);
   r.expect_format("loom-plan");
+  constexpr std::int64_t kIntMax = profiles::ObjectReader::kIntMax;  // layers and ranks are ints
   Plan plan;
   plan.loom_version = r.string("loom_version");
   if (newer_version(plan.loom_version, loom_version())) {
@@ -206,8 +207,8 @@ Plan plan_from_json(const nlohmann::json& value, const std::string& source) {
       st.fail("stage", "stages listed in order, this one numbered " + std::to_string(i));
     }
     costmodel::StageRange range;
-    range.first_layer = static_cast<int>(st.integer("first_layer", 0));
-    range.last_layer = static_cast<int>(st.integer("last_layer", 0));
+    range.first_layer = static_cast<int>(st.integer("first_layer", 0, kIntMax));
+    range.last_layer = static_cast<int>(st.integer("last_layer", 0, kIntMax));
     st.finish();
     plan.stages.push_back(range);
   }
@@ -226,11 +227,11 @@ Plan plan_from_json(const nlohmann::json& value, const std::string& source) {
   for (std::size_t i = 0; i < ranks.size(); ++i) {
     profiles::ObjectReader rr(ranks[i], source, r.element_path("ranks", i));
     RankPlacement p;
-    p.rank = static_cast<int>(rr.integer("rank", 0));
+    p.rank = static_cast<int>(rr.integer("rank", 0, kIntMax));
     p.device = rr.string("device");
-    p.dp = static_cast<int>(rr.integer("dp", 0));
-    p.tp = static_cast<int>(rr.integer("tp", 0));
-    p.pp = static_cast<int>(rr.integer("pp", 0));
+    p.dp = static_cast<int>(rr.integer("dp", 0, kIntMax));
+    p.tp = static_cast<int>(rr.integer("tp", 0, kIntMax));
+    p.pp = static_cast<int>(rr.integer("pp", 0, kIntMax));
     rr.finish();
     const RankPlacement& want = expected[i];
     if (p.rank != want.rank || p.dp != want.dp || p.tp != want.tp || p.pp != want.pp) {

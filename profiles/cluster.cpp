@@ -51,6 +51,10 @@ std::string device_name(const Cluster& cluster, std::int64_t index) {
 
 namespace {
 
+// The topology graph holds every device: far more than the largest clusters have (~10^5 GPUs) is
+// a typo, and would not fit in memory.
+constexpr std::int64_t kMaxDevices = 1'000'000;
+
 double efficiency(ObjectReader& r, const std::string& key, std::optional<double>* out) {
   *out = r.optional_number(key, 0, /*exclusive=*/true);
   if (*out && **out > 1) r.fail(key, "expected a fraction in (0, 1]");
@@ -79,6 +83,11 @@ void validate_cluster(const Cluster& c, const std::string& source) {
   if (c.name.empty()) bad("name", "expected a non-empty string");
   if (c.nodes < 1) bad("nodes", "expected an integer >= 1");
   if (c.devices_per_node < 1) bad("devices_per_node", "expected an integer >= 1");
+  if (c.devices_per_node > kMaxDevices || c.nodes > kMaxDevices / c.devices_per_node) {
+    bad(c.devices_per_node > kMaxDevices ? "devices_per_node" : "nodes",
+        "expected at most " + std::to_string(kMaxDevices) + " devices in all, found " +
+            std::to_string(c.nodes) + " nodes x " + std::to_string(c.devices_per_node));
+  }
   if (c.device.memory_bytes < 1) bad("device.memory_bytes", "expected an integer >= 1");
   const PeakTflops& p = c.device.peak_tflops;
   if (p.fp32 <= 0 && p.tf32 <= 0 && p.fp16 <= 0 && p.bf16 <= 0) {
@@ -97,8 +106,8 @@ Cluster cluster_from_json(const nlohmann::json& value, const std::string& source
   Cluster c;
   c.name = r.string("name");
   if (c.name.empty()) r.fail("name", "expected a non-empty string");
-  c.nodes = r.integer("nodes", 1);
-  c.devices_per_node = r.integer("devices_per_node", 1);
+  c.nodes = r.integer("nodes", 1, kMaxDevices);
+  c.devices_per_node = r.integer("devices_per_node", 1, kMaxDevices);
   {
     ObjectReader d = r.object("device");
     c.device.name = d.string("name");
@@ -197,6 +206,13 @@ nlohmann::json cluster_to_json(const Cluster& c) {
 Cluster with_nodes(const Cluster& cluster, std::int64_t nodes, const std::string& source) {
   if (nodes < 1)
     throw InputError(source, "", "expected an integer >= 1, found " + std::to_string(nodes));
+  if (nodes > kMaxDevices / cluster.devices_per_node) {
+    throw InputError(source, "",
+                     "at most " + std::to_string(kMaxDevices / cluster.devices_per_node) +
+                         " nodes of " + std::to_string(cluster.devices_per_node) + " devices (" +
+                         std::to_string(kMaxDevices) + " devices in all), found " +
+                         std::to_string(nodes));
+  }
   Cluster c = cluster;
   c.nodes = nodes;
   if (nodes > 1 && !c.inter_node) {

@@ -73,14 +73,17 @@ const nlohmann::json* ObjectReader::required(const std::string& key, const char*
 
 namespace {
 std::int64_t to_integer(const ObjectReader& r, const std::string& key, const nlohmann::json& v,
-                        std::int64_t min_value) {
-  std::string expect = "expected an integer >= " + std::to_string(min_value);
+                        std::int64_t min_value, std::int64_t max_value) {
+  std::string expect = max_value == ObjectReader::kInt64Max
+                           ? "expected an integer >= " + std::to_string(min_value)
+                           : "expected an integer from " + std::to_string(min_value) + " to " +
+                                 std::to_string(max_value);
   if (!v.is_number_integer()) r.fail(key, expect + ", found " + type_name(v));
   if (v.is_number_unsigned() && v.get<std::uint64_t>() > static_cast<std::uint64_t>(INT64_MAX)) {
     r.fail(key, expect + ", found a value too large");
   }
   std::int64_t out = v.get<std::int64_t>();
-  if (out < min_value) r.fail(key, expect + ", found " + std::to_string(out));
+  if (out < min_value || out > max_value) r.fail(key, expect + ", found " + std::to_string(out));
   return out;
 }
 
@@ -97,15 +100,17 @@ double to_number(const ObjectReader& r, const std::string& key, const nlohmann::
 }
 }  // namespace
 
-std::int64_t ObjectReader::integer(const std::string& key, std::int64_t min_value) {
-  return to_integer(*this, key, *required(key, "an integer"), min_value);
+std::int64_t ObjectReader::integer(const std::string& key, std::int64_t min_value,
+                                   std::int64_t max_value) {
+  return to_integer(*this, key, *required(key, "an integer"), min_value, max_value);
 }
 
 std::optional<std::int64_t> ObjectReader::optional_integer(const std::string& key,
-                                                           std::int64_t min_value) {
+                                                           std::int64_t min_value,
+                                                           std::int64_t max_value) {
   const nlohmann::json* v = optional(key);
   if (v == nullptr) return std::nullopt;
-  return to_integer(*this, key, *v, min_value);
+  return to_integer(*this, key, *v, min_value, max_value);
 }
 
 double ObjectReader::number(const std::string& key, double min_value, bool exclusive) {

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
@@ -19,6 +20,9 @@ nlohmann::json parse_json_text(const std::string& text, const std::string& sourc
 
 class ObjectReader {
  public:
+  static constexpr std::int64_t kInt64Max = std::numeric_limits<std::int64_t>::max();
+  static constexpr std::int64_t kIntMax = std::numeric_limits<int>::max();
+
   // Throws unless `value` is a JSON object.
   ObjectReader(const nlohmann::json& value, std::string source, std::string path = "$");
 
@@ -26,8 +30,11 @@ class ObjectReader {
   bool has(const std::string& key) const;
   std::size_t size() const { return value_.size(); }
 
-  std::int64_t integer(const std::string& key, std::int64_t min_value);
-  std::optional<std::int64_t> optional_integer(const std::string& key, std::int64_t min_value);
+  // An integer in [min_value, max_value]; max_value guards fields kept in an int (kIntMax).
+  std::int64_t integer(const std::string& key, std::int64_t min_value,
+                       std::int64_t max_value = kInt64Max);
+  std::optional<std::int64_t> optional_integer(const std::string& key, std::int64_t min_value,
+                                               std::int64_t max_value = kInt64Max);
   // A number (integer or not) >= min_value, or > min_value when `exclusive`.
   double number(const std::string& key, double min_value, bool exclusive);
   std::optional<double> optional_number(const std::string& key, double min_value, bool exclusive);

@@ -24,6 +24,10 @@ const char* to_string(ModelType type) {
 
 namespace {
 
+// The layer sequence (embedding, layers, head) is indexed with ints and partitioned layer by layer:
+// far more layers than any model has (GPT-3: 96) is a typo, not a model.
+constexpr std::int64_t kMaxLayers = 100'000;
+
 ModelType parse_model_type(ObjectReader& r, const std::string& key) {
   std::string t = r.choice(key, {"bert", "roberta", "gpt2"});
   if (t == "roberta") return ModelType::kRoberta;
@@ -46,7 +50,7 @@ ModelSpec from_hugging_face(ObjectReader& r, const std::string& source) {
   m.name = hf_name(r, source, m.model_type);
   if (m.model_type == ModelType::kGpt2) {
     m.family = Family::kDecoder;
-    m.layers = r.integer("n_layer", 1);
+    m.layers = r.integer("n_layer", 1, kMaxLayers);
     m.hidden = r.integer("n_embd", 1);
     m.heads = r.integer("n_head", 1);
     m.ffn_hidden = r.optional_integer("n_inner", 1).value_or(4 * m.hidden);
@@ -59,7 +63,7 @@ ModelSpec from_hugging_face(ObjectReader& r, const std::string& source) {
     m.type_vocab = 0;
   } else {
     m.family = Family::kEncoder;
-    m.layers = r.integer("num_hidden_layers", 1);
+    m.layers = r.integer("num_hidden_layers", 1, kMaxLayers);
     m.hidden = r.integer("hidden_size", 1);
     m.heads = r.integer("num_attention_heads", 1);
     m.ffn_hidden = r.integer("intermediate_size", 1);
@@ -101,6 +105,10 @@ void validate_model(const ModelSpec& m, const std::string& source) {
     throw InputError(source, "$." + field, expectation);
   };
   if (m.layers < 1) bad("layers", "expected an integer >= 1");
+  if (m.layers > kMaxLayers) {
+    bad("layers", "expected at most " + std::to_string(kMaxLayers) + " layers, found " +
+                      std::to_string(m.layers));
+  }
   if (m.hidden < 1) bad("hidden", "expected an integer >= 1");
   if (m.heads < 1) bad("heads", "expected an integer >= 1");
   if (m.hidden % m.heads != 0) {
@@ -151,7 +159,7 @@ ModelSpec model_from_json(const nlohmann::json& value, const std::string& source
     r.skip("model_type");
     m.model_type = m.family == Family::kDecoder ? ModelType::kGpt2 : ModelType::kBert;
   }
-  m.layers = r.integer("layers", 1);
+  m.layers = r.integer("layers", 1, kMaxLayers);
   m.hidden = r.integer("hidden", 1);
   m.heads = r.integer("heads", 1);
   m.ffn_hidden = r.integer("ffn_hidden", 1);

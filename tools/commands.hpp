@@ -4,8 +4,11 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <cmath>
+#include <cstdlib>
 #include <functional>
 #include <ostream>
+#include <string>
 
 #include "planner/plan.hpp"
 
@@ -23,6 +26,22 @@ Runner add_launch_command(CLI::App& app);
 Runner add_slurm_command(CLI::App& app);
 Runner add_profile_command(CLI::App& app);
 Runner add_validate_command(CLI::App& app);
+
+// Checks of numeric flags that say what a good value is ("--steps: expected a number > 0, found
+// 0"). CLI11's PositiveNumber and NonNegativeNumber print their range instead, as "0.000000 to "
+// followed by the 309 digits of the largest double.
+inline std::string check_number(const std::string& text, bool zero_allowed) {
+  char* end = nullptr;
+  const double value = std::strtod(text.c_str(), &end);
+  const bool number = !text.empty() && end == text.c_str() + text.size() && std::isfinite(value);
+  if (number && (value > 0 || (zero_allowed && value == 0))) return "";
+  return std::string("expected a number ") + (zero_allowed ? ">= 0" : "> 0") + ", found " +
+         (number ? text : "\"" + text + "\"");
+}
+inline const CLI::Validator kPositiveNumber(
+    [](std::string& text) { return check_number(text, false); }, "", "POSITIVE");
+inline const CLI::Validator kNonNegativeNumber(
+    [](std::string& text) { return check_number(text, true); }, "", "NONNEGATIVE");
 
 // The human-readable summary of a plan: model, cluster, job, strategy, prediction, memory per
 // stage and the reasons (`loom plan`, `loom simulate`).

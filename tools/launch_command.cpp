@@ -11,6 +11,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -129,11 +130,23 @@ Child spawn(const std::vector<std::string>& command, int rank, const LaunchArgs&
   return child;
 }
 
+// The signal loom launch received (SIGINT/SIGTERM), for the loop to forward to every rank.
+std::atomic<int> launch_signal{0};
+void on_launch_signal(int signal_number) { launch_signal.store(signal_number); }
+
 int run_launch(const LaunchArgs& a) {
   if (a.command.empty()) {
     throw InputError("loom launch", "", "a command after --, e.g. -- loom train PLAN.json ...");
   }
   if (a.nproc < 1) throw InputError("--nproc", "", "a positive number of ranks");
+  // SIGINT/SIGTERM go to every rank, which stop at a step boundary (loom train); launch waits
+  // for them and exits with 128 + the signal.
+  struct sigaction action {};
+  action.sa_handler = on_launch_signal;
+  sigemptyset(&action.sa_mask);
+  sigaction(SIGINT, &action, nullptr);
+  sigaction(SIGTERM, &action, nullptr);
+  int forwarded = 0;
   std::vector<Child> children;
   children.reserve(static_cast<std::size_t>(a.nproc));
   for (int r = 0; r < a.nproc; ++r) children.push_back(spawn(a.command, r, a));
@@ -160,6 +173,12 @@ int run_launch(const LaunchArgs& a) {
       if (children[r].err >= 0) {
         fds.push_back({children[r].err, POLLIN, 0});
         owners.emplace_back(static_cast<int>(r), true);
+      }
+    }
+    if (const int sig = launch_signal.load(); sig != 0 && forwarded == 0) {
+      forwarded = sig;
+      for (Child& c : children) {
+        if (!c.exited) kill(c.pid, sig);
       }
     }
     bool all_exited = true;
@@ -190,7 +209,10 @@ int run_launch(const LaunchArgs& a) {
       if (waitpid(c.pid, &status, WNOHANG) == c.pid) {
         c.exited = true;
         c.status = status;
-        const bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+        // A rank that stopped on the forwarded signal (exit 128 + signal) did what was asked.
+        const bool ok =
+            WIFEXITED(status) && (WEXITSTATUS(status) == 0 ||
+                                  (forwarded != 0 && WEXITSTATUS(status) == 128 + forwarded));
         if (!ok && first_failed < 0) {
           first_failed = static_cast<int>(r);
           first_status = describe_status(status);
@@ -209,6 +231,11 @@ int run_launch(const LaunchArgs& a) {
   if (first_failed >= 0) {
     throw std::runtime_error("rank " + std::to_string(first_failed) + " " + first_status +
                              " (the first to fail); stopped the other ranks");
+  }
+  if (forwarded != 0) {
+    std::cerr << "loom launch: stopped by signal " << forwarded
+              << ": every rank stopped at a step boundary\n";
+    return 128 + forwarded;
   }
   return 0;
 }
@@ -296,9 +323,7 @@ Runner add_launch_command(CLI::App& app) {
   auto args = std::make_shared<LaunchArgs>();
   CLI::App* cmd =
       app.add_subcommand("launch", "Start N local ranks of a command: -- loom train PLAN.json ...");
-  cmd->add_option("--nproc", args->nproc, "number of ranks")
-      ->required()
-      ->check(CLI::PositiveNumber);
+  cmd->add_option("--nproc", args->nproc, "number of ranks")->required()->check(kPositiveNumber);
   cmd->add_option("--master-port", args->master_port, "rendezvous port (default 29500)")
       ->check(CLI::Range(1, 65535));
   cmd->add_option("command", args->command, "the command after --")->required();

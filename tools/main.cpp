@@ -2,6 +2,7 @@
 #include <malloc.h>
 
 #include <CLI/CLI.hpp>
+#include <csignal>
 #include <cstdlib>
 #include <iostream>
 #include <map>
@@ -28,6 +29,9 @@ static void keep_freed_memory() {
 
 int main(int argc, char** argv) {
   keep_freed_memory();  // process-wide, so it is set here, at the edge
+  // A write past a file-size limit (ulimit -f) fails with EFBIG and is reported like a full disk,
+  // instead of killing the process.
+  std::signal(SIGXFSZ, SIG_IGN);
   CLI::App app{"loom: plans, simulates and runs parallel training of transformer models", "loom"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "loom 0.1.0");

@@ -246,28 +246,28 @@ Runner add_plan_command(CLI::App& app) {
   cmd->add_option("--cluster", args->cluster, "built-in name or loom-cluster JSON")->required();
   cmd->add_option("--global-batch", args->global_batch, "samples per optimizer step")
       ->required()
-      ->check(CLI::PositiveNumber);
+      ->check(kPositiveNumber);
   cmd->add_option("--seq-len", args->seq_len, "tokens per sample")
       ->required()
-      ->check(CLI::PositiveNumber);
+      ->check(kPositiveNumber);
   cmd->add_option("--nodes", args->nodes, "override the cluster's node count")
-      ->check(CLI::PositiveNumber);
+      ->check(kPositiveNumber);
   cmd->add_option("--precision", args->precision, "bf16 | fp16 | fp32")
       ->check(CLI::IsMember({"bf16", "fp16", "fp32"}));
   cmd->add_option("--profile", args->profile,
                   "measured loom-profile JSON (repeatable): layer times and links replace the "
                   "roofline where measured")
       ->allow_extra_args(false);
-  cmd->add_option("--tp", args->tp, "tensor-parallel size")->check(CLI::PositiveNumber);
-  cmd->add_option("--pp", args->pp, "pipeline-parallel size")->check(CLI::PositiveNumber);
-  cmd->add_option("--dp", args->dp, "data-parallel size")->check(CLI::PositiveNumber);
+  cmd->add_option("--tp", args->tp, "tensor-parallel size")->check(kPositiveNumber);
+  cmd->add_option("--pp", args->pp, "pipeline-parallel size")->check(kPositiveNumber);
+  cmd->add_option("--dp", args->dp, "data-parallel size")->check(kPositiveNumber);
   cmd->add_option("--zero", args->zero, "ZeRO stage")->check(CLI::Range(0, 3));
   cmd->add_option("--micro-batch", args->micro_batch, "samples per micro-batch")
-      ->check(CLI::PositiveNumber);
+      ->check(kPositiveNumber);
   cmd->add_option("--schedule", args->schedule, "gpipe | 1f1b | interleaved")
       ->check(CLI::IsMember({"gpipe", "1f1b", "interleaved"}));
   cmd->add_option("--virtual-stages", args->virtual_stages, "model chunks per pipeline rank")
-      ->check(CLI::PositiveNumber);
+      ->check(kPositiveNumber);
   cmd->add_option("--recompute", args->recompute, "none | selective | full")
       ->check(CLI::IsMember({"none", "selective", "full"}));
   cmd->add_option("--stages", args->stages,
@@ -275,7 +275,7 @@ Runner add_plan_command(CLI::App& app) {
                   "per pipeline stage (0 = embedding, last = head), e.g. 0-0,1-13");
   cmd->add_option("--memory-margin", args->memory_margin,
                   "fraction of device memory a plan may use (default 0.9)");
-  cmd->add_option("--top", args->top, "plans to show (default 5)")->check(CLI::PositiveNumber);
+  cmd->add_option("--top", args->top, "plans to show (default 5)")->check(kPositiveNumber);
   cmd->add_option("-o", args->output, "write the best plan (loom-plan/1) here");
   cmd->add_flag("--json", args->json, "print one JSON document instead of text");
   return [args]() { return run_plan(*args); };

@@ -2,6 +2,7 @@
 // between the ranks of a launched group, and writes loom-profile/1 (spec/cli.md, formats.md).
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <ctime>
 #include <iostream>
 #include <memory>
@@ -43,6 +44,11 @@ std::string utc_now() {
   char text[32];
   std::strftime(text, sizeof text, "%Y-%m-%dT%H:%M:%SZ", &tm);
   return text;
+}
+
+int env_int(const char* name, int fallback) {
+  const char* value = std::getenv(name);
+  return value != nullptr ? std::atoi(value) : fallback;
 }
 
 int run_profile(const ProfileArgs& a) {
@@ -90,8 +96,13 @@ int run_profile(const ProfileArgs& a) {
     o.threads = a.threads;
     o.repeats = a.repeats;
     if (progress) o.progress = [](const std::string& line) { std::cerr << line << "\n"; };
+    // Inside a launched group every rank measures at once (so each sees its neighbours' load on
+    // the shared cores and memory, as the ranks of a plan will) and rank 0 writes.
+    const int rank = env_int("RANK", env_int("SLURM_PROCID", 0));
+    if (rank != 0) o.progress = nullptr;
     profile.layers = executor::profile_layers(o);
     profile.optimizer = executor::profile_optimizer(o);
+    if (rank != 0) return 0;
   }
   const nlohmann::json doc = profiles::profile_to_json(profile);
   profiles::write_file_atomically(a.output, doc.dump(2) + "\n");
@@ -120,26 +131,27 @@ Runner add_profile_command(CLI::App& app) {
   cmd->add_option("--precision", args->precision,
                   "fp32 on cpu; bf16 (default) | fp16 | fp32 on cuda");
   cmd->add_option("--seq-len", args->seq_len, "tokens per sample (default 128)")
-      ->check(CLI::PositiveNumber);
+      ->check(kPositiveNumber);
   cmd->add_option("--micro-batch", args->micro_batches, "micro-batch sizes (default 1 2 4 8)")
-      ->check(CLI::PositiveNumber);
+      ->check(kPositiveNumber);
   cmd->add_option("--tp", args->tp, "tensor-parallel degrees to measure a shard of (default 1)")
-      ->check(CLI::PositiveNumber);
+      ->check(kPositiveNumber);
   cmd->add_option("--recompute", args->recompute,
                   "recomputation variants of the transformer layer (default none)")
       ->check(CLI::IsMember({"none", "selective", "full"}));
   cmd->add_option("--threads", args->threads,
                   "CPU thread counts to measure with (default: LibTorch's current one)")
-      ->check(CLI::PositiveNumber);
-  cmd->add_option("--repeats", args->repeats, "timed runs per point, after 2 warm-up runs (default 10)")
-      ->check(CLI::PositiveNumber);
+      ->check(kPositiveNumber);
+  cmd->add_option("--repeats", args->repeats,
+                  "timed runs per point, after 2 warm-up runs (default 10)")
+      ->check(kPositiveNumber);
   cmd->add_flag("--links", args->links,
                 "measure collectives between the ranks of a launched group instead of layers");
   cmd->add_option("--link-bytes", args->link_bytes, "message sizes for --links")
-      ->check(CLI::PositiveNumber);
+      ->check(kPositiveNumber);
   cmd->add_option("--comm-timeout", args->comm_timeout_s,
                   "seconds a collective may wait for a peer (default 300)")
-      ->check(CLI::PositiveNumber);
+      ->check(kPositiveNumber);
   cmd->add_option("-o", args->output, "PROFILE.json to write")->required();
   cmd->add_flag("--json", args->json, "print the profile instead of a summary");
   return [args]() { return run_profile(*args); };

@@ -2,7 +2,9 @@
 // checks them against each other, and calls executor::train_classifier.
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -136,6 +138,44 @@ std::vector<executor::EncodedExample> encode(const std::vector<executor::Review>
   return out;
 }
 
+// Where the SIGINT/SIGTERM handler leaves the signal number for the training loop (a signal
+// handler can only reach a static).
+std::atomic<int> stop_signal_received{0};
+
+void on_stop_signal(int signal_number) { stop_signal_received.store(signal_number); }
+
+// Stops at the next step boundary on SIGINT or SIGTERM instead of dying mid-step.
+void install_stop_handlers() {
+  struct sigaction action {};
+  action.sa_handler = on_stop_signal;
+  sigemptyset(&action.sa_mask);
+  sigaction(SIGINT, &action, nullptr);
+  sigaction(SIGTERM, &action, nullptr);
+}
+
+// LOOM_FAULT=kill-in-step:N or kill-in-checkpoint:N, optionally @R for world rank R only (tests
+// of the fault handling: executor::TrainOptions::fault_kill_in_step).
+void read_fault_injection(executor::TrainOptions& o, int rank) {
+  const char* fault = std::getenv("LOOM_FAULT");
+  if (fault == nullptr || *fault == 0) return;
+  std::string text = fault;
+  const auto at = text.find('@');
+  if (at != std::string::npos) {
+    if (std::atoi(text.c_str() + at + 1) != rank) return;
+    text = text.substr(0, at);
+  }
+  const auto colon = text.find(':');
+  const std::string kind = text.substr(0, colon);
+  const std::int64_t step =
+      colon == std::string::npos ? 0 : std::strtoll(text.c_str() + colon + 1, nullptr, 10);
+  if (step < 1 || (kind != "kill-in-step" && kind != "kill-in-checkpoint")) {
+    throw InputError("LOOM_FAULT", "",
+                     "kill-in-step:N or kill-in-checkpoint:N (N >= 1, optionally @RANK), found \"" +
+                         std::string(fault) + "\"");
+  }
+  (kind == "kill-in-step" ? o.fault_kill_in_step : o.fault_kill_in_checkpoint) = step;
+}
+
 int run_train(const TrainArgs& a) {
   const std::string text = profiles::read_text_file(a.plan);
   const planner::Plan plan =
@@ -163,6 +203,9 @@ int run_train(const TrainArgs& a) {
   o.checkpoint_dir = a.checkpoint;
   o.checkpoint_every = a.checkpoint_every;
   o.resume = a.resume;
+  read_fault_injection(o, env.rank);
+  install_stop_handlers();
+  o.stop_signal = &stop_signal_received;
   o.metrics_path = a.metrics;
   // "{rank}" in the path: every rank writes its own metrics file.
   if (const auto at = a.metrics.find("{rank}"); at != std::string::npos) {
@@ -237,9 +280,19 @@ int run_train(const TrainArgs& a) {
     executor::ParallelGroups groups(store, env.rank, plan.strategy.dp, plan.strategy.tp,
                                     plan.strategy.pp, groups_options);
     s = executor::train_classifier(o, train_data, validation_data, groups);
-    if (env.rank != 0) return 0;  // rank 0 prints the summary
+    if (env.rank != 0) {  // rank 0 prints the summary
+      return s.stopped_by_signal != 0 ? 128 + s.stopped_by_signal : 0;
+    }
   }
 
+  const int exit_code = s.stopped_by_signal != 0 ? 128 + s.stopped_by_signal : 0;
+  if (s.stopped_by_signal != 0) {
+    std::cerr << "loom train: stopped by signal " << s.stopped_by_signal << " after step "
+              << s.steps
+              << (a.checkpoint.empty() ? std::string(" (no --checkpoint: nothing saved)")
+                                       : " (checkpoint written to " + a.checkpoint + ")")
+              << "\n";
+  }
   if (a.json) {
     nlohmann::json j{{"steps", s.steps},
                      {"final_loss", s.final_loss},
@@ -252,7 +305,7 @@ int run_train(const TrainArgs& a) {
     if (s.validation_loss) j["validation_loss"] = *s.validation_loss;
     if (s.resumed_from_step) j["resumed_from_step"] = *s.resumed_from_step;
     std::cout << j.dump(2) << "\n";
-    return 0;
+    return exit_code;
   }
   char line[256];
   std::snprintf(line, sizeof line,
@@ -266,7 +319,7 @@ int run_train(const TrainArgs& a) {
                   100 * *s.validation_accuracy, s.validation_loss.value_or(0));
     std::cout << line;
   }
-  return 0;
+  return exit_code;
 }
 
 }  // namespace
@@ -281,15 +334,14 @@ Runner add_train_command(CLI::App& app) {
   cmd->add_option("--tokenizer", args->tokenizer, "WordPiece vocab.txt");
   cmd->add_option("--init", args->init,
                   "Hugging Face checkpoint folder (config.json, model.safetensors, vocab.txt)");
-  cmd->add_option("--steps", args->steps, "optimizer steps")->check(CLI::PositiveNumber);
+  cmd->add_option("--steps", args->steps, "optimizer steps")->check(kPositiveNumber);
   cmd->add_option("--epochs", args->epochs, "passes over the training data")
-      ->check(CLI::PositiveNumber);
-  cmd->add_option("--lr", args->lr, "peak learning rate (default 2e-5)")
-      ->check(CLI::PositiveNumber);
+      ->check(kPositiveNumber);
+  cmd->add_option("--lr", args->lr, "peak learning rate (default 2e-5)")->check(kPositiveNumber);
   cmd->add_option("--warmup-steps", args->warmup_steps, "linear warm-up steps (default 0)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(kNonNegativeNumber);
   cmd->add_option("--eval-every", args->eval_every, "steps between evaluations (0: at the end)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(kNonNegativeNumber);
   cmd->add_option("--seed", args->seed, "seed of initialisation, data order and dropout");
   cmd->add_option("--validation-fraction", args->validation_fraction,
                   "share of the training reviews held out for validation (default 0.1)");
@@ -298,14 +350,14 @@ Runner add_train_command(CLI::App& app) {
   cmd->add_option("--checkpoint", args->checkpoint, "folder for checkpoints");
   cmd->add_option("--checkpoint-every", args->checkpoint_every,
                   "steps between checkpoints (0: at the end)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(kNonNegativeNumber);
   cmd->add_flag("--resume", args->resume, "continue from the latest checkpoint");
   cmd->add_option("--metrics", args->metrics,
                   "METRICS.jsonl to write (\"{rank}\" in the name: one file per rank)");
   cmd->add_option("--device", args->device, "cpu | cuda");
   cmd->add_option("--comm-timeout", args->comm_timeout_s,
                   "seconds any collective may wait for a peer before failing (default 300)")
-      ->check(CLI::PositiveNumber);
+      ->check(kPositiveNumber);
   cmd->add_flag("--json", args->json, "print a JSON summary instead of text");
   return [args]() { return run_train(*args); };
 }

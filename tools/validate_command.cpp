@@ -250,9 +250,9 @@ Runner add_validate_command(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand(
       "validate", "Run a plan for N steps here; print predicted vs measured step time and memory");
   cmd->add_option("plan", args->plan, "PLAN.json (loom-plan/1)")->required();
-  cmd->add_option("--steps", args->steps, "steps to run (default 10)")->check(CLI::PositiveNumber);
+  cmd->add_option("--steps", args->steps, "steps to run (default 10)")->check(kPositiveNumber);
   cmd->add_option("--warmup", args->warmup, "first steps left out of the median (default 2)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(kNonNegativeNumber);
   cmd->add_option("--profile", args->profile,
                   "measured loom-profile JSON (repeatable): predict with these measurements")
       ->allow_extra_args(false);
@@ -264,7 +264,7 @@ Runner add_validate_command(CLI::App& app) {
   cmd->add_option("--device", args->device, "cpu | cuda");
   cmd->add_option("--comm-timeout", args->comm_timeout_s,
                   "seconds any collective may wait for a peer (default 300)")
-      ->check(CLI::PositiveNumber);
+      ->check(kPositiveNumber);
   cmd->add_option("--keep", args->keep, "keep the run's plan, logs and metrics in this folder");
   cmd->add_flag("--json", args->json, "print one JSON document");
   return [args]() { return run_validate(*args); };

@@ -179,7 +179,8 @@ TEST_CASE("loom train runs a one-rank plan and writes the metrics of spec/format
   REQUIRE(lines.size() == 6);
   const std::set<std::string> step_fields = {
       "step", "epoch", "loss", "lr", "samples_per_s", "step_time_s", "peak_memory_bytes",
-      "rank", "time"};
+      "rank", "time",
+      "peak_rss_bytes"};  // an extension: the process's resident peak next to its tensors' peak
   for (std::size_t i = 0; i < 5; ++i) {
     INFO("line " << i + 1 << ": " << lines[i].dump());
     std::set<std::string> keys;
@@ -193,6 +194,9 @@ TEST_CASE("loom train runs a one-rank plan and writes the metrics of spec/format
     CHECK(lines[i].at("samples_per_s").get<double>() > 0);
     CHECK(lines[i].at("step_time_s").get<double>() > 0);
     CHECK(lines[i].at("peak_memory_bytes").get<std::int64_t>() > 0);
+    // Tensors are part of what the process holds, besides code and libraries.
+    CHECK(lines[i].at("peak_rss_bytes").get<std::int64_t>() >
+          lines[i].at("peak_memory_bytes").get<std::int64_t>());
     CHECK(lines[i].at("rank") == 0);
     const std::string time = lines[i].at("time");
     CHECK(time.size() == 20);  // 2026-11-22T10:00:00Z

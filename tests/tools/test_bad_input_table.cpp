@@ -1,0 +1,529 @@
+// One table of bad inputs to the `loom` binary (spec/cli.md, spec/formats.md): model, cluster and
+// plan JSON, Hugging Face config.json, safetensors, vocab.txt, CSV and aclImdb folders,
+// environment variables and command-line flags. Every row must end with exit code 2, nothing on
+// stdout, and exactly one line on stderr, `loom <subcommand>: error: ...`, that names the input
+// (file or flag), the field and what was expected (spec/cli.md allows hint lines after it; no row
+// uses one). No stack traces, no aborts, and no file left behind: the sandbox holds the same files
+// after the command as before (so neither an -o output nor a temporary file survives a refusal).
+//
+// Each row runs in a fresh temporary folder holding a valid tiny model (model.json), one- and
+// two-device CPU clusters, plans for them made by `loom plan` (plan.json: one rank, plan2.json:
+// two) and a vocabulary; the row adds or replaces files and runs one command. `loom train` rows
+// fail before the first step. Each start of `loom` costs about half a second (LibTorch's static
+// initialisation), so the rows run several at a time: the table takes about 15 s on two cores.
+//
+// Rows for the loom-profile format (`--profile`) live with `loom profile`'s tests.
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <catch2/catch.hpp>
+#include <cstdint>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+namespace fs = std::filesystem;
+using Catch::Contains;
+using Catch::StartsWith;
+using nlohmann::json;
+
+namespace {
+
+struct Outcome {
+  int exit_code = -1;
+  bool exited = false;
+  std::string out;
+  std::string err;
+};
+
+std::string contents(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream out;
+  out << in.rdbuf();
+  return out.str();
+}
+
+std::string shell_word(const std::string& s) {
+  std::string out = "'";
+  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
+// Files to write, relative to the sandbox's work folder; a name ending in '/' is an empty folder.
+using Files = std::vector<std::pair<std::string, std::string>>;
+
+// A temporary folder; commands run in work() with no launcher variables of the calling
+// environment.
+class Sandbox {
+ public:
+  Sandbox() {
+    static std::atomic<int> counter{0};
+    dir_ = fs::temp_directory_path() /
+           ("loom-test-bad-input-" + std::to_string(::getpid()) + "-" + std::to_string(counter++));
+    fs::remove_all(dir_);
+    fs::create_directories(dir_ / "work");
+  }
+  ~Sandbox() {
+    std::error_code ec;
+    fs::remove_all(dir_, ec);
+  }
+  Sandbox(const Sandbox&) = delete;
+  Sandbox& operator=(const Sandbox&) = delete;
+
+  fs::path work() const { return dir_ / "work"; }
+
+  void write(const Files& files) const {
+    for (const auto& [name, text] : files) {
+      if (!name.empty() && name.back() == '/') {
+        fs::create_directories(work() / name);
+        continue;
+      }
+      fs::create_directories((work() / name).parent_path());
+      std::ofstream(work() / name, std::ios::binary) << text;
+    }
+  }
+
+  // Every path under work(), folders included, relative to it.
+  std::set<std::string> listing() const {
+    std::set<std::string> out;
+    for (const auto& entry : fs::recursive_directory_iterator(work())) {
+      out.insert(fs::relative(entry.path(), work()).string());
+    }
+    return out;
+  }
+
+  // `ENV loom ARGS`; `env` is a list of NAME=VALUE words (may be empty).
+  Outcome loom(const std::string& args, const std::string& env = "") const {
+    const fs::path out = dir_ / "stdout.txt";
+    const fs::path err = dir_ / "stderr.txt";
+    const std::string command =
+        "cd " + shell_word(work().string()) +
+        " && env -u RANK -u WORLD_SIZE -u LOCAL_RANK -u SLURM_PROCID -u SLURM_NTASKS "
+        "-u SLURM_LOCALID -u MASTER_ADDR -u MASTER_PORT " +
+        env + " " + shell_word(LOOM_BINARY) + " " + args + " </dev/null >" +
+        shell_word(out.string()) + " 2>" + shell_word(err.string());
+    const int status = std::system(command.c_str());
+    Outcome r;
+    r.exited = WIFEXITED(status);
+    r.exit_code = r.exited ? WEXITSTATUS(status) : -1;
+    r.out = contents(out);
+    r.err = contents(err);
+    return r;
+  }
+
+ private:
+  fs::path dir_;
+};
+
+// The tiny encoder of these rows. hidden 24 with 3 heads, so tp=2 divides ffn_hidden but not the
+// heads; its vocabulary (100) holds the synthetic one.
+json valid_model() {
+  return json::parse(R"({
+    "format": "loom-model/1", "name": "micro-bert", "family": "encoder", "model_type": "bert",
+    "layers": 2, "hidden": 24, "heads": 3, "ffn_hidden": 48, "vocab": 100, "max_positions": 64,
+    "type_vocab": 2, "num_labels": 2})");
+}
+
+// The same model as a Hugging Face config.json.
+json valid_hf_config() {
+  return json::parse(R"({
+    "architectures": ["BertForSequenceClassification"], "model_type": "bert",
+    "num_hidden_layers": 2, "hidden_size": 24, "num_attention_heads": 3,
+    "intermediate_size": 48, "vocab_size": 100, "max_position_embeddings": 64,
+    "type_vocab_size": 2, "hidden_act": "gelu", "layer_norm_eps": 1e-12})");
+}
+
+json valid_gpt2_config() {
+  return json::parse(R"({
+    "architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "n_layer": 2, "n_embd": 24,
+    "n_head": 3, "n_positions": 64, "vocab_size": 100})");
+}
+
+// The local-cpu cluster with `devices` devices.
+json cpu_cluster(int devices) {
+  json c = json::parse(contents(fs::path(LOOM_SOURCE_DIR) / "profiles/clusters/local-cpu.json"));
+  c["name"] = "cpu-" + std::to_string(devices);
+  c["devices_per_node"] = devices;
+  return c;
+}
+
+json edited(json j, const std::function<void(json&)>& edit) {
+  edit(j);
+  return j;
+}
+
+std::string text(const json& j) { return j.dump(2) + "\n"; }
+
+constexpr const char* kVocab = "[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\ngood\nbad\nfilm\n";
+
+// A safetensors file: the 8-byte little-endian header length (`declared_length`, or the header's
+// real length when negative), the header, then `data`.
+std::string safetensors(const std::string& header, const std::string& data,
+                        std::int64_t declared_length = -1) {
+  const auto length =
+      static_cast<std::uint64_t>(declared_length < 0 ? header.size() : declared_length);
+  std::string out;
+  for (int i = 0; i < 8; ++i) out += static_cast<char>((length >> (8 * i)) & 0xFFU);
+  return out + header + data;
+}
+
+// The valid plans every row starts from, made once by `loom plan`.
+struct Plans {
+  json one;  // one rank
+  json two;  // dp=2 on two devices
+};
+
+// The files every sandbox starts with.
+Files base_files(const Plans& plans) {
+  return {{"model.json", text(valid_model())},      {"cluster-1.json", text(cpu_cluster(1))},
+          {"cluster-2.json", text(cpu_cluster(2))}, {"plan.json", text(plans.one)},
+          {"plan2.json", text(plans.two)},          {"vocab.txt", kVocab}};
+}
+
+Plans make_plans() {
+  Sandbox box;
+  Plans plans;
+  box.write({{"model.json", text(valid_model())},
+             {"cluster-1.json", text(cpu_cluster(1))},
+             {"cluster-2.json", text(cpu_cluster(2))}});
+  const std::string common =
+      "plan --model model.json --global-batch 8 --seq-len 32 --precision fp32 --micro-batch 4 ";
+  const Outcome one = box.loom(common + "--cluster cluster-1.json -o plan.json");
+  const Outcome two = box.loom(common + "--cluster cluster-2.json --dp 2 -o plan2.json");
+  INFO("loom plan: " << one.err << two.err);
+  REQUIRE(one.exit_code == 0);
+  REQUIRE(two.exit_code == 0);
+  plans.one = json::parse(contents(box.work() / "plan.json"));
+  plans.two = json::parse(contents(box.work() / "plan2.json"));
+  return plans;
+}
+
+struct Row {
+  std::string name;
+  Files files;                        // added to (or replacing) the base files
+  std::string args;                   // shell words after `loom`
+  std::vector<std::string> expected;  // substrings of the error line
+  std::string env;                    // NAME=VALUE words
+};
+
+// Plan commands on the tiny model.
+std::string plan_with(const std::string& model, const std::string& cluster,
+                      const std::string& extra = "") {
+  return "plan --model " + model + " --cluster " + cluster +
+         " --global-batch 8 --seq-len 32 --precision fp32" + (extra.empty() ? "" : " " + extra);
+}
+
+const std::string kPlan = plan_with("model.json", "cluster-1.json");
+
+std::string train_with(const std::string& plan, const std::string& extra) {
+  return "train " + plan + " " + extra;
+}
+
+std::vector<Row> table(const Plans& plans) {
+  const json model = valid_model();
+  const json hf = valid_hf_config();
+  const json cluster = cpu_cluster(1);
+  const json& plan = plans.one;
+  const json& plan2 = plans.two;
+  using J = json&;
+  std::vector<Row> rows;
+  auto add = [&rows](std::string name, Files files, std::string args,
+                     std::vector<std::string> expected, std::string env = "") {
+    rows.push_back(Row{std::move(name), std::move(files), std::move(args), std::move(expected),
+                       std::move(env)});
+  };
+
+  // --- loom-model/1 files ---------------------------------------------------------------------
+  add("model: missing field", {{"m.json", text(edited(model, [](J j) { j.erase("layers"); }))}},
+      plan_with("m.json", "cluster-1.json"),
+      {"m.json", "$.layers", "missing required field", "integer"});
+  add("model: wrong type", {{"m.json", text(edited(model, [](J j) { j["hidden"] = "24"; }))}},
+      plan_with("m.json", "cluster-1.json"),
+      {"m.json", "$.hidden", "expected an integer", "found a string"});
+  add("model: negative size", {{"m.json", text(edited(model, [](J j) { j["layers"] = -2; }))}},
+      plan_with("m.json", "cluster-1.json"),
+      {"m.json", "$.layers", "from 1 to 100000", "found -2"});
+  add("model: heads not dividing hidden",
+      {{"m.json", text(edited(model, [](J j) { j["heads"] = 7; }))}},
+      plan_with("m.json", "cluster-1.json"),
+      {"m.json", "$.heads", "divisor of hidden (24)", "found 7"});
+  add("model: more layers than any model",
+      {{"m.json", text(edited(model, [](J j) { j["layers"] = 1'000'000'000'000; }))}},
+      plan_with("m.json", "cluster-1.json"),
+      {"m.json", "$.layers", "from 1 to 100000", "found 1000000000000"});
+  add("model: unknown field", {{"m.json", text(edited(model, [](J j) { j["hiden"] = 24; }))}},
+      plan_with("m.json", "cluster-1.json"), {"m.json", "$.hiden", "unknown field"});
+  add("model: newer format version",
+      {{"m.json", text(edited(model, [](J j) { j["format"] = "loom-model/2"; }))}},
+      plan_with("m.json", "cluster-1.json"),
+      {"m.json", "$.format", "loom-model/2", "upgrade loom"});
+
+  // --- Hugging Face config.json ---------------------------------------------------------------
+  add("config.json: missing field",
+      {{"hf/config.json", text(edited(hf, [](J j) { j.erase("num_hidden_layers"); }))}},
+      plan_with("hf/config.json", "cluster-1.json"),
+      {"hf/config.json", "$.num_hidden_layers", "missing required field"});
+  add("config.json: zero size",
+      {{"hf/config.json", text(edited(hf, [](J j) { j["intermediate_size"] = 0; }))}},
+      plan_with("hf/config.json", "cluster-1.json"),
+      {"hf/config.json", "$.intermediate_size", ">= 1", "found 0"});
+  add("config.json: heads not dividing hidden",
+      {{"hf/config.json", text(edited(hf, [](J j) { j["num_attention_heads"] = 5; }))}},
+      plan_with("hf/config.json", "cluster-1.json"),
+      {"hf/config.json", "$.num_attention_heads", "divisor of hidden_size (24)"});
+  add("config.json: unsupported model_type",
+      {{"hf/config.json", text(edited(hf, [](J j) { j["model_type"] = "t5"; }))}},
+      plan_with("hf/config.json", "cluster-1.json"),
+      {"hf/config.json", "$.model_type", "\"bert\"", "\"t5\""});
+  add("config.json: gpt2 heads not dividing n_embd",
+      {{"gpt/config.json", text(edited(valid_gpt2_config(), [](J j) { j["n_head"] = 5; }))}},
+      plan_with("gpt/config.json", "cluster-1.json"),
+      {"gpt/config.json", "$.n_head", "divisor of n_embd (24)"});
+
+  // --- loom-cluster/1 files -------------------------------------------------------------------
+  add("cluster: missing field",
+      {{"c.json", text(edited(cluster, [](J j) { j["device"].erase("memory_bytes"); }))}},
+      plan_with("model.json", "c.json"),
+      {"c.json", "$.device.memory_bytes", "missing required field"});
+  add("cluster: zero devices",
+      {{"c.json", text(edited(cluster, [](J j) { j["devices_per_node"] = 0; }))}},
+      plan_with("model.json", "c.json"),
+      {"c.json", "$.devices_per_node", "from 1 to 1000000", "found 0"});
+  add("cluster: negative bandwidth",
+      {{"c.json", text(edited(cluster, [](J j) { j["intra_node"]["bandwidth_gbps"] = -2; }))}},
+      plan_with("model.json", "c.json"),
+      {"c.json", "$.intra_node.bandwidth_gbps", "> 0", "found -2"});
+  add("cluster: more devices than any cluster",
+      {{"c.json", text(edited(cluster, [](J j) { j["nodes"] = std::int64_t{1} << 40; }))}},
+      plan_with("model.json", "c.json"),
+      {"c.json", "$.nodes", "from 1 to 1000000", "found 1099511627776"});
+  add("cluster: two nodes without inter_node",
+      {{"c.json", text(edited(cluster, [](J j) { j["nodes"] = 2; }))}},
+      plan_with("model.json", "c.json"), {"c.json", "$.inter_node", "nodes > 1"});
+
+  // --- loom plan: flags and infeasible requests -----------------------------------------------
+  add("flag: unknown flag", {}, kPlan + " --frobnicate", {"--frobnicate"});
+  add("flag: negative tp", {}, kPlan + " --tp -2", {"--tp", "expected a number > 0", "found -2"});
+  add("flag: not a number", {},
+      "plan --model model.json --cluster cluster-1.json --global-batch eight "
+      "--seq-len 32",
+      {"--global-batch", "expected a number > 0", "found \"eight\""});
+  add("flag: tp not dividing heads", {}, plan_with("model.json", "cluster-2.json", "--tp 2"),
+      {"--tp", "tp=2", "3 attention heads", "micro-bert"});
+  add("flag: more nodes than any cluster", {},
+      plan_with("model.json", "dgx-a100-80g", "--nodes 1000000000"),
+      {"--nodes", "at most 125000 nodes of 8 devices", "found 1000000000"});
+  add("flag: more ranks than devices", {}, plan_with("model.json", "cluster-1.json", "--dp 2"),
+      {"--dp", "2 ranks", "1 devices"});
+  add("plan: a request that cannot fit, with -o",
+      {{"small.json",
+        text(edited(cluster, [](J j) { j["device"]["memory_bytes"] = std::int64_t{1} << 30; }))}},
+      plan_with("bert-large", "small.json", "-o out.json"),
+      {"bert-large on small.json", "does not fit", "smallest memory need is",
+       "device has 1.0 GiB"});
+
+  // --- loom-plan/1 files ----------------------------------------------------------------------
+  add("plan file: missing field",
+      {{"p.json", text(edited(plan, [](J j) { j.erase("strategy"); }))}}, "simulate p.json",
+      {"p.json", "$.strategy", "missing required field"});
+  add("plan file: wrong type",
+      {{"p.json", text(edited(plan, [](J j) { j["strategy"]["dp"] = "1"; }))}}, "simulate p.json",
+      {"p.json", "$.strategy.dp", "expected an integer", "found a string"});
+  add("plan file: zero micro-batch",
+      {{"p.json", text(edited(plan, [](J j) { j["strategy"]["micro_batch"] = 0; }))}},
+      "simulate p.json", {"p.json", "$.strategy.micro_batch", ">= 1", "found 0"});
+  add("plan file: a size beyond an int",
+      {{"p.json",
+        text(edited(plan, [](J j) { j["strategy"]["tp"] = (std::int64_t{1} << 32) + 1; }))}},
+      "simulate p.json", {"p.json", "$.strategy.tp", "from 1 to 2147483647", "found 4294967297"});
+  add("plan file: tp not dividing heads",
+      {{"p.json", text(edited(plan2,
+                              [](J j) {
+                                j["strategy"]["dp"] = 1;
+                                j["strategy"]["tp"] = 2;
+                                j["strategy"]["num_micro_batches"] = 2;
+                              }))}},
+      "simulate p.json", {"p.json", "$.strategy", "tp=2", "3 attention heads"});
+  add("plan file: made for another model (stages)",
+      {{"p.json", text(edited(plan, [](J j) { j["model"]["layers"] = 1; }))}}, "simulate p.json",
+      {"p.json", "$.stages", "partition of the layer sequence"});
+  add("plan file: made for another cluster (devices)",
+      {{"p.json", text(edited(plan2, [](J j) { j["cluster"]["devices_per_node"] = 1; }))}},
+      "simulate p.json", {"p.json", "$.strategy", "2 ranks", "1 devices"});
+  add("plan file: a rank on a device the cluster lacks",
+      {{"p.json", text(edited(plan, [](J j) { j["ranks"][0]["device"] = "node0/gpu0"; }))}},
+      "simulate p.json", {"p.json", "$.ranks[0].device", "a device of the plan's cluster"});
+  add("plan file: fewer ranks than the strategy, with -o",
+      {{"p.json", text(edited(plan2, [](J j) { j["ranks"].erase(1); }))}}, "slurm p.json -o job.sh",
+      {"p.json", "$.ranks", "dp*tp*pp = 2", "found 1"});
+  add("plan file: newer loom, with -o",
+      {{"p.json", text(edited(plan, [](J j) { j["loom_version"] = "9.0.0"; }))}},
+      "report p.json -o report.html", {"p.json", "$.loom_version", "upgrade loom"});
+  add("plan file: not JSON, with -o", {{"p.json", "{\"format\": \"loom-plan/1\",\n"}},
+      "report p.json -o report.html", {"p.json", "not valid JSON"});
+  add("plan file: a cluster file given as a plan", {}, "simulate cluster-1.json",
+      {"cluster-1.json", "$.format", "\"loom-plan/1\"", "\"loom-cluster/1\""});
+
+  // --- loom train: world size, plan against checkpoint ----------------------------------------
+  add("train: world size not matching the plan", {},
+      train_with("plan.json", "--data synthetic:400 --steps 5"),
+      {"plan.json", "$.strategy", "3 rank", "WORLD_SIZE", "dp*tp*pp = 1"}, "WORLD_SIZE=3 RANK=0");
+  add("train: WORLD_SIZE not a number", {},
+      train_with("plan.json", "--data synthetic:400 --steps 5"),
+      {"WORLD_SIZE", "non-negative integer", "two"}, "WORLD_SIZE=two");
+  const json other = edited(hf, [](J j) { j["hidden_size"] = 48; });
+  add("train: a plan made for another model than --init's config.json",
+      {{"other/config.json", text(other)}},
+      train_with("plan.json", "--data synthetic:400 --steps 5 --init other"),
+      {"other/config.json", "$.hidden_size", "24", "48", "another model"});
+
+  // --- safetensors ----------------------------------------------------------------------------
+  const std::string tensor_header =
+      R"({"bert.embeddings.word_embeddings.weight":{"dtype":"F32","shape":[2,2],)"
+      R"("data_offsets":[0,16]}})";
+  const std::string init = "--data synthetic:400 --steps 5 --init init";
+  add("safetensors: a header longer than the file",
+      {{"init/config.json", text(hf)},
+       {"init/model.safetensors", safetensors(tensor_header, std::string(16, '\0'), 1'000'000)}},
+      train_with("plan.json", init), {"init/model.safetensors", "header", "truncated"});
+  add("safetensors: data offsets past the buffer",
+      {{"init/config.json", text(hf)},
+       {"init/model.safetensors", safetensors(tensor_header, std::string(8, '\0'))}},
+      train_with("plan.json", init),
+      {"init/model.safetensors", "bert.embeddings.word_embeddings.weight", "8-byte", "end 16"});
+  add("safetensors: a shape that does not match its bytes",
+      {{"init/config.json", text(hf)},
+       {"init/model.safetensors",
+        safetensors(R"({"x":{"dtype":"F32","shape":[3,3],"data_offsets":[0,16]}})",
+                    std::string(16, '\0'))}},
+      train_with("plan.json", init),
+      {"init/model.safetensors", "tensor \"x\"", "36 bytes", "16 bytes"});
+  add("safetensors: a tensor of the wrong shape for the model",
+      {{"init/config.json", text(hf)},
+       {"init/model.safetensors", safetensors(tensor_header, std::string(16, '\0'))}},
+      train_with("plan.json", init),
+      {"init/model.safetensors", "bert.embeddings.word_embeddings.weight", "[100, 24]", "[2, 2]"});
+
+  // --- vocab.txt ------------------------------------------------------------------------------
+  add("vocab: no [UNK]", {{"v.txt", "[PAD]\n[CLS]\n[SEP]\n[MASK]\ngood\n"}},
+      train_with("plan.json", "--data synthetic:400 --steps 5 --tokenizer v.txt"),
+      {"v.txt", "[UNK]", "special tokens"});
+  std::string big = "[PAD]\n[UNK]\n[CLS]\n[SEP]\n";
+  for (int i = 0; i < 200; ++i) big += "word" + std::to_string(i) + "\n";
+  add("vocab: larger than the model's vocabulary", {{"v.txt", big}},
+      train_with("plan.json", "--data synthetic:400 --steps 5 --tokenizer v.txt"),
+      {"v.txt", "at most the model's 100 token ids", "found 204"});
+
+  // --- CSV ------------------------------------------------------------------------------------
+  const std::string csv = "--tokenizer vocab.txt --steps 5 --data ";
+  add("csv: empty", {{"empty.csv", ""}}, train_with("plan.json", csv + "empty.csv"),
+      {"empty.csv", "line 1", "review,sentiment"});
+  add("csv: header only", {{"head.csv", "review,sentiment\n"}},
+      train_with("plan.json", csv + "head.csv"), {"head.csv", "at least one review"});
+  add("csv: unknown sentiment",
+      {{"r.csv", "review,sentiment\n\"a good film\",positive\nmeh,maybe\n"}},
+      train_with("plan.json", csv + "r.csv"),
+      {"r.csv", "line 3", "field sentiment", "positive or negative", "maybe"});
+
+  // --- aclImdb folders and other data ---------------------------------------------------------
+  add("aclImdb: no reviews", {{"aclImdb/train/pos/", ""}, {"aclImdb/train/neg/", ""}},
+      train_with("plan.json", csv + "aclImdb"),
+      {"aclImdb/train", "at least one review", "pos/", "neg/"});
+  add("aclImdb: no neg folder", {{"aclImdb/train/pos/0_9.txt", "a good film"}},
+      train_with("plan.json", csv + "aclImdb"), {"aclImdb/train/neg", "a folder of reviews"});
+  add("data: synthetic:0", {}, train_with("plan.json", "--steps 5 --data synthetic:0"),
+      {"synthetic:0", "synthetic:N", "from 1"});
+
+  // --- loom train, launch and the top level: flags --------------------------------------------
+  add("train flag: zero steps", {}, train_with("plan.json", "--data synthetic:400 --steps 0"),
+      {"--steps", "expected a number > 0", "found 0"});
+  add("train flag: missing --data", {}, "train plan.json --steps 5", {"--data", "required"});
+  add("launch flag: zero ranks", {},
+      "launch --nproc 0 -- loom train plan.json --data synthetic --steps 5",
+      {"--nproc", "expected a number > 0", "found 0"});
+  add("top level: unknown subcommand", {}, "frobnicate",
+      {"\"frobnicate\" is not a subcommand", "expected one of", "plan", "train"});
+  return rows;
+}
+
+// "loom <subcommand>: error: " for the subcommand the row runs; "loom: error: " for none.
+std::string error_prefix(const std::string& args) {
+  const std::string first = args.substr(0, args.find(' '));
+  for (const char* sub :
+       {"plan", "simulate", "report", "train", "launch", "slurm", "demo", "profile", "validate"}) {
+    if (first == sub) return "loom " + first + ": error: ";
+  }
+  return "loom: error: ";
+}
+
+// What one row's command did, and the sandbox's files before and after it.
+struct RowResult {
+  Outcome outcome;
+  std::set<std::string> before;
+  std::set<std::string> after;
+};
+
+// Runs every row, each in its own sandbox, several at a time: the binary loads LibTorch, so each
+// start costs about half a second of CPU. The workers touch only their own sandbox and slot; the
+// assertions run afterwards on the test's thread.
+std::vector<RowResult> run_rows(const std::vector<Row>& rows, const Plans& plans) {
+  std::vector<RowResult> results(rows.size());
+  std::atomic<std::size_t> next{0};
+  auto work = [&]() {
+    for (std::size_t i = next++; i < rows.size(); i = next++) {
+      const Sandbox box;
+      box.write(base_files(plans));
+      box.write(rows[i].files);
+      results[i].before = box.listing();
+      results[i].outcome = box.loom(rows[i].args, rows[i].env);
+      results[i].after = box.listing();
+    }
+  };
+  const unsigned workers = std::clamp(std::thread::hardware_concurrency(), 2U, 8U);
+  std::vector<std::thread> threads;
+  for (unsigned w = 0; w < workers; ++w) threads.emplace_back(work);
+  for (std::thread& t : threads) t.join();
+  return results;
+}
+
+}  // namespace
+
+TEST_CASE("every bad input gives exit 2 and one line naming the input, field and expectation",
+          "[tools][cli][errors][bad-input-table]") {
+  // Catch runs the test case once per section: the rows run on the first pass only.
+  static const Plans plans = make_plans();
+  static const std::vector<Row> rows = table(plans);
+  static const std::vector<RowResult> results = run_rows(rows, plans);
+  REQUIRE(rows.size() >= 40);
+  std::set<std::string> names;
+  for (const Row& row : rows) names.insert(row.name);
+  REQUIRE(names.size() == rows.size());  // a failure names its row: one name per row
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    const Row& row = rows[i];
+    DYNAMIC_SECTION(row.name) {
+      const Outcome& r = results[i].outcome;
+      INFO("loom " << row.args);
+      INFO("stdout: " << r.out);
+      INFO("stderr: " << r.err);
+      CHECK(r.exited);  // not killed by a signal (abort, segfault)
+      CHECK(r.exit_code == 2);
+      CHECK(r.out.empty());
+      // Exactly one line: no hints, no stack trace.
+      CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+      CHECK_THAT(r.err, Catch::EndsWith("\n"));
+      CHECK_THAT(r.err, StartsWith(error_prefix(row.args)));
+      for (const std::string& part : row.expected) CHECK_THAT(r.err, Contains(part));
+      CHECK(results[i].after == results[i].before);  // nothing written, nothing half-written
+    }
+  }
+}

@@ -1,0 +1,169 @@
+// Faults (issue 9): a rank killed mid-step, a process killed while writing a checkpoint, SIGTERM
+// at a step boundary, and writes that fail for lack of space (a file-size limit stands in for a
+// full disk: the same EFBIG/ENOSPC path through write()). Tagged [slow]: each trains for a few
+// seconds; they run in CI.
+#include <signal.h>
+#include <sys/wait.h>
+
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <thread>
+
+#include "tests/tools/cli_sandbox.hpp"
+
+namespace fs = std::filesystem;
+using Catch::Contains;
+using loom::test::CliResult;
+using loom::test::CliSandbox;
+using loom::test::shell_quoted;
+using nlohmann::json;
+
+namespace {
+
+std::string port(int offset) { return std::to_string(23000 + (::getpid() * 13 + offset) % 17000); }
+
+const std::string kPlan =
+    "plan --model tiny-bert --cluster local-cpu --global-batch 8 --seq-len 16 --precision fp32 "
+    "--micro-batch 4";
+const std::string kTrain = " --data synthetic:400 --seed 3 --dropout 0.1";
+
+// Runs a shell script in the sandbox's work folder; returns its exit status.
+int shell(const CliSandbox& box, const std::string& script) {
+  const std::string command = "cd " + shell_quoted(box.work().string()) +
+                              " || exit 99; LOOM=" + shell_quoted(LOOM_BINARY) + "; " + script;
+  const int status = std::system(("bash -c " + shell_quoted(command)).c_str());
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+std::set<std::string> names_in(const fs::path& dir) {
+  std::set<std::string> out;
+  for (const auto& e : fs::directory_iterator(dir)) out.insert(e.path().filename().string());
+  return out;
+}
+
+std::vector<double> losses(const std::string& json_text) {
+  return json::parse(json_text).at("losses").get<std::vector<double>>();
+}
+
+}  // namespace
+
+TEST_CASE("a rank killed mid-step makes its peer fail within 60 s naming it",
+          "[tools][faults][slow]") {
+  CliSandbox box("fault-kill");
+  REQUIRE(box.loom(kPlan + " --dp 2 --zero 0 -o plan.json").exit_code == 0);
+  // Two ranks started by hand (no launcher to stop them): rank 1 dies in step 3.
+  const std::string env = "WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=" + port(1);
+  const auto start = std::chrono::steady_clock::now();
+  const int code =
+      shell(box, "(" + env + " RANK=1 LOOM_FAULT=kill-in-step:3 $LOOM train plan.json" + kTrain +
+                     " --steps 50 --comm-timeout 10 >r1.out 2>r1.err &) ; " + env +
+                     " RANK=0 $LOOM train plan.json" + kTrain +
+                     " --steps 50 --comm-timeout 10 >r0.out 2>r0.err");
+  const double elapsed =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const std::string err = box.read("r0.err");
+  INFO(err);
+  CHECK(code != 0);
+  CHECK(elapsed < 60);
+  CHECK_THAT(err, Contains("lost rank(s) 1"));
+  CHECK(loom::test::line_count(err) == 1);
+
+  // Under loom launch, the launcher names the rank that failed first.
+  const CliResult r =
+      box.loom("launch --nproc 2 --master-port " + port(2) + " -- loom train plan.json" + kTrain +
+                   " --steps 50 --comm-timeout 10",
+               "LOOM_FAULT=kill-in-step:3@1");
+  CHECK(r.exit_code == 1);
+  CHECK_THAT(r.err, Contains("rank 1 was killed by signal 9 (the first to fail)"));
+}
+
+TEST_CASE("SIGKILL while a checkpoint is written leaves the previous one to resume from exactly",
+          "[tools][faults][slow]") {
+  CliSandbox box("fault-checkpoint");
+  REQUIRE(box.loom(kPlan + " --dp 1 --tp 1 --pp 1 -o plan.json").exit_code == 0);
+  const CliResult straight = box.loom("train plan.json" + kTrain + " --steps 6 --json");
+  REQUIRE(straight.exit_code == 0);
+  const std::vector<double> expected = losses(straight.out);
+
+  const CliResult killed =
+      box.loom("train plan.json" + kTrain + " --steps 6 --checkpoint ck --checkpoint-every 2",
+               "LOOM_FAULT=kill-in-checkpoint:4");
+  CHECK(killed.exit_code != 0);
+  // step 2 is whole; step 4 never got its final name.
+  const std::set<std::string> names = names_in(box.work() / "ck");
+  CHECK(names.count("step-00000002") == 1);
+  CHECK(names.count("step-00000004") == 0);
+
+  const CliResult resumed =
+      box.loom("train plan.json" + kTrain + " --steps 6 --checkpoint ck --resume --json");
+  INFO(resumed.err);
+  REQUIRE(resumed.exit_code == 0);
+  const json summary = json::parse(resumed.out);
+  CHECK(summary.at("resumed_from_step") == 2);
+  const std::vector<double> rest = losses(resumed.out);
+  REQUIRE(rest.size() == 4);
+  for (std::size_t i = 0; i < 4; ++i) CHECK(rest[i] == expected[i + 2]);
+}
+
+TEST_CASE("SIGTERM stops training at a step boundary with a checkpoint", "[tools][faults][slow]") {
+  CliSandbox box("fault-term");
+  REQUIRE(box.loom(kPlan + " --dp 1 --tp 1 --pp 1 -o plan.json").exit_code == 0);
+  const int code = shell(
+      box, "$LOOM train plan.json" + kTrain +
+               " --steps 100000 --checkpoint ck --checkpoint-every 1000000 --metrics m.jsonl "
+               ">out.txt 2>err.txt & pid=$!; "
+               "for i in $(seq 600); do [ -s m.jsonl ] && [ $(wc -l <m.jsonl) -ge 3 ] && break; "
+               "sleep 0.1; done; kill -TERM $pid; wait $pid; echo $? >code.txt");
+  REQUIRE(code == 0);
+  const std::string err = box.read("err.txt");
+  INFO(err);
+  CHECK(std::stoi(box.read("code.txt")) == 128 + SIGTERM);
+  CHECK_THAT(err, Contains("stopped by signal 15 after step"));
+  // The checkpoint is the last finished step's: the metrics' last line.
+  std::istringstream lines(box.read("m.jsonl"));
+  json last;
+  for (std::string line; std::getline(lines, line);) last = json::parse(line);
+  const std::int64_t step = last.at("step").get<std::int64_t>();
+  CHECK(fs::exists(
+      box.work() / "ck" /
+      ("step-" + std::string(8 - std::to_string(step).size(), '0') + std::to_string(step))));
+}
+
+TEST_CASE("writes that run out of space fail cleanly and leave no partial file",
+          "[tools][faults][slow]") {
+  CliSandbox box("fault-space");
+  // ulimit -f counts 1024-byte blocks: a plan is several kilobytes.
+  int code = shell(box, "ulimit -f 1; $LOOM " + kPlan + " -o plan.json 2>err.txt");
+  CHECK(code == 1);
+  CHECK_THAT(box.read("err.txt"), Contains("plan.json") && Contains("File too large"));
+  CHECK(loom::test::line_count(box.read("err.txt")) == 1);
+  CHECK(names_in(box.work()) == std::set<std::string>{"err.txt"});
+
+  REQUIRE(box.loom(kPlan + " --dp 1 --tp 1 --pp 1 -o plan.json").exit_code == 0);
+  code =
+      shell(box, "ulimit -f 1; $LOOM simulate plan.json --trace trace.json >/dev/null 2>err.txt");
+  CHECK(code == 1);
+  CHECK_FALSE(fs::exists(box.work() / "trace.json"));
+
+  // A checkpoint (megabytes) under a 1 MiB limit: an error, no step-* folder.
+  code = shell(box, "ulimit -f 1024; $LOOM train plan.json" + kTrain +
+                        " --steps 2 --checkpoint ck >/dev/null 2>err.txt");
+  CHECK(code == 1);
+  CHECK_THAT(box.read("err.txt"), Contains("cannot write checkpoint"));
+  CHECK(loom::test::line_count(box.read("err.txt")) == 1);
+  CHECK(names_in(box.work() / "ck").empty());
+
+  // Metrics: the line that does not fit is cut off, every remaining line is whole.
+  code = shell(box, "ulimit -f 1; $LOOM train plan.json" + kTrain +
+                        " --steps 20 --metrics m.jsonl >/dev/null 2>err.txt");
+  CHECK(code == 1);
+  CHECK_THAT(box.read("err.txt"), Contains("cannot write metrics m.jsonl"));
+  const std::string metrics = box.read("m.jsonl");
+  REQUIRE_FALSE(metrics.empty());
+  CHECK(metrics.back() == '\n');
+  std::istringstream lines(metrics);
+  for (std::string line; std::getline(lines, line);) CHECK_NOTHROW(json::parse(line));
+}
