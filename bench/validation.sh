@@ -32,7 +32,7 @@ for model in tiny-bert "$MINI"; do
   "$LOOM" profile --model "$model" --seq-len $SEQ --micro-batch 2 4 8 16 --threads 2 \
     --recompute none selective full --repeats 10 -o "profile-$name-2t.json" 2>/dev/null
   "$LOOM" launch --nproc 2 -- loom profile --model "$model" --seq-len $SEQ --micro-batch 2 4 8 16 \
-    --threads 1 --recompute none selective full --repeats 10 -o "profile-$name-1t.json" >/dev/null 2>&1
+    --threads 1 --tp 1 2 --recompute none selective full --repeats 10 -o "profile-$name-1t.json" >/dev/null 2>&1
 done
 "$LOOM" launch --nproc 2 -- loom profile --links --repeats 10 -o links.json >/dev/null
 

@@ -949,8 +949,8 @@ class FlatParameters {
     // Ranges of the updated part (not per-element masks, which would cost another copy of it).
     decay_ranges_ = true_ranges(decay.narrow(0, shard_offset_, updated));
     counted_ranges_ = true_ranges(counted.narrow(0, shard_offset_, updated));
-    exp_avg_ = torch::zeros({updated}, options);
-    exp_avg_sq_ = torch::zeros({updated}, options);
+    decay = torch::Tensor();
+    counted = torch::Tensor();
     if (zero_ == 3) {
       shard_ = flat_.narrow(0, shard_offset_, shard_numel_).clone();
       release();
@@ -959,6 +959,9 @@ class FlatParameters {
       if (overlap && dp > 1 && zero_ <= 1)
         make_buckets(std::max<std::int64_t>(o.bucket_bytes / 4, 1));
     }
+    // After the parameters moved into the flat buffer (their first copies are freed by then).
+    exp_avg_ = torch::zeros({updated}, options);
+    exp_avg_sq_ = torch::zeros({updated}, options);
   }
 
   // The next backward pass is the step's last: its gradient hooks start the bucket all-reduces.

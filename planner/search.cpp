@@ -145,50 +145,63 @@ std::vector<Strategy> candidate_strategies(const profiles::ModelSpec& model,
                                            const profiles::Cluster& cluster,
                                            const costmodel::Job& job, const SearchOptions& o,
                                            std::string* first_refusal) {
-  const std::int64_t devices = cluster.device_count();
+  const std::int64_t all_devices = cluster.device_count();
   auto refuse = [&](const std::string& why) {
     if (first_refusal->empty()) *first_refusal = why;
   };
+  // World sizes: every device; on one CPU node also every divisor of its cores (fewer ranks,
+  // more threads each).
+  std::vector<int> worlds = {static_cast<int>(all_devices)};
+  if (o.fewer_cpu_ranks && cluster.device.kind == profiles::DeviceKind::kCpu &&
+      cluster.nodes == 1) {
+    worlds = divisors(all_devices);
+    std::reverse(worlds.begin(), worlds.end());  // all devices first (the order of ties)
+  }
   std::vector<Strategy> out;
-  for (int tp : o.tp ? std::vector<int>{*o.tp} : divisors(devices)) {
-    if (!o.tp &&
-        (tp > cluster.devices_per_node || model.heads % tp != 0 || model.ffn_hidden % tp != 0)) {
-      continue;
-    }
-    for (int pp : o.pp ? std::vector<int>{*o.pp} : divisors(devices / tp)) {
-      if (!o.pp && pp > model.layers) continue;
-      const std::int64_t replica = std::int64_t{tp} * pp;
-      if (!o.dp && devices % replica != 0) continue;
-      const int dp = o.dp.value_or(static_cast<int>(devices / replica));
-      if (job.global_batch % dp != 0) {
-        refuse("the global batch " + std::to_string(job.global_batch) +
-               " does not split over dp=" + std::to_string(dp));
+  for (const int devices : worlds) {
+    for (int tp : o.tp ? std::vector<int>{*o.tp} : divisors(devices)) {
+      if (!o.tp &&
+          (tp > cluster.devices_per_node || model.heads % tp != 0 || model.ffn_hidden % tp != 0)) {
         continue;
       }
-      const std::int64_t per_rank = job.global_batch / dp;
-      std::vector<int> zeros = o.zero   ? std::vector<int>{*o.zero}
-                               : dp > 1 ? std::vector<int>{0, 1, 2, 3}
-                                        : std::vector<int>{0};
-      std::vector<int> bs = o.micro_batch ? std::vector<int>{static_cast<int>(*o.micro_batch)}
-                                          : divisors(std::min<std::int64_t>(per_rank, 1024));
-      for (int zero : zeros) {
-        for (int b : bs) {
-          if (per_rank % b != 0) continue;
-          for (auto [schedule, v] : schedule_choices(o, pp, model.layers)) {
-            Strategy s;
-            s.tp = tp;
-            s.pp = pp;
-            s.dp = dp;
-            s.zero = zero;
-            s.micro_batch = b;
-            s.num_micro_batches = per_rank / b;
-            s.schedule = schedule;
-            s.virtual_stages = v;
-            if (auto why = costmodel::check_strategy(model, devices, job, s)) {
-              refuse(*why);
-              continue;
+      for (int pp : o.pp ? std::vector<int>{*o.pp} : divisors(devices / tp)) {
+        if (!o.pp && pp > model.layers) continue;
+        const std::int64_t replica = std::int64_t{tp} * pp;
+        if (!o.dp && devices % replica != 0) continue;
+        const int dp = o.dp.value_or(static_cast<int>(devices / replica));
+        if (job.global_batch % dp != 0) {
+          refuse("the global batch " + std::to_string(job.global_batch) +
+                 " does not split over dp=" + std::to_string(dp));
+          continue;
+        }
+        const std::int64_t per_rank = job.global_batch / dp;
+        std::vector<int> zeros = o.zero   ? std::vector<int>{*o.zero}
+                                 : dp > 1 ? std::vector<int>{0, 1, 2, 3}
+                                          : std::vector<int>{0};
+        std::vector<int> bs = o.micro_batch ? std::vector<int>{static_cast<int>(*o.micro_batch)}
+                                            : divisors(std::min<std::int64_t>(per_rank, 1024));
+        for (int zero : zeros) {
+          for (int b : bs) {
+            if (per_rank % b != 0) continue;
+            for (auto [schedule, v] : schedule_choices(o, pp, model.layers)) {
+              Strategy s;
+              s.tp = tp;
+              s.pp = pp;
+              s.dp = dp;
+              s.zero = zero;
+              s.micro_batch = b;
+              s.num_micro_batches = per_rank / b;
+              s.schedule = schedule;
+              s.virtual_stages = v;
+              if (auto why = costmodel::check_strategy(model, all_devices, job, s)) {
+                refuse(*why);
+                continue;
+              }
+              // Pinned dimensions can make two world sizes yield the same strategy.
+              if (worlds.size() == 1 || std::find(out.begin(), out.end(), s) == out.end()) {
+                out.push_back(s);
+              }
             }
-            out.push_back(s);
           }
         }
       }
@@ -338,7 +351,7 @@ constexpr std::int64_t kMaxSimulatedTasks = 60000;
 
 // Replaces the analytical predictions of `plans` by simulated ones and re-ranks them; the best
 // plan keeps its reasons and says how the simulation changed the figure.
-void refine_by_simulation(ShapeCosts& costs, std::vector<Plan>* plans) {
+void refine_by_simulation(ShapeCosts& costs, std::vector<Plan>* plans, bool pinned_stages) {
   costmodel::SimulationOptions options;
   options.record_trace = false;
   options.max_tasks = kMaxSimulatedTasks;
@@ -357,11 +370,30 @@ void refine_by_simulation(ShapeCosts& costs, std::vector<Plan>* plans) {
   std::vector<Plan> ranked;
   for (std::size_t i : order) ranked.push_back(std::move((*plans)[i]));
   if (order.front() != 0) {
-    // The simulation overturned the analytical winner: the reasons travel with the first place.
-    std::swap(
-        ranked.front().why,
-        ranked[static_cast<std::size_t>(std::find(order.begin(), order.end(), 0) - order.begin())]
-            .why);
+    // The simulation overturned the analytical winner: the new first place gets reasons of its
+    // own, per dimension against the best simulated plan with another value, then its partition,
+    // placement and profile notes.
+    Plan& best = ranked.front();
+    best.why.clear();
+    for (const Dimension& d : kDimensions) {
+      const int chosen = d.value(best.strategy);
+      const Plan* other = nullptr;
+      for (std::size_t i = 1; i < ranked.size() && other == nullptr; ++i) {
+        if (d.value(ranked[i].strategy) != chosen) other = &ranked[i];
+      }
+      if (other == nullptr) continue;
+      char line[200];
+      std::snprintf(line, sizeof line,
+                    "%s=%s chosen over %s=%s: %.4g s vs %.4g s per step simulated (%+.1f %%)",
+                    d.name, d.label(chosen).c_str(), d.name,
+                    d.label(d.value(other->strategy)).c_str(), best.predicted.step_time_s,
+                    other->predicted.step_time_s,
+                    100 * (other->predicted.step_time_s / best.predicted.step_time_s - 1));
+      best.why.emplace_back(line);
+    }
+    for (std::string& w : describe(best, costs.of(best.strategy), pinned_stages)) {
+      best.why.push_back(std::move(w));
+    }
   }
   char buf[200];
   const std::size_t first = order.front();
@@ -531,7 +563,7 @@ SearchResult search(const costmodel::CostModel& cost, const costmodel::Job& job,
     }
     result.plans.push_back(std::move(plan));
   }
-  if (o.simulate) refine_by_simulation(costs, &result.plans);
+  if (o.simulate) refine_by_simulation(costs, &result.plans, o.stages.has_value());
   return result;
 }
 

@@ -38,6 +38,9 @@ struct SearchOptions {
   // `predicted` becomes the simulation's (source "simulation") and they are re-ranked by it.
   bool simulate = true;
   bool prune = true;  // false: estimate every point (to check that pruning loses nothing)
+  // On a one-node CPU cluster, also try fewer ranks than cores (each rank then runs more threads:
+  // costmodel::threads_per_rank); false: every plan uses every device, as on GPUs.
+  bool fewer_cpu_ranks = true;
   int top = 5;
 };
 

@@ -28,6 +28,7 @@ int run_demo() {
 
   planner::SearchOptions o;
   o.micro_batch = 8;
+  o.fewer_cpu_ranks = false;  // the demo trains across the machine's ranks
   const planner::SearchResult found = planner::search(costmodel::CostModel(model, cluster), job, o);
   const planner::Plan& plan = found.plans.at(0);
   print_plan(std::cout, plan);

@@ -2,7 +2,8 @@
 # Runs every libFuzzer target of a `make fuzz` build for SECONDS each (default 600), one after
 # another, growing a working corpus per target from the seeds in fuzz/corpus. Crashing inputs are
 # written to BUILD/findings/; keep them in fuzz/regressions/<target>/ once fixed (CTest replays
-# them). Prints executions and findings per target. With FUZZ_RUNS=N set, each target instead
+# them). Prints executions and findings per target. FUZZ_TARGETS="fuzz_x fuzz_y" limits the run to
+# those targets. With FUZZ_RUNS=N set, each target instead
 # runs exactly N inputs from seed 1 over the shipped seeds only (deterministic: the CI smoke run).
 set -euo pipefail
 build=${1:-build-fuzz}
@@ -13,6 +14,8 @@ status=0
 printf '%-20s %10s %12s %s\n' target seconds executions findings
 for bin in "$build"/fuzz/fuzz_*; do
   name=$(basename "$bin")
+  # FUZZ_TARGETS="fuzz_a fuzz_b" runs only those.
+  if [ -n "${FUZZ_TARGETS:-}" ] && [[ " $FUZZ_TARGETS " != *" $name "* ]]; then continue; fi
   corpus="$build/corpus/$name"
   mkdir -p "$corpus"
   limit=(-max_total_time="$seconds")

@@ -6,6 +6,8 @@
 #include "costmodel/calibration.hpp"
 #include "costmodel/comm.hpp"
 #include "costmodel/estimate.hpp"
+#include "costmodel/layers.hpp"
+#include "costmodel/simulator.hpp"
 #include "profiles/loader.hpp"
 
 using namespace loom;
@@ -161,4 +163,75 @@ TEST_CASE("link fitting recovers latency and bandwidth from noisy measurements",
   CHECK(c.intra_node.latency_us == fits[0].latency_us);
   REQUIRE(notes.size() == 1);
   CHECK_THAT(notes[0], Catch::Contains("intra-node link from the profile"));
+}
+
+TEST_CASE("CPU ranks do not hide communication behind compute", "[calibration]") {
+  // The same dp=2 step on a CPU cluster and on the same cluster declared as GPUs: on the CPU the
+  // gradient all-reduce is fully exposed in the estimate and in the simulation.
+  const profiles::ModelSpec model = profiles::load_model("tiny-bert");
+  profiles::Cluster cpu = profiles::load_cluster("local-cpu");
+  profiles::Cluster gpu = cpu;
+  gpu.device.kind = profiles::DeviceKind::kGpu;
+  gpu.device.matrix_efficiency = 0.5;
+  gpu.device.memory_efficiency = 0.5;
+  Strategy s = single(8, 1);
+  s.dp = 2;
+  const Job job{16, 64, Precision::kFp32, "adamw"};
+  const auto stages = even_partition(model, 1);
+  CostOptions options;
+  options.dp_bucket_bytes = 1 << 20;  // many buckets, so that a GPU can overlap most of them
+  const CostModel on_cpu(model, cpu, options);
+  const CostModel on_gpu(model, gpu, options);
+  const Prediction c = on_cpu.estimate(job, s, stages);
+  const Prediction g = on_gpu.estimate(job, s, stages);
+  const double allreduce =
+      collective_time_s(Collective::kAllReduce, 4.0 * count_parameters(model).total, 2,
+                        on_cpu.group_links().group(2, 2, 1));
+  CHECK(c.exposed_communication_s.dp == Approx(allreduce));
+  CHECK(g.exposed_communication_s.dp < c.exposed_communication_s.dp);
+  const SimulationResult sim_cpu = simulate(on_cpu, job, s, stages);
+  const SimulationResult sim_gpu = simulate(on_gpu, job, s, stages);
+  CHECK(sim_cpu.step_time_s > sim_gpu.step_time_s);
+}
+
+TEST_CASE("the optimizer step's working set sets the peak when activations are small",
+          "[calibration]") {
+  // One rank: torch's AdamW holds two fp32 temporaries of the largest tensor (the word table).
+  const profiles::ModelSpec model = profiles::load_model("tiny-bert");
+  const CostModel cost(model, profiles::load_cluster("local-cpu"));
+  const Job job{1, 8, Precision::kFp32, "adamw"};
+  const Strategy s = single(1, 1);
+  const MemoryBreakdown m = cost.estimate(job, s, even_partition(model, 1)).memory_by_stage[0];
+  const double word_table = 4.0 * model.vocab * model.hidden;
+  CHECK(m.activations < 2 * word_table);
+  CHECK(m.activations + m.buffers == Approx(2 * word_table));
+}
+
+TEST_CASE("a measured optimizer step and collective factors replace the modelled ones",
+          "[calibration]") {
+  const profiles::ModelSpec model = profiles::load_model("tiny-bert");
+  profiles::Profile prof;
+  prof.optimizer = {{1'000'000, 1, 0.004}, {1'000'000, 2, 0.0025}};
+  const profiles::PathMetrics link{10, 5};
+  // All-gathers measured at twice the ring's time, all-reduces exactly.
+  for (double bytes : {65536.0, 1048576.0, 16777216.0}) {
+    prof.links.push_back({"allreduce", 2, bytes,
+                          collective_time_s(Collective::kAllReduce, bytes, 2, link), "intra_node"});
+    prof.links.push_back({"all_gather", 2, bytes,
+                          2 * collective_time_s(Collective::kAllGather, bytes, 2, link),
+                          "intra_node"});
+  }
+  const Calibration cal(prof, model);
+  CHECK(*cal.optimizer_s_per_parameter(2) == Approx(2.5e-9));
+  CHECK(*cal.optimizer_s_per_parameter(1) == Approx(4e-9));
+  CHECK(*cal.optimizer_s_per_parameter(4) == Approx(2.5e-9 * 2 / 4));  // nearest, scaled
+  CHECK(cal.collective_factor(Collective::kAllGather) >
+        1.5 * cal.collective_factor(Collective::kAllReduce));
+  CHECK(cal.collective_factor(Collective::kP2p) == 1);  // not measured
+
+  const CostModel cost = CostModel(model, profiles::load_cluster("local-cpu"))
+                             .with_calibration(std::make_shared<Calibration>(prof, model));
+  const Job job{8, 64, Precision::kFp32, "adamw"};
+  const Prediction p = cost.estimate(job, single(8, 1), even_partition(model, 1));
+  CHECK(p.optimizer_s == Approx(count_parameters(model).total * 2.5e-9));  // 1 rank: 2 threads
 }

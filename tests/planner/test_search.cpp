@@ -1,5 +1,6 @@
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "planner/search.hpp"
 #include "profiles/loader.hpp"
@@ -87,4 +88,26 @@ TEST_CASE("nothing fits: the reason names the smallest need and the device", "[p
   CHECK(r.searched > 0);
   CHECK_THAT(r.infeasible_reason, Catch::Contains("does not fit") && Catch::Contains("80.0 GiB") &&
                                       Catch::Contains("zero=0"));
+}
+
+TEST_CASE("on one CPU node the search also tries fewer ranks with more threads each", "[planner]") {
+  const costmodel::CostModel cost(profiles::load_model("tiny-bert"),
+                                  profiles::load_cluster("local-cpu"));
+  const costmodel::Job job{16, 64, profiles::Precision::kFp32, "adamw"};
+  SearchOptions o;
+  o.top = 1000;
+  o.simulate = false;
+  std::set<int> worlds;
+  for (const Plan& p : search(cost, job, o).plans) worlds.insert(p.strategy.world_size());
+  CHECK(worlds == std::set<int>{1, 2});
+  o.fewer_cpu_ranks = false;
+  worlds.clear();
+  for (const Plan& p : search(cost, job, o).plans) worlds.insert(p.strategy.world_size());
+  CHECK(worlds == std::set<int>{2});
+  // GPU clusters always use every device.
+  const costmodel::CostModel gpu(profiles::load_model("bert-large"),
+                                 profiles::load_cluster("dgx-a100-80g"));
+  o.fewer_cpu_ranks = true;
+  const auto devices = static_cast<int>(gpu.cluster().device_count());
+  for (const Plan& p : search(gpu, kJob, o).plans) CHECK(p.strategy.world_size() == devices);
 }
