@@ -997,6 +997,25 @@ class FlatParameters {
     if (grad_.defined()) grad_.zero_();
   }
 
+  // What a checkpoint keeps of this rank (between steps): the parameters it holds (the flat
+  // buffer, or its shard with ZeRO-3), both AdamW moments and the step count.
+  std::vector<torch::Tensor> state() const {
+    return {(zero_ == 3 ? shard_ : flat_).to(torch::kCPU), exp_avg_.to(torch::kCPU),
+            exp_avg_sq_.to(torch::kCPU), torch::tensor({step_}, torch::kLong)};
+  }
+  void load_state(const std::vector<torch::Tensor>& state, const std::string& source) {
+    torch::Tensor& held = zero_ == 3 ? shard_ : flat_;
+    if (state.size() != 4 || state[0].sizes() != held.sizes() ||
+        state[1].sizes() != exp_avg_.sizes() || state[2].sizes() != exp_avg_sq_.sizes()) {
+      throw InputError(source, "", "the parameters and AdamW state of this rank of this plan");
+    }
+    torch::NoGradGuard no_grad;
+    held.copy_(state[0]);
+    exp_avg_.copy_(state[1]);
+    exp_avg_sq_.copy_(state[2]);
+    step_ = state[3].item<std::int64_t>();
+  }
+
   // Sums the gradients over the dp group and divides by dp (into the shard with ZeRO-2/3).
   // Returns the gradient this rank updates with.
   torch::Tensor reduce_gradients() {
@@ -1156,11 +1175,6 @@ void check_parallel_options(const TrainOptions& o, ParallelGroups& groups) {
                      "virtual_stages 1 with gpipe or 1f1b, or virtual_stages >= 2 with the "
                      "interleaved schedule, pp >= 2 and num_micro_batches a multiple of pp");
   }
-  if (!o.checkpoint_dir.empty() || o.resume) {
-    throw InputError("--checkpoint", "",
-                     "no checkpoint with many ranks (not implemented yet); run without "
-                     "--checkpoint / --resume");
-  }
   if (o.device == Device::kCuda && o.precision == Precision::kFp16) {
     throw InputError("--device", "", "bf16, tf32 or fp32 with many ranks on cuda (no fp16 yet)");
   }
@@ -1226,6 +1240,111 @@ TrainSummary train_classifier(const TrainOptions& o, const std::vector<EncodedEx
   }
   FlatParameters flat(chunk_pointers, o, groups, device, /*overlap=*/v == 1);
   auto global_chunk = [&](int k) { return k * pp + c.pp; };
+
+  // Checkpoints of many ranks: DIR/step-N/ holds trainer_state.json (the layout and the data
+  // position) and rank-R.pt per rank (its parameters or shard, AdamW moments and step, RNG
+  // state); they resume with the same plan. All ranks write into one temporary folder, then rank
+  // 0 renames it (a run killed mid-write leaves the previous checkpoint whole).
+  const int world_rank = groups.world_rank();
+  const int world_size = o.dp * o.tp * o.pp;
+  nlohmann::json layout = {{"dp", o.dp},          {"tp", o.tp},
+                           {"pp", o.pp},          {"zero", o.zero},
+                           {"virtual_stages", v}, {"stages", nlohmann::json::array()}};
+  for (const costmodel::StageRange& r : stages) {
+    layout["stages"].push_back({r.first_layer, r.last_layer});
+  }
+  std::int64_t start_step = 0;
+  std::int64_t summary_resumed_from = 0;
+  std::optional<std::string> checkpoint =
+      o.resume ? latest_checkpoint(o.checkpoint_dir) : std::nullopt;
+  if (checkpoint) {
+    const fs::path dir(*checkpoint);
+    const std::string source = (dir / kStateFile).string();
+    const nlohmann::json state = read_json_file(dir / kStateFile);
+    auto expect = [&](const char* key, const nlohmann::json& value, const std::string& what) {
+      if (!state.contains(key) || state[key] != value) {
+        throw InputError(source, std::string("$.") + key,
+                         what + " of this run (" + value.dump() + ")");
+      }
+    };
+    expect("format", kCheckpointFormat, "the format");
+    expect("model", profiles::model_to_json(spec), "the model");
+    expect("seed", o.seed, "the seed");
+    expect("global_batch", global_batch, "the global batch");
+    expect("train_examples", train_count, "the number of training examples");
+    expect("layout", layout, "the parallel layout");
+    start_step = state.value("step", std::int64_t{0});
+    const fs::path mine = dir / ("rank-" + std::to_string(world_rank) + ".pt");
+    std::vector<torch::Tensor> saved;
+    try {
+      torch::load(saved, mine.string());
+    } catch (const c10::Error& e) {
+      throw InputError(
+          mine.string(), "",
+          std::string("a rank state written by loom train (") + e.what_without_backtrace() + ")");
+    }
+    if (saved.size() < 5) throw InputError(mine.string(), "", "parameters, moments, step, RNG");
+    flat.load_state({saved.begin(), saved.begin() + 4}, mine.string());
+    restore_rng({saved.begin() + 4, saved.end()}, o.device, device_index, mine.string());
+    summary_resumed_from = start_step;
+  }
+  auto write_checkpoint_of_ranks = [&](std::int64_t step_done, std::int64_t epoch) {
+    const fs::path dir(o.checkpoint_dir);
+    const std::string name = step_folder(step_done);
+    const fs::path tmp = dir / (".tmp-" + name);
+    if (world_rank == 0) {
+      fs::create_directories(dir);
+      fs::remove_all(tmp);
+      fs::create_directory(tmp);
+    }
+    groups.world().barrier();
+    std::string error;
+    try {
+      std::vector<torch::Tensor> saved = flat.state();
+      for (torch::Tensor& t : capture_rng(o.device, device_index)) saved.push_back(t);
+      torch::save(saved, (tmp / ("rank-" + std::to_string(world_rank) + ".pt")).string());
+      if (o.fault_kill_in_checkpoint == step_done) ::raise(SIGKILL);  // fault injection
+      if (world_rank == 0) {
+        nlohmann::ordered_json state;
+        state["format"] = kCheckpointFormat;
+        state["step"] = step_done;
+        state["epoch"] = epoch;
+        state["seed"] = o.seed;
+        state["global_batch"] = global_batch;
+        state["total_steps"] = total_steps;
+        state["train_examples"] = train_count;
+        state["world_size"] = world_size;
+        state["layout"] = layout;
+        state["model"] = profiles::model_to_json(spec);
+        profiles::write_file_atomically((tmp / kStateFile).string(), state.dump(2) + "\n");
+      }
+    } catch (const c10::Error& e) {
+      error = e.what_without_backtrace();
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+    // Every rank learns whether every write succeeded before rank 0 renames.
+    torch::Tensor failed = torch::tensor({error.empty() ? 0.0 : 1.0}, torch::kDouble);
+    groups.world().allreduce_sum(failed);
+    if (failed.item<double>() != 0) {
+      if (world_rank == 0) {
+        std::error_code ignored;
+        fs::remove_all(tmp, ignored);
+      }
+      throw std::runtime_error("cannot write checkpoint " + (dir / name).string() + ": " +
+                               (error.empty() ? "another rank failed to write its part" : error));
+    }
+    if (world_rank == 0) {
+      const fs::path target = dir / name;
+      fs::remove_all(target);
+      fs::rename(tmp, target);
+      for (const auto& entry : fs::directory_iterator(dir)) {
+        const std::int64_t other = folder_step(entry.path().filename().string());
+        if (other >= 0 && other < step_done) fs::remove_all(entry.path());
+      }
+    }
+    groups.world().barrier();
+  };
   const int previous_rank = (c.pp + pp - 1) % pp;
   const int next_rank = (c.pp + 1) % pp;
   ProcessGroup& pipe = groups.pp();
@@ -1237,8 +1356,11 @@ TrainSummary train_classifier(const TrainOptions& o, const std::vector<EncodedEx
   TrainSummary summary;
   summary.total_steps = total_steps;
   summary.precision = mp.name;
+  if (checkpoint) summary.resumed_from_step = summary_resumed_from;
+  summary.steps = start_step;
   MetricsWriter metrics(
-      groups.world_rank() == 0 || o.metrics_every_rank ? o.metrics_path : std::string(), false);
+      groups.world_rank() == 0 || o.metrics_every_rank ? o.metrics_path : std::string(),
+      checkpoint.has_value());
   ProgressBar progress(o.progress && groups.world_rank() == 0, total_steps);
   if (o.device == Device::kCuda) compat::cuda_reset_peak(device_index);
   const std::int64_t eval_batch = o.eval_batch > 0 ? o.eval_batch : o.micro_batch;
@@ -1307,7 +1429,7 @@ TrainSummary train_classifier(const TrainOptions& o, const std::vector<EncodedEx
 
   const std::int64_t end_step =
       o.stop_after_step > 0 ? std::min(o.stop_after_step, total_steps) : total_steps;
-  for (std::int64_t step = 0; step < end_step; ++step) {
+  for (std::int64_t step = start_step; step < end_step; ++step) {
     const auto started = std::chrono::steady_clock::now();
     const std::int64_t epoch = step / steps_per_epoch;
     const std::int64_t offset = (step % steps_per_epoch) * global_batch;
@@ -1448,14 +1570,21 @@ TrainSummary train_classifier(const TrainOptions& o, const std::vector<EncodedEx
       flat.release();
     }
     // A stop signal on any rank stops every rank after this step (one agreed flag per step).
+    bool stopping = false;
     if (o.stop_signal != nullptr) {
       torch::Tensor flag = torch::tensor({static_cast<double>(o.stop_signal->load())},
                                          torch::TensorOptions().dtype(torch::kDouble));
       groups.world().allreduce_sum(flag);
-      if (flag.item<double>() != 0) {
-        summary.stopped_by_signal = o.stop_signal->load() != 0 ? o.stop_signal->load() : SIGTERM;
-        break;
-      }
+      stopping = flag.item<double>() != 0;
+    }
+    const bool last = step + 1 == end_step || stopping;
+    if (!o.checkpoint_dir.empty() &&
+        ((o.checkpoint_every > 0 && (step + 1) % o.checkpoint_every == 0) || last)) {
+      write_checkpoint_of_ranks(step + 1, (step + 1) / steps_per_epoch);
+    }
+    if (stopping) {
+      summary.stopped_by_signal = o.stop_signal->load() != 0 ? o.stop_signal->load() : SIGTERM;
+      break;
     }
   }
   progress.finish();

@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <sstream>
 #include <thread>
 
 #include "tests/tools/cli_sandbox.hpp"
@@ -166,4 +167,66 @@ TEST_CASE("writes that run out of space fail cleanly and leave no partial file",
   CHECK(metrics.back() == '\n');
   std::istringstream lines(metrics);
   for (std::string line; std::getline(lines, line);) CHECK_NOTHROW(json::parse(line));
+}
+
+TEST_CASE("a 4-rank checkpoint resumes in a 4-rank run with the uninterrupted losses",
+          "[tools][faults][slow]") {
+  CliSandbox box("checkpoint-4");
+  // Four CPU ranks: local-cpu with four "cores" (they time-share this machine's).
+  json cluster = json::parse(
+      loom::test::read_all(fs::path(LOOM_SOURCE_DIR) / "profiles" / "clusters" / "local-cpu.json"));
+  cluster["name"] = "cpu4";
+  cluster["devices_per_node"] = 4;
+  box.write("cpu4.json", cluster.dump());
+  const std::string plan4 =
+      "plan --model tiny-bert --cluster cpu4.json --global-batch 8 --seq-len 16 --precision fp32";
+  REQUIRE(box.loom(plan4 + " --dp 2 --pp 2 --tp 1 --zero 1 --schedule 1f1b --micro-batch 2 "
+                           "-o plan.json")
+              .exit_code == 0);
+  const std::string train =
+      "launch --nproc 4 --master-port " + port(3) + " -- loom train plan.json" + kTrain;
+  const CliResult straight = box.loom(train + " --steps 6 --json");
+  INFO(straight.err);
+  REQUIRE(straight.exit_code == 0);
+  // Rank 0 prints the summary ("[rank 0] " in front of each line).
+  auto summary_of = [](const std::string& out) {
+    std::string text;
+    std::istringstream lines(out);
+    for (std::string line; std::getline(lines, line);) {
+      if (line.rfind("[rank 0] ", 0) == 0) text += line.substr(9) + "\n";
+    }
+    return json::parse(text);
+  };
+  const std::vector<double> expected = summary_of(straight.out).at("losses");
+  REQUIRE(expected.size() == 6);
+
+  // Checkpoints every 3 steps; rank 2 dies in step 5, so step 3's is the last one written.
+  const CliResult killed =
+      box.loom("launch --nproc 4 --master-port " + port(4) + " -- loom train plan.json" + kTrain +
+                   " --steps 6 --checkpoint ck --checkpoint-every 3 --comm-timeout 20",
+               "LOOM_FAULT=kill-in-step:5@2");
+  CHECK(killed.exit_code == 1);
+  CHECK(fs::exists(box.work() / "ck" / "step-00000003" / "rank-3.pt"));
+  CHECK_FALSE(fs::exists(box.work() / "ck" / "step-00000006"));
+
+  const CliResult resumed =
+      box.loom("launch --nproc 4 --master-port " + port(5) + " -- loom train plan.json" + kTrain +
+               " --steps 6 --checkpoint ck --resume --json");
+  INFO(resumed.err);
+  REQUIRE(resumed.exit_code == 0);
+  const json summary = summary_of(resumed.out);
+  CHECK(summary.at("resumed_from_step") == 3);
+  const std::vector<double> rest = summary.at("losses");
+  REQUIRE(rest.size() == 3);
+  for (std::size_t i = 0; i < 3; ++i) CHECK(rest[i] == expected[i + 3]);
+
+  // Another layout cannot resume from it.
+  REQUIRE(
+      box.loom(plan4 + " --dp 4 --tp 1 --pp 1 --zero 1 --micro-batch 2 -o other.json").exit_code ==
+      0);
+  const CliResult other =
+      box.loom("launch --nproc 4 --master-port " + port(6) + " -- loom train other.json" + kTrain +
+               " --steps 6 --checkpoint ck --resume");
+  CHECK(other.exit_code == 1);
+  CHECK_THAT(other.err, Contains("$.layout"));
 }
