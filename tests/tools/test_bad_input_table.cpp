@@ -290,6 +290,34 @@ std::vector<Row> table(const Plans& plans) {
       plan_with("gpt/config.json", "cluster-1.json"),
       {"gpt/config.json", "$.n_head", "divisor of n_embd (24)"});
 
+  // --- loom-profile/1 files (--profile) -------------------------------------------------------
+  const json profile = json::parse(R"({"format": "loom-profile/1", "device": "cpu",
+    "precision": "fp32", "layers": [{"kind": "encoder_layer", "hidden": 24, "heads": 3,
+    "ffn_hidden": 48, "seq_len": 32, "micro_batch": 4, "forward_s": 0.001, "backward_s": 0.002,
+    "activation_bytes": 1000, "parameter_bytes": 2000}]})");
+  add("profile: missing field",
+      {{"p.json", text(edited(profile, [](J j) { j["layers"][0].erase("forward_s"); }))}},
+      kPlan + " --profile p.json", {"p.json", "$.layers[0].forward_s", "missing required field"});
+  add("profile: negative time",
+      {{"p.json", text(edited(profile, [](J j) { j["layers"][0]["backward_s"] = -1; }))}},
+      kPlan + " --profile p.json", {"p.json", "$.layers[0].backward_s", "> 0"});
+  add("profile: made for another model",
+      {{"p.json", text(edited(profile, [](J j) { j["layers"][0]["hidden"] = 48; }))}},
+      kPlan + " --profile p.json", {"p.json", "$.layers", "another model"});
+  add("profile: another precision",
+      {{"p.json", text(edited(profile, [](J j) { j["precision"] = "bf16"; }))}},
+      kPlan + " --profile p.json", {"p.json", "$.precision", "\"fp32\""});
+  add("profile: unknown collective",
+      {{"p.json", text(edited(profile,
+                              [](J j) {
+                                j["links"] = json::array({{{"collective", "broadcast"},
+                                                           {"ranks", 2},
+                                                           {"bytes", 1024},
+                                                           {"time_s", 0.001},
+                                                           {"scope", "intra_node"}}});
+                              }))}},
+      kPlan + " --profile p.json", {"p.json", "$.links[0].collective", "allreduce"});
+
   // --- loom-cluster/1 files -------------------------------------------------------------------
   add("cluster: missing field",
       {{"c.json", text(edited(cluster, [](J j) { j["device"].erase("memory_bytes"); }))}},
