@@ -238,12 +238,6 @@ Terms compute_terms(const profiles::ModelSpec& m, const CostOptions& options,
       t.head_terms.backward_tp = {1, act_bytes};
     }
   }
-  t.layer_terms.forward_compute_s = t.layer.forward_s;
-  t.layer_terms.backward_compute_s = t.layer.backward_s + t.layer.recompute_s;
-  t.embed_terms.forward_compute_s = t.embed.forward_s;
-  t.embed_terms.backward_compute_s = t.embed.backward_s;
-  t.head_terms.forward_compute_s = t.head.forward_s;
-  t.head_terms.backward_compute_s = t.head.backward_s;
   if (s.pp > 1) {
     t.p2p_bytes = act_bytes / s.tp;
     if (s.tp > 1 && !s.sequence_parallel) t.p2p_all_gather_bytes = act_bytes;
@@ -328,14 +322,14 @@ Terms compute_terms(const profiles::ModelSpec& m, const CostOptions& options,
     t.how_head = calibrate(
         *calibration, q, [&](const LayerQuery& x) { return roofline(x, head_time); }, head_formula,
         &t.head, &head_act);
-    t.layer_terms.forward_compute_s = t.layer.forward_s;
-    t.layer_terms.backward_compute_s = t.layer.backward_s + t.layer.recompute_s;
-    t.embed_terms.forward_compute_s = t.embed.forward_s;
-    t.embed_terms.backward_compute_s = t.embed.backward_s;
-    t.head_terms.forward_compute_s = t.head.forward_s;
-    t.head_terms.backward_compute_s = t.head.backward_s;
     if (formula_layer_act > 0) t.recompute_buffer *= layer_act / formula_layer_act;
   }
+  t.layer_terms.forward_compute_s = t.layer.forward_s;
+  t.layer_terms.backward_compute_s = t.layer.backward_s + t.layer.recompute_s;
+  t.embed_terms.forward_compute_s = t.embed.forward_s;
+  t.embed_terms.backward_compute_s = t.embed.backward_s;
+  t.head_terms.forward_compute_s = t.head.forward_s;
+  t.head_terms.backward_compute_s = t.head.backward_s;
   t.costs.layer = {
       t.layer.forward_s + 2 * tp_ar,
       t.layer.backward_s + t.layer.recompute_s + (s.recompute == Recompute::kFull ? 4 : 2) * tp_ar,

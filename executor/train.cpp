@@ -558,6 +558,25 @@ class MetricsWriter {
   int fd_ = -1;
 };
 
+// A checkpoint's trainer_state.json against this run: the same format, model, seed, global
+// batch, training examples and (many ranks) parallel layout, or an InputError naming the field.
+void check_checkpoint_state(const nlohmann::json& state, const std::string& source,
+                            const ModelSpec& spec, std::uint64_t seed, std::int64_t global_batch,
+                            std::int64_t train_count, const nlohmann::json* layout) {
+  auto expect = [&](const char* key, const nlohmann::json& value, const std::string& what) {
+    if (!state.contains(key) || state[key] != value) {
+      throw InputError(source, std::string("$.") + key,
+                       what + " of this run (" + value.dump() + ")");
+    }
+  };
+  expect("format", kCheckpointFormat, "the format");
+  expect("model", profiles::model_to_json(spec), "the model");
+  expect("seed", seed, "the seed");
+  expect("global_batch", global_batch, "the global batch");
+  expect("train_examples", train_count, "the number of training examples");
+  if (layout != nullptr) expect("layout", *layout, "the parallel layout");
+}
+
 void check_options(const TrainOptions& o) {
   if (o.micro_batch <= 0) throw InputError("plan", "$.strategy.micro_batch", "a positive number");
   if (o.num_micro_batches <= 0) {
@@ -679,17 +698,7 @@ TrainSummary train_classifier(const TrainOptions& o, const std::vector<EncodedEx
     const fs::path dir(*checkpoint);
     const nlohmann::json state = read_json_file(dir / kStateFile);
     const std::string source = (dir / kStateFile).string();
-    auto expect = [&](const char* key, const nlohmann::json& value, const std::string& what) {
-      if (!state.contains(key) || state[key] != value) {
-        throw InputError(source, std::string("$.") + key,
-                         what + " of this run (" + value.dump() + ")");
-      }
-    };
-    expect("format", kCheckpointFormat, "the format");
-    expect("model", profiles::model_to_json(spec), "the model");
-    expect("seed", o.seed, "the seed");
-    expect("global_batch", global_batch, "the global batch");
-    expect("train_examples", train_count, "the number of training examples");
+    check_checkpoint_state(state, source, spec, o.seed, global_batch, train_count, nullptr);
     try {
       start_step = state.at("step").get<std::int64_t>();
       scaler.scale = state.at("loss_scale").get<double>();
@@ -1261,18 +1270,7 @@ TrainSummary train_classifier(const TrainOptions& o, const std::vector<EncodedEx
     const fs::path dir(*checkpoint);
     const std::string source = (dir / kStateFile).string();
     const nlohmann::json state = read_json_file(dir / kStateFile);
-    auto expect = [&](const char* key, const nlohmann::json& value, const std::string& what) {
-      if (!state.contains(key) || state[key] != value) {
-        throw InputError(source, std::string("$.") + key,
-                         what + " of this run (" + value.dump() + ")");
-      }
-    };
-    expect("format", kCheckpointFormat, "the format");
-    expect("model", profiles::model_to_json(spec), "the model");
-    expect("seed", o.seed, "the seed");
-    expect("global_batch", global_batch, "the global batch");
-    expect("train_examples", train_count, "the number of training examples");
-    expect("layout", layout, "the parallel layout");
+    check_checkpoint_state(state, source, spec, o.seed, global_batch, train_count, &layout);
     start_step = state.value("step", std::int64_t{0});
     const fs::path mine = dir / ("rank-" + std::to_string(world_rank) + ".pt");
     std::vector<torch::Tensor> saved;

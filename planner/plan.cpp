@@ -297,6 +297,14 @@ profiles::Profile read_profiles(const std::vector<std::string>& paths,
   return profiles::merge_profiles(all, paths);
 }
 
+void apply_profiles(Plan* plan, const std::vector<std::string>& paths) {
+  auto profile = std::make_shared<const profiles::Profile>(
+      read_profiles(paths, plan->model, plan->job.precision));
+  plan->cluster =
+      costmodel::calibrated_cluster(plan->cluster, costmodel::fit_links(profile->links), nullptr);
+  plan->profile = std::move(profile);
+}
+
 costmodel::CostModel calibrated_cost_model(const profiles::ModelSpec& model,
                                            const profiles::Cluster& cluster,
                                            std::shared_ptr<const profiles::Profile> profile,

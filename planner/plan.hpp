@@ -69,6 +69,11 @@ costmodel::CostModel cost_model_of(const Plan& plan);
 profiles::Profile read_profiles(const std::vector<std::string>& paths,
                                 const profiles::ModelSpec& model, profiles::Precision precision);
 
+// The plan re-predicted with the measurements of `paths` (loom simulate / validate --profile):
+// they are checked against the plan's model and precision, the cluster gets their fitted links
+// and the plan carries them (cost_model_of() then uses them).
+void apply_profiles(Plan* plan, const std::vector<std::string>& paths);
+
 // A profile applied: the cluster with the profile's fitted links and the cost model over it with
 // the profile's layer figures; `notes` (may be null) say what the profile changed.
 costmodel::CostModel calibrated_cost_model(const profiles::ModelSpec& model,

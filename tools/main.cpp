@@ -54,6 +54,9 @@ int main(int argc, char** argv) {
   // A write past a file-size limit (ulimit -f) fails with EFBIG and is reported like a full disk,
   // instead of killing the process.
   std::signal(SIGXFSZ, SIG_IGN);
+  // A rank whose peer died writes to a closed socket: that must be an error Gloo reports (and the
+  // collective's failure names the lost rank), not a silent death by SIGPIPE.
+  std::signal(SIGPIPE, SIG_IGN);
   CLI::App app{"loom: plans, simulates and runs parallel training of transformer models", "loom"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "loom 0.1.0");

@@ -29,14 +29,8 @@ int run_simulate(const SimulateArgs& a) {
   const auto start = std::chrono::steady_clock::now();
   planner::Plan plan = planner::plan_from_json(
       profiles::parse_json_text(profiles::read_text_file(a.plan), a.plan), a.plan);
-  if (!a.profile.empty()) {
-    // Re-predict with these measurements: the plan's model, strategy and placement stay.
-    auto profile = std::make_shared<const profiles::Profile>(
-        planner::read_profiles(a.profile, plan.model, plan.job.precision));
-    plan.cluster =
-        costmodel::calibrated_cluster(plan.cluster, costmodel::fit_links(profile->links), nullptr);
-    plan.profile = profile;
-  }
+  // Re-predict with these measurements: the plan's model, strategy and placement stay.
+  if (!a.profile.empty()) planner::apply_profiles(&plan, a.profile);
   const costmodel::CostModel cost = planner::cost_model_of(plan);
   costmodel::SimulationOptions options;
   options.record_trace = !a.trace.empty();

@@ -121,13 +121,7 @@ int run_validate(const ValidateArgs& a) {
     throw InputError("--warmup", "",
                      "fewer warm-up steps than --steps (" + std::to_string(a.steps) + ")");
   }
-  if (!a.profile.empty()) {
-    auto profile = std::make_shared<const profiles::Profile>(
-        planner::read_profiles(a.profile, plan.model, plan.job.precision));
-    plan.cluster =
-        costmodel::calibrated_cluster(plan.cluster, costmodel::fit_links(profile->links), nullptr);
-    plan.profile = profile;
-  }
+  if (!a.profile.empty()) planner::apply_profiles(&plan, a.profile);
   const costmodel::Prediction predicted = planner::simulate_plan(plan).prediction;
 
   // The run, in a temporary folder (or --keep).

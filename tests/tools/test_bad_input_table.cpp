@@ -32,6 +32,8 @@
 #include <utility>
 #include <vector>
 
+#include "tests/tools/cli_sandbox.hpp"
+
 namespace fs = std::filesystem;
 using Catch::Contains;
 using Catch::StartsWith;
@@ -46,18 +48,9 @@ struct Outcome {
   std::string err;
 };
 
-std::string contents(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream out;
-  out << in.rdbuf();
-  return out.str();
-}
+std::string contents(const fs::path& path) { return loom::test::read_all(path); }
 
-std::string shell_word(const std::string& s) {
-  std::string out = "'";
-  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return out + "'";
-}
+std::string shell_word(const std::string& s) { return loom::test::shell_quoted(s); }
 
 // Files to write, relative to the sandbox's work folder; a name ending in '/' is an empty folder.
 using Files = std::vector<std::pair<std::string, std::string>>;
