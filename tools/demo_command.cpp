@@ -69,8 +69,9 @@ int run_demo() {
                 100 * s.validation_accuracy.value_or(0), s.validation_loss.value_or(0),
                 static_cast<long long>(s.steps));
   std::cout << line
-            << "(the prediction uses the local-cpu datasheet rates; `loom profile` will calibrate "
-               "them, issue 7; measured memory is this process's peak resident set, all ranks)\n";
+            << "(the prediction uses the local-cpu datasheet rates: `loom profile` measures this "
+               "machine and `loom validate PLAN.json --profile P` compares again; measured memory "
+               "is rank 0's tensors as its thread saw them)\n";
   return 0;
 }
 
