@@ -431,10 +431,9 @@ MemoryBreakdown CostModel::stage_memory_from(double recompute_buffer, const Job&
       s.world_size() == 1 ? 2 * 4 * std::min(largest, load.parameters) : 4 * shard;
   if (s.dp > 1) {
     const double state_bytes = element_bytes(job.precision) == 2 ? 2 : 4;
-    if (s.zero <= 2) {
-      // Loom's executor reduces gradient buckets in place in its flat gradient buffer (as
-      // Megatron-LM's contiguous buffer, or DDP with gradient_as_bucket_view): no bucket copies.
-    } else {
+    // ZeRO 0-2 need no bucket copies: Loom's executor reduces gradient buckets in place in its
+    // flat gradient buffer (as Megatron-LM's contiguous buffer, or DDP's gradient_as_bucket_view).
+    if (s.zero == 3) {
       // ZeRO-3: the gathered layer being used and the one being prefetched.
       double per_layer = load.layers > 0 ? load.largest_chunk_parameters / load.layers
                                          : load.largest_chunk_parameters;

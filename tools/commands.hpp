@@ -43,6 +43,10 @@ inline const CLI::Validator kPositiveNumber(
 inline const CLI::Validator kNonNegativeNumber(
     [](std::string& text) { return check_number(text, true); }, "", "NONNEGATIVE");
 
+// This binary's path (/proc/self/exe), or "loom" when it cannot be read: what `loom launch`,
+// `loom slurm` and `loom validate` run.
+std::string self_executable();
+
 // The human-readable summary of a plan: model, cluster, job, strategy, prediction, memory per
 // stage and the reasons (`loom plan`, `loom simulate`).
 void print_plan(std::ostream& out, const planner::Plan& plan);

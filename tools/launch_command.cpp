@@ -84,12 +84,6 @@ void flush_lines(std::string& partial, int rank, int fd, bool all) {
   }
 }
 
-std::string self_executable() {
-  std::error_code error;
-  const fs::path self = fs::read_symlink("/proc/self/exe", error);
-  return error ? std::string("loom") : self.string();
-}
-
 Child spawn(const std::vector<std::string>& command, int rank, const LaunchArgs& a) {
   int out[2];
   int err[2];
@@ -318,6 +312,12 @@ int run_slurm(const SlurmArgs& a) {
 }
 
 }  // namespace
+
+std::string self_executable() {
+  std::error_code error;
+  const fs::path self = fs::read_symlink("/proc/self/exe", error);
+  return error ? std::string("loom") : self.string();
+}
 
 Runner add_launch_command(CLI::App& app) {
   auto args = std::make_shared<LaunchArgs>();

@@ -55,12 +55,6 @@ struct ValidateArgs {
   std::string keep;  // folder to keep the run's logs and metrics in
 };
 
-std::string self_executable() {
-  std::error_code error;
-  const fs::path self = fs::read_symlink("/proc/self/exe", error);
-  return error ? std::string("loom") : self.string();
-}
-
 // A TCP port that was free a moment ago (the kernel's choice for port 0).
 int free_port() {
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);

@@ -15,6 +15,7 @@
 #include <string>
 
 #include "profiles/loader.hpp"
+#include "tests/tools/cli_sandbox.hpp"
 
 namespace fs = std::filesystem;
 using Catch::Contains;
@@ -22,77 +23,20 @@ using Catch::StartsWith;
 
 namespace {
 
-struct RunResult {
-  int exit_code = -1;
-  std::string out;
-  std::string err;
-};
+using RunResult = loom::test::CliResult;
+using loom::test::read_all;
 
-std::string read_all(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream out;
-  out << in.rdbuf();
-  return out.str();
-}
-
-std::string quoted(const std::string& s) {
-  std::string out = "'";
-  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return out + "'";
-}
-
-// A temporary folder for one test, removed at the end.
-class Sandbox {
+// A temporary folder for one test, removed at the end (tests/tools/cli_sandbox.hpp).
+class Sandbox : public loom::test::CliSandbox {
  public:
-  Sandbox() {
-    static int counter = 0;
-    dir_ = fs::temp_directory_path() /
-           ("loom-test-cli-" + std::to_string(::getpid()) + "-" + std::to_string(counter++));
-    fs::remove_all(dir_);
-    fs::create_directories(dir_ / "work");
-  }
-  ~Sandbox() {
-    std::error_code ec;
-    fs::remove_all(dir_, ec);
-  }
-  Sandbox(const Sandbox&) = delete;
-  Sandbox& operator=(const Sandbox&) = delete;
-
-  // The folder commands run in.
-  fs::path work() const { return dir_ / "work"; }
-
-  // Runs `loom ARGS` (ARGS as shell words) in work(), stdout and stderr captured apart.
-  RunResult loom(const std::string& args) const {
-    fs::path out = dir_ / "stdout.txt";
-    fs::path err = dir_ / "stderr.txt";
-    std::string command = "cd " + quoted(work().string()) + " && " + quoted(LOOM_BINARY) + " " +
-                          args + " </dev/null >" + quoted(out.string()) + " 2>" +
-                          quoted(err.string());
-    int status = std::system(command.c_str());
-    RunResult r;
-    r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    r.out = read_all(out);
-    r.err = read_all(err);
-    return r;
-  }
-
-  void write(const std::string& name, const std::string& text) const {
-    std::ofstream(work() / name, std::ios::binary) << text;
-  }
-
- private:
-  fs::path dir_;
+  Sandbox() : CliSandbox("test-cli") {}
 };
 
 const std::string kBertPlan =
     "plan --model bert-large --cluster dgx-a100-80g --global-batch 512 --seq-len 512 --tp 8 "
     "--pp 1 --zero 1 --micro-batch 4 --schedule 1f1b --recompute selective";
 
-std::size_t line_count(const std::string& text) {
-  std::size_t n = 0;
-  for (char c : text) n += c == '\n' ? 1 : 0;
-  return n;
-}
+using loom::test::line_count;
 
 // Bad input: exit code 2, nothing on stdout, one line on stderr "loom plan: error: ...".
 void require_plan_error(const RunResult& r) {
