@@ -429,18 +429,21 @@ MemoryBreakdown CostModel::stage_memory_from(double recompute_buffer, const Job&
       static_cast<double>(model_.vocab) * static_cast<double>(model_.hidden) / s.tp;
   const double optimizer_working =
       s.world_size() == 1 ? 2 * 4 * std::min(largest, load.parameters) : 4 * shard;
-  if (s.dp > 1) {
-    const double state_bytes = element_bytes(job.precision) == 2 ? 2 : 4;
-    // ZeRO 0-2 need no bucket copies: Loom's executor reduces gradient buckets in place in its
-    // flat gradient buffer (as Megatron-LM's contiguous buffer, or DDP's gradient_as_bucket_view).
-    if (s.zero == 3) {
-      // ZeRO-3: the gathered layer being used and the one being prefetched.
-      double per_layer = load.layers > 0 ? load.largest_chunk_parameters / load.layers
-                                         : load.largest_chunk_parameters;
-      mem.buffers += 2 * per_layer * state_bytes;
-    }
+  // What Loom's executor holds beyond the model states. ZeRO 0/1 need no bucket copies: the
+  // executor reduces gradient buckets in place in its flat gradient buffer (as Megatron-LM's
+  // contiguous buffer, or DDP's gradient_as_bucket_view). ZeRO-2/3 keep no full gradient buffer:
+  // every backward pass's gradients go through one staging buffer of at most a bucket, and one
+  // bucket's gradients are alive at the end of the backward pass, when the activations are gone.
+  // ZeRO-3 gathers the stage's parameters for the whole step (not layer by layer).
+  double persistent = 0;
+  double transient = optimizer_working;
+  if (s.dp > 1 && s.zero >= 2) {
+    const double staging = std::min(options_.dp_bucket_bytes, states.gradients * s.dp);
+    persistent += staging;
+    transient = std::max(transient, staging);
+    if (s.zero == 3) persistent += states.parameters * s.dp;
   }
-  mem.buffers = std::max(mem.buffers, optimizer_working - mem.activations);
+  mem.buffers = persistent + std::max(mem.buffers, transient - mem.activations);
   return mem;
 }
 
@@ -535,38 +538,21 @@ Prediction CostModel::estimate(const Job& job, const Strategy& s,
     double dp_exposed = 0;
     double zero_exposed = 0;
     const double grads = l.parameters * state_bytes;
-    // What communication can hide behind: the last micro-batch's backward (and forward) pass, on
+    // What communication can hide behind: the last micro-batch's backward pass, on
     // GPUs; nothing on CPU ranks, where Gloo's reductions and copies use the compute's cores.
     const bool cpu = cluster_.device.kind == profiles::DeviceKind::kCpu;
     const double window_b = cpu ? 0 : with_tp[r].backward_s;
-    const double window_f = cpu ? 0 : with_tp[r].forward_s;
     if (s.dp > 1) {
+      // Loom's executor all-reduces gradient buckets at every ZeRO stage (each rank then keeps
+      // its shard): ZeRO 0/1 once per step, during the last micro-batch's backward pass; ZeRO-2/3
+      // during every micro-batch's (the gradients cannot accumulate unsharded).
       const double bucket = std::min(options_.dp_bucket_bytes, grads);
-      if (s.zero <= 1) {
-        // One reduction per step, bucketed during the last micro-batch's backward pass
-        // (ZeRO-1 reduce-scatters, which moves half the bytes of an all-reduce).
-        Collective c = s.zero == 0 ? Collective::kAllReduce : Collective::kReduceScatter;
-        dp_exposed = std::max(dp_time(c, grads) - window_b, dp_time(c, bucket));
-      } else if (s.zero == 2) {
-        // Gradients are reduce-scattered every micro-batch (they cannot accumulate unsharded).
-        double rs = dp_time(Collective::kReduceScatter, grads);
-        dp_exposed = (mb - 1) * std::max(0.0, rs - window_b) +
-                     std::max(rs - window_b, dp_time(Collective::kReduceScatter, bucket));
-      } else {
-        // ZeRO-3: every micro-batch gathers each layer's parameters forward and backward and
-        // reduce-scatters its gradients (one collective per layer, so latencies add up),
-        // prefetching one layer ahead; the first gather is exposed.
-        double pieces = l.layers + 1;
-        double ag = pieces * dp_time(Collective::kAllGather, grads / pieces);
-        double rs = pieces * dp_time(Collective::kReduceScatter, grads / pieces);
-        double first = ag / pieces;
-        zero_exposed = mb * (std::max(0.0, ag - window_f) + first + std::max(0.0, ag - window_b));
-        dp_exposed = mb * std::max(0.0, rs - std::max(0.0, window_b - ag));
-      }
-      if (s.zero == 1 || s.zero == 2) {
-        // Updated parameter shards are all-gathered after the optimizer step.
-        zero_exposed = dp_time(Collective::kAllGather, grads);
-      }
+      const double ar = dp_time(Collective::kAllReduce, grads);
+      const double last = std::max(ar - window_b, dp_time(Collective::kAllReduce, bucket));
+      dp_exposed = s.zero <= 1 ? last : (mb - 1) * std::max(0.0, ar - window_b) + last;
+      // ZeRO-1/2 all-gather the updated shards after the optimizer step; ZeRO-3 gathers the
+      // stage's parameters before the step's first forward pass.
+      if (s.zero >= 1) zero_exposed = dp_time(Collective::kAllGather, grads);
     }
     // AdamW reads and writes the fp32 master weights, both moments, the gradient and the
     // low-precision weights: about 28 bytes per parameter of this rank's optimizer shard.

@@ -504,14 +504,6 @@ class Comms {
 
 // ---- The step as a task graph -------------------------------------------------------------------
 
-// One layer of a chunk under ZeRO-3 (the embedding and the head count as layers).
-struct PieceSpec {
-  std::string label;  // "L5"
-  double forward_s = 0;
-  double backward_s = 0;
-  double parameter_bytes = 0;  // what its all-gather and its gradients' reduce-scatter move
-};
-
 // A tensor-parallel flow with what its slice name says.
 struct TpSpec {
   FlowSpec flow;
@@ -527,7 +519,6 @@ struct ChunkSpec {
   TpSpec tp_backward;
   double activation_bytes = 0;
   double gradient_bytes = 0;
-  std::vector<PieceSpec> pieces;
 };
 
 struct StepSpec {
@@ -684,8 +675,14 @@ class StepBuilder {
 
   void build_rank(int r) {
     const int chunks = static_cast<int>(spec_.chunks.size());
-    const bool zero3 = comms_ && spec_.dp > 1 && spec_.zero == 3;
     int prev = -1;  // the previous op's last task: the compute stream waits for it
+    if (comms_ && spec_.dp > 1 && spec_.zero == 3) {
+      // ZeRO-3: the stage's parameters are gathered before the step's first forward pass.
+      const double bytes = spec_.post_all_gather_bytes[static_cast<std::size_t>(r)];
+      prev =
+          flow(r, Stream::kZero, comms_->collective(Collective::kAllGather, Group::kData, r, bytes),
+               "all-gather zero params " + bytes_text(bytes));
+    }
     for (const Op& op :
          megatron_order(spec_.schedule, spec_.pp, r, spec_.micro_batches, spec_.virtual_stages)) {
       const ChunkSpec& c = spec_.chunks[static_cast<std::size_t>(op.chunk)];
@@ -700,10 +697,8 @@ class StepBuilder {
                        "all-gather " + std::string(op.forward ? "act " : "grad ") + mb);
       }
       int last = -1;
-      if (zero3) {
-        last = zero3_pass(r, op, c, prev, ot);
-      } else if (!op.forward && comms_ && spec_.dp > 1 && spec_.zero <= 2 && c.gradient_bytes > 0 &&
-                 (spec_.zero == 2 || op.micro_batch == spec_.micro_batches - 1)) {
+      if (!op.forward && comms_ && spec_.dp > 1 && c.gradient_bytes > 0 &&
+          (spec_.zero >= 2 || op.micro_batch == spec_.micro_batches - 1)) {
         last = bucketed_backward(r, c, what, prev, ot);
       } else {
         int t = compute(r, op.forward ? c.forward_s : c.backward_s, true, what);
@@ -764,8 +759,8 @@ class StepBuilder {
   int bucketed_backward(int r, const ChunkSpec& c, const std::string& what, int prev, OpTasks& ot) {
     const double total = c.gradient_bytes;
     const auto buckets = static_cast<std::int64_t>(std::ceil(total / spec_.bucket_bytes));
-    const Collective kind = spec_.zero == 0 ? Collective::kAllReduce : Collective::kReduceScatter;
-    const char* kind_name = spec_.zero == 0 ? "allreduce dp " : "reduce-scatter dp ";
+    const Collective kind = Collective::kAllReduce;
+    const char* kind_name = "allreduce dp ";
     int last = prev;
     for (std::int64_t j = 0; j < buckets; ++j) {
       double bytes =
@@ -779,36 +774,6 @@ class StepBuilder {
       last = seg;
     }
     return last;
-  }
-
-  // ZeRO-3: per layer, gather (one layer ahead), compute, and after a backward reduce-scatter.
-  int zero3_pass(int r, const Op& op, const ChunkSpec& c, int prev, OpTasks& ot) {
-    const std::size_t n = c.pieces.size();
-    const std::string mb = " mb" + std::to_string(op.micro_batch);
-    std::vector<int> computes;
-    for (std::size_t q = 0; q < n; ++q) {
-      const PieceSpec& p = c.pieces[op.forward ? q : n - 1 - q];
-      int gather =
-          flow(r, Stream::kZero,
-               comms_->collective(Collective::kAllGather, Group::kData, r, p.parameter_bytes),
-               "all-gather zero " + p.label + " " + bytes_text(p.parameter_bytes));
-      if (q == 0) engine_.depend(prev, gather);
-      if (q >= 2) engine_.depend(computes[q - 2], gather);
-      int t = compute(r, op.forward ? p.forward_s : p.backward_s, true,
-                      std::string(op.forward ? "F" : "B") + mb + " " + p.label);
-      engine_.depend(gather, t);
-      engine_.depend(q == 0 ? prev : computes.back(), t);
-      if (q == 0) ot.first = t;
-      computes.push_back(t);
-      if (!op.forward) {
-        int rs =
-            flow(r, Stream::kDataParallel,
-                 comms_->collective(Collective::kReduceScatter, Group::kData, r, p.parameter_bytes),
-                 "reduce-scatter dp " + p.label + " " + bytes_text(p.parameter_bytes));
-        engine_.depend(t, rs);
-      }
-    }
-    return computes.back();
   }
 
   const StepSpec& spec_;
@@ -975,7 +940,7 @@ SimulationResult simulate(const CostModel& cost, const Job& job, const Strategy&
     double tp_fwd_latency = 0, tp_fwd_bytes = 0, tp_bwd_latency = 0, tp_bwd_bytes = 0;
     double tp_fwd_count = 0, tp_bwd_count = 0;
     double parameters = 0;
-    auto add = [&](const EntryTerms& e, const EntryCost& ec, double times, const std::string& label,
+    auto add = [&](const EntryTerms& e, const EntryCost& ec, double times,
                    double extra_parameters) {
       if (times <= 0) return;
       spec_c.forward_s += times * e.forward_compute_s;
@@ -1000,26 +965,15 @@ SimulationResult simulate(const CostModel& cost, const Job& job, const Strategy&
       }
       spec_c.activation_bytes += times * ec.activations;
       parameters += times * ec.parameters + extra_parameters;
-      if (!label.empty()) {
-        spec_c.pieces.push_back(PieceSpec{label, e.forward_compute_s, e.backward_compute_s,
-                                          (ec.parameters + extra_parameters) * state_bytes});
-      }
     };
-    if (k.embedding) add(terms.embedding, costs.embedding, 1, "L0", 0);
-    if (s.zero == 3) {
-      for (int i = std::max(range.first_layer, 1);
-           i <= std::min(range.last_layer, sequence_length - 2); ++i) {
-        add(terms.layer, costs.layer, 1, "L" + std::to_string(i), 0);
-      }
-    } else {
-      add(terms.layer, costs.layer, k.layers, "", 0);
-    }
+    if (k.embedding) add(terms.embedding, costs.embedding, 1, 0);
+    add(terms.layer, costs.layer, k.layers, 0);
     if (k.head) {
       // A tied LM head on another stage than the embedding keeps its own copy of the word table.
       double tied = (!m.num_labels && m.tied_embeddings && r != 0)
                         ? static_cast<double>(m.vocab) * static_cast<double>(m.hidden) / s.tp
                         : 0;
-      add(terms.head, costs.head, 1, "L" + std::to_string(sequence_length - 1), tied);
+      add(terms.head, costs.head, 1, tied);
     }
     spec_c.tp_forward.flow.latency_s = tp_fwd_latency;
     spec_c.tp_forward.flow.hop_bytes = tp_fwd_bytes;

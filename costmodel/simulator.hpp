@@ -36,16 +36,14 @@
 //   (backward) to the neighbouring chunk's rank, blocking like Megatron-LM's p2p calls, which wait
 //   on their requests, and, when tp > 1 without sequence parallelism, the receiving group's
 //   all-gather of it (Megatron's scatter-gather; on the receiver's pp stream). Data parallelism:
-//   the gradients of a chunk are reduced in buckets of CostOptions::dp_bucket_bytes issued as its
-//   backward produces them (gradient bytes in proportion to backward time): during the chunk's
-//   last micro-batch (ZeRO 0 all-reduces, ZeRO-1 reduce-scatters) or during every micro-batch
-//   (ZeRO-2 reduce-scatters). ZeRO-3 gathers each layer's parameters (the embedding and the head
-//   are layers here) before its forward and its backward with one layer of prefetch (the gather
-//   of layer i + 1 waits for the compute of layer i - 1 to free a buffer; the first gather of a
-//   pass waits for the previous pass) and reduce-scatters each layer's gradients after its
-//   backward. Then the optimizer step on the rank's shard (CostModel::kOptimizerBytesPerParameter
-//   bytes per parameter at the device's memory rate, after every gradient reduction) and, with
-//   ZeRO-1/2, the all-gather of the updated parameters. A rank's step ends when all its streams
+//   the gradients of a chunk are all-reduced in buckets of CostOptions::dp_bucket_bytes issued
+//   as its backward produces them (gradient bytes in proportion to backward time): during the
+//   chunk's last micro-batch (ZeRO 0/1) or during every micro-batch (ZeRO-2/3, whose gradients
+//   do not accumulate unsharded), as Loom's executor does. ZeRO-3 gathers the stage's parameters
+//   before the step's first forward pass (the executor holds them for the whole step). Then the
+//   optimizer step on the rank's shard (CostModel::kOptimizerBytesPerParameter bytes per
+//   parameter at the device's memory rate, after every gradient reduction) and, with ZeRO-1/2,
+//   the all-gather of the updated parameters. A rank's step ends when all its streams
 //   are done; the step time is the last rank's.
 //
 // - Schedules, as Megatron-LM orders them on pipeline rank r of pp with m micro-batches: gpipe:

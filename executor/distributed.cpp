@@ -296,6 +296,10 @@ torch::Tensor contiguous_buffer(const torch::Tensor& tensor) {
   return tensor.is_contiguous() ? tensor : tensor.contiguous();
 }
 
+// Gloo's all-gather and the reduce-scatter fallback work in pieces of at most this many
+// elements per rank (4 MiB of fp32): their temporaries stay bounded by the piece, not the buffer.
+constexpr std::int64_t kGlooPieceElements = std::int64_t{1} << 20;
+
 }  // namespace
 
 void ProcessGroup::allreduce_sum(torch::Tensor& tensor) {
@@ -336,23 +340,33 @@ void ProcessGroup::allgather(torch::Tensor& output, const torch::Tensor& input) 
     return;
   }
   torch::Tensor flat_out = contiguous_buffer(output).view({size() * n});
-  auto impl = std::make_unique<PendingOperation::Impl>();
-  impl->timeout = timeout_;
-  impl->on_failure = [this](const std::string& what) { fail("allgather", what); };
   c10d::AllgatherOptions options;
   options.timeout = timeout_;
-  try {
-    if (impl_->kind == CommBackend::kNccl) {
-      impl->work = impl_->backend->_allgather_base(flat_out, flat_in, options);
-    } else {
-      std::vector<torch::Tensor> inputs{flat_in};
-      std::vector<std::vector<torch::Tensor>> outputs{flat_out.view({size(), n}).unbind(0)};
-      impl->work = impl_->backend->allgather(outputs, inputs, options);
+  // NCCL gathers the whole flat buffer at once (input may be this rank's chunk of the output).
+  // Gloo's list all-gather stages its output in a temporary as large as the output, so it runs
+  // in pieces of at most kGlooPieceElements per rank: the temporary stays bounded.
+  const std::int64_t piece = impl_->kind == CommBackend::kNccl ? n : kGlooPieceElements;
+  for (std::int64_t begin = 0; begin < n; begin += piece) {
+    const std::int64_t length = std::min(piece, n - begin);
+    auto impl = std::make_unique<PendingOperation::Impl>();
+    impl->timeout = timeout_;
+    impl->on_failure = [this](const std::string& what) { fail("allgather", what); };
+    try {
+      if (impl_->kind == CommBackend::kNccl) {
+        impl->work = impl_->backend->_allgather_base(flat_out, flat_in, options);
+      } else {
+        std::vector<torch::Tensor> inputs{flat_in.narrow(0, begin, length)};
+        std::vector<std::vector<torch::Tensor>> outputs(1);
+        for (int r = 0; r < size(); ++r) {
+          outputs[0].push_back(flat_out.narrow(0, r * n + begin, length));
+        }
+        impl->work = impl_->backend->allgather(outputs, inputs, options);
+      }
+    } catch (const std::exception& e) {
+      fail("allgather", error_text(e));
     }
-  } catch (const std::exception& e) {
-    fail("allgather", error_text(e));
+    PendingOperation(std::move(impl)).wait();
   }
-  PendingOperation(std::move(impl)).wait();
   if (!flat_out.is_same(output) && flat_out.data_ptr() != output.data_ptr()) {
     output.copy_(flat_out.view(output.sizes()));
   }
@@ -385,10 +399,21 @@ void ProcessGroup::reduce_scatter_sum(torch::Tensor& output, const torch::Tensor
     if (flat_out.data_ptr() != output.data_ptr()) output.copy_(flat_out.view(output.sizes()));
     return;
   }
-  // Gloo: all-reduce a copy, keep this rank's chunk.
-  torch::Tensor sum = input.reshape({size() * n}).clone();
-  allreduce_sum(sum);
-  output.copy_(sum.narrow(0, rank_ * n, n).view(output.sizes()));
+  // Gloo: all-reduce a copy of this rank's chunk of every rank's input, piece by piece (the
+  // temporary stays bounded), and keep the sum of the chunk.
+  torch::Tensor flat_in = input.reshape({size() * n});
+  torch::Tensor flat_out = output.reshape({n});
+  const std::int64_t piece = std::max<std::int64_t>(kGlooPieceElements / size(), 1);
+  for (std::int64_t begin = 0; begin < n; begin += piece) {
+    const std::int64_t length = std::min(piece, n - begin);
+    std::vector<torch::Tensor> parts;
+    parts.reserve(static_cast<std::size_t>(size()));
+    for (int r = 0; r < size(); ++r) parts.push_back(flat_in.narrow(0, r * n + begin, length));
+    torch::Tensor sum = torch::stack(parts);
+    allreduce_sum(sum);
+    flat_out.narrow(0, begin, length).copy_(sum.select(0, rank_));
+  }
+  if (flat_out.data_ptr() != output.data_ptr()) output.copy_(flat_out.view(output.sizes()));
 }
 
 void ProcessGroup::broadcast(torch::Tensor& tensor, int root) {

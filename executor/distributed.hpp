@@ -13,7 +13,7 @@
 // - Tensors may be non-contiguous; the group copies through a contiguous buffer when needed.
 //   Gloo gets CPU tensors; the reductions are sums (SUM then divide for averages: Gloo on 1.13
 //   has no AVG, no reduce_scatter and no flat all-gather, so those go through all-reduce / list
-//   all-gather fallbacks).
+//   all-gather fallbacks, run in pieces so that their temporaries stay below ~8 MiB).
 // - Ranks are numbered as Megatron-LM does: rank = tp_rank + tp * (dp_rank + dp * pp_rank).
 #pragma once
 
@@ -128,7 +128,7 @@ class ProcessGroup {
   // output [size * n] = concatenation of every rank's input [n] (any shape, numel n), rank order.
   void allgather(torch::Tensor& output, const torch::Tensor& input);
   // output [n] = this rank's n-element chunk of the element-wise sum of every rank's input
-  // [size * n] (on Gloo: all-reduce of a copy, then the slice).
+  // [size * n] (on Gloo: all-reduces of copies of every rank's chunk, piece by piece).
   void reduce_scatter_sum(torch::Tensor& output, const torch::Tensor& input);
   // In place: every rank gets root's tensor (root is a group rank).
   void broadcast(torch::Tensor& tensor, int root);

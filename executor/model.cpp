@@ -142,12 +142,41 @@ torch::Tensor initial_value(const ParameterInfo& info, const ModelSpec& spec, st
   return value;
 }
 
-// This rank's slice of a full tensor.
+// Rank `rank`'s part of `n` indices split over `size` ranks: ceil(n / size) per rank, of which
+// the first `length` are real (the rest pad the last ranks when size does not divide n).
+struct SplitRange {
+  std::int64_t start = 0;
+  std::int64_t length = 0;
+  std::int64_t part = 0;
+};
+SplitRange split_range(std::int64_t n, int rank, int size) {
+  SplitRange r;
+  r.part = (n + size - 1) / size;
+  r.start = std::min(n, rank * r.part);
+  r.length = std::min(n, r.start + r.part) - r.start;
+  return r;
+}
+
+// This rank's slice of a full tensor (a view unless zero rows pad it).
 torch::Tensor shard_of(const torch::Tensor& full, TensorParallelSplit split, int rank, int size) {
   if (split == TensorParallelSplit::kReplicated || size == 1) return full;
   const std::int64_t dim = split == TensorParallelSplit::kRows ? 0 : 1;
-  const std::int64_t part = full.size(dim) / size;
-  return full.narrow(dim, rank * part, part);
+  const SplitRange r = split_range(full.size(dim), rank, size);
+  torch::Tensor real = full.narrow(dim, r.start, r.length);
+  if (r.length == r.part) return real;
+  std::vector<std::int64_t> shape = full.sizes().vec();
+  shape[static_cast<std::size_t>(dim)] = r.part;
+  torch::Tensor padded = torch::zeros(shape, full.options());
+  padded.narrow(dim, 0, r.length).copy_(real);
+  return padded;
+}
+
+// Writes a rank's slice (as shard_of returns it) into its place in a full tensor.
+void write_shard(torch::Tensor& full, const torch::Tensor& shard, TensorParallelSplit split,
+                 int rank, int size) {
+  const std::int64_t dim = split == TensorParallelSplit::kRows ? 0 : 1;
+  const SplitRange r = split_range(full.size(dim), rank, size);
+  full.narrow(dim, r.start, r.length).copy_(shard.narrow(dim, 0, r.length));
 }
 
 }  // namespace
@@ -164,7 +193,8 @@ std::vector<ParameterInfo> parameter_table(const ModelSpec& spec) {
     table.push_back({std::move(name), std::move(shape), split, layer});
   };
   const std::string emb = base + ".embeddings.";
-  add(emb + "word_embeddings.weight", {spec.vocab, h}, S::kReplicated, 0);
+  // Vocabulary-parallel (Megatron-LM's VocabParallelEmbedding).
+  add(emb + "word_embeddings.weight", {spec.vocab, h}, S::kRows, 0);
   add(emb + "position_embeddings.weight", {spec.max_positions, h}, S::kReplicated, 0);
   if (spec.type_vocab > 0) {
     add(emb + "token_type_embeddings.weight", {spec.type_vocab, h}, S::kReplicated, 0);
@@ -330,7 +360,21 @@ torch::Tensor EncoderClassifier::embed(const EncoderInputs& inputs) const {
   } else {
     positions = torch::arange(seq, ids.options()).unsqueeze(0).expand({batch, seq});
   }
-  torch::Tensor x = torch::embedding(e.word, ids, pad_id_);
+  torch::Tensor x;
+  const int tp = parallel_.tp_size();
+  if (tp == 1) {
+    x = torch::embedding(e.word, ids, pad_id_);
+  } else {
+    // This rank looks up the ids of its vocabulary rows, zeros elsewhere; the sum over the tp
+    // group is the full lookup (its backward needs no communication).
+    const SplitRange r = split_range(spec_.vocab, parallel_.tp_rank(), tp);
+    const torch::Tensor outside = ids.lt(r.start).logical_or(ids.ge(r.start + r.length));
+    const torch::Tensor local = (ids - r.start).masked_fill(outside, 0);
+    const std::int64_t pad =
+        pad_id_ >= r.start && pad_id_ < r.start + r.length ? pad_id_ - r.start : -1;
+    x = torch::embedding(e.word, local, pad).masked_fill(outside.unsqueeze(-1), 0.0);
+    x = reduce_from_tensor_parallel(x, parallel_.tp);
+  }
   x = x + torch::embedding(e.position, positions,
                            spec_.model_type == ModelType::kRoberta ? pad_id_ : -1);
   if (e.token_type.defined()) {
@@ -515,7 +559,7 @@ std::vector<std::pair<std::string, torch::Tensor>> EncoderClassifier::full_state
     } else {
       // Each rank writes its slice into zeros; the sum over the group is the full tensor.
       full = torch::zeros(info.shape, local.options());
-      shard_of(full, info.split, rank, tp).copy_(local);
+      write_shard(full, local, info.split, rank, tp);
       parallel_.tp->allreduce_sum(full);
     }
     state.emplace_back(info.name, full.to(torch::kCPU).contiguous());

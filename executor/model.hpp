@@ -90,7 +90,8 @@ torch::Tensor row_parallel_linear(const torch::Tensor& x_shard, const torch::Ten
 // Which dimension of a full parameter tensor parallelism splits.
 enum class TensorParallelSplit {
   kReplicated,  // every rank holds the whole tensor
-  kRows,        // dim 0 (output features of a column-parallel linear, and its bias)
+  kRows,        // dim 0 (output features of a column-parallel linear, and its bias; the word
+                // embedding's vocabulary, padded with zero rows to ceil(vocab / tp) per rank)
   kColumns,     // dim 1 (input features of a row-parallel linear)
 };
 

@@ -42,10 +42,12 @@ class MemoryProbe {
   MemoryProbe(Device device, int device_index, compat::CpuMemoryCounter& cpu)
       : device_(device), index_(device_index), cpu_(cpu) {}
   std::int64_t current() const {
-    return device_ == Device::kCuda ? compat::cuda_allocated_bytes(index_) : cpu_.current_bytes();
+    return device_ == Device::kCuda ? compat::cuda_allocated_bytes(index_)
+                                    : cpu_.process_current_bytes();
   }
   std::int64_t peak() const {
-    return device_ == Device::kCuda ? compat::cuda_peak_allocated_bytes(index_) : cpu_.peak_bytes();
+    return device_ == Device::kCuda ? compat::cuda_peak_allocated_bytes(index_)
+                                    : cpu_.process_peak_bytes();
   }
   void reset_peak() {
     if (device_ == Device::kCuda) {

@@ -258,35 +258,58 @@ inline void restore_rng(const RngState& state) {
 
 // Counts the bytes of CPU tensors the calling thread allocates while installed (LibTorch's CPU
 // allocator reports every allocation and free to the thread's memory reporter when one is
-// installed, as its profiler does): current and peak bytes in use. The signature of the report
-// changed from int64_t to size_t totals in 2.x; both overloads are declared, the one matching the
-// base class overrides it.
+// installed, as its profiler does): current and peak bytes in use, two ways.
+// - thread: the sizes reported to this counter: the calling thread's allocations, less the frees
+//   the calling thread makes (a tensor freed by another thread, such as a Gloo worker dropping
+//   the last reference, is never subtracted; right when several ranks share the process).
+// - process: the allocator's own total of the allocations made while any thread had a reporter,
+//   less their frees on any thread (exact when one rank runs in the process).
+// The signature of the report changed from int64_t to size_t totals in 2.x; both overloads are
+// declared, the one matching the base class overrides it.
 class CpuMemoryCounter : public c10::MemoryReportingInfoBase {
  public:
   // NOLINTNEXTLINE(readability-inconsistent-declaration-parameter-name)
-  void reportMemoryUsage(void* /*ptr*/, int64_t alloc_size, int64_t /*total_allocated*/,
+  void reportMemoryUsage(void* /*ptr*/, int64_t alloc_size, int64_t total_allocated,
                          int64_t /*total_reserved*/, c10::Device device) {
-    count(alloc_size, device);
+    count(alloc_size, total_allocated, device);
   }
-  void reportMemoryUsage(void* /*ptr*/, int64_t alloc_size, size_t /*total_allocated*/,
+  void reportMemoryUsage(void* /*ptr*/, int64_t alloc_size, size_t total_allocated,
                          size_t /*total_reserved*/, c10::Device device) {
-    count(alloc_size, device);
+    count(alloc_size, static_cast<std::int64_t>(total_allocated), device);
   }
   bool memoryProfilingEnabled() const override { return true; }
 
   std::int64_t current_bytes() const { return current_; }
   std::int64_t peak_bytes() const { return peak_; }
+  // Process-wide: measured from the first report to this counter (bytes tracked before it, by
+  // another counter, count too).
+  std::int64_t process_current_bytes() const { return process_current_ - process_base_; }
+  std::int64_t process_peak_bytes() const { return process_peak_ - process_base_; }
   // Starts a new peak from the current use.
-  void reset_peak() { peak_ = current_; }
+  void reset_peak() {
+    peak_ = current_;
+    process_peak_ = process_current_;
+  }
 
  private:
-  void count(int64_t alloc_size, c10::Device device) {
+  void count(int64_t alloc_size, std::int64_t total_allocated, c10::Device device) {
     if (!device.is_cpu()) return;
+    if (!started_) {  // the first report: the total before it is the base
+      started_ = true;
+      process_base_ = total_allocated - alloc_size;
+      process_peak_ = process_base_;
+    }
     current_ += alloc_size;
     peak_ = std::max(peak_, current_);
+    process_current_ = total_allocated;
+    process_peak_ = std::max(process_peak_, process_current_);
   }
   std::int64_t current_ = 0;
   std::int64_t peak_ = 0;
+  bool started_ = false;
+  std::int64_t process_base_ = 0;
+  std::int64_t process_current_ = 0;
+  std::int64_t process_peak_ = 0;
 };
 
 // Installs a CpuMemoryCounter for the calling thread while alive.

@@ -240,11 +240,12 @@ struct LossScaler {
 
 // Peak bytes of this rank's tensors: the CUDA caching allocator's peak on GPUs, the CPU
 // allocator's reports to this thread's counter on CPUs (what the cost model predicts: parameters,
-// gradients, optimizer states, activations and buffers; not the process's code and libraries).
-std::int64_t peak_memory_bytes(Device device, int device_index,
+// gradients, optimizer states, activations and buffers; not the process's code and libraries):
+// the whole process's tracked tensors when this rank is alone in it, else the thread's own.
+std::int64_t peak_memory_bytes(const TrainOptions& o, int device_index,
                                const compat::CpuMemoryCounter& counter) {
-  if (device == Device::kCuda) return compat::cuda_peak_allocated_bytes(device_index);
-  return counter.peak_bytes();
+  if (o.device == Device::kCuda) return compat::cuda_peak_allocated_bytes(device_index);
+  return o.ranks_in_process > 1 ? counter.peak_bytes() : counter.process_peak_bytes();
 }
 
 // The process's peak resident set (code, libraries and allocator slack included).
@@ -620,6 +621,7 @@ TrainSummary train_local_ranks(const TrainOptions& o, const std::vector<EncodedE
         TrainOptions mine = o;
         mine.rank = rank;
         mine.progress = o.progress && rank == 0;
+        mine.ranks_in_process = world;
         summaries[static_cast<std::size_t>(rank)] =
             train_classifier(mine, train_data, validation_data, groups);
       } catch (...) {
@@ -817,7 +819,7 @@ TrainSummary train_classifier(const TrainOptions& o, const std::vector<EncodedEx
       line["lr"] = lr;
       line["samples_per_s"] = static_cast<double>(global_batch) / step_time_s;
       line["step_time_s"] = step_time_s;
-      line["peak_memory_bytes"] = peak_memory_bytes(o.device, device_index, memory.counter());
+      line["peak_memory_bytes"] = peak_memory_bytes(o, device_index, memory.counter());
       line["rank"] = o.rank;
       line["time"] = utc_now_iso8601();
       line["peak_rss_bytes"] = peak_rss_bytes();  // an extension: code and libraries included
@@ -864,7 +866,7 @@ TrainSummary train_classifier(const TrainOptions& o, const std::vector<EncodedEx
   summary.samples_per_s = summary.median_step_time_s > 0.0
                               ? static_cast<double>(global_batch) / summary.median_step_time_s
                               : 0.0;
-  summary.peak_memory_bytes = peak_memory_bytes(o.device, device_index, memory.counter());
+  summary.peak_memory_bytes = peak_memory_bytes(o, device_index, memory.counter());
   return summary;
 }
 
@@ -907,6 +909,12 @@ std::vector<std::pair<std::int64_t, std::int64_t>> true_ranges(const torch::Tens
 
 // One rank's parameters and gradients in flat fp32 buffers, their dp shards, and AdamW on the
 // shard this rank updates (the whole buffer without ZeRO).
+//
+// Gradients: ZeRO 0/1 accumulate every micro-batch into one flat buffer of the rank's parameters
+// and reduce it once per step (in buckets from the last backward pass's hooks when overlapping).
+// ZeRO 2/3 with dp > 1 keep no full gradient buffer: after every backward pass of a chunk, its
+// gradients are reduced bucket by bucket as the hooks report them ready, this rank's part is
+// added to its gradient shard and the parameters' gradients are freed (as DeepSpeed's ZeRO-2).
 class FlatParameters {
  public:
   // Over the parameters of this rank's model chunks, in order. Hooks gradients for overlapped
@@ -921,6 +929,8 @@ class FlatParameters {
       for (const auto& entry : chunk->local_parameters()) names.push_back(entry.first);
       for (const ParameterInfo& info : chunk->parameter_infos()) infos.push_back(info);
     }
+    sharded_gradients_ = zero_ >= 2 && dp > 1;
+    std::vector<std::size_t> chunk_ends;
     for (EncoderClassifier* chunk : chunks) {
       for (const auto& entry : chunk->local_parameters()) {
         const torch::Tensor& parameter = entry.second;
@@ -930,6 +940,7 @@ class FlatParameters {
         shapes_.push_back(parameter.sizes().vec());
         numel_ += parameter.numel();
       }
+      chunk_ends.push_back(parameters_.size());
     }
     padded_ = (numel_ + dp - 1) / dp * dp;
     shard_numel_ = padded_ / dp;
@@ -960,13 +971,23 @@ class FlatParameters {
     counted_ranges_ = true_ranges(counted.narrow(0, shard_offset_, updated));
     decay = torch::Tensor();
     counted = torch::Tensor();
+    const std::int64_t bucket_numel = std::max<std::int64_t>(o.bucket_bytes / 4, 1);
+    if (sharded_gradients_) {
+      // Before ZeRO-3's release: a hooked gradient accumulator keeps the parameter's shape.
+      shard_grad_ = torch::zeros({shard_numel_}, options);
+      make_shard_buckets(chunk_ends, bucket_numel);
+      std::int64_t largest = 1;
+      for (const ShardBucket& b : shard_buckets_) {
+        largest = std::max(largest, offsets_[b.last - 1] + numels_[b.last - 1] - offsets_[b.first]);
+      }
+      staging_ = torch::empty({std::min(largest, bucket_numel)}, options);
+    }
     if (zero_ == 3) {
       shard_ = flat_.narrow(0, shard_offset_, shard_numel_).clone();
       release();
     } else {
       bind();
-      if (overlap && dp > 1 && zero_ <= 1)
-        make_buckets(std::max<std::int64_t>(o.bucket_bytes / 4, 1));
+      if (overlap && dp > 1 && zero_ <= 1) make_buckets(bucket_numel);
     }
     // After the parameters moved into the flat buffer (their first copies are freed by then).
     exp_avg_ = torch::zeros({updated}, options);
@@ -1004,6 +1025,20 @@ class FlatParameters {
 
   void zero_grad() {
     if (grad_.defined()) grad_.zero_();
+    if (shard_grad_.defined()) shard_grad_.zero_();
+  }
+
+  // After every backward pass of chunk k (ZeRO 2/3 with dp > 1; a no-op otherwise): reduces the
+  // chunk's buckets that its hooks have not reduced yet (parameters without a gradient count as
+  // zeros) and readies them for the next pass.
+  void finish_backward(int k) {
+    if (!sharded_gradients_) return;
+    ShardChunk& chunk = shard_chunks_[static_cast<std::size_t>(k)];
+    while (chunk.next < chunk.end) reduce_shard_bucket(chunk.next++);
+    for (std::size_t b = chunk.begin; b < chunk.end; ++b) {
+      shard_buckets_[b].remaining = shard_buckets_[b].last - shard_buckets_[b].first;
+    }
+    chunk.next = chunk.begin;
   }
 
   // What a checkpoint keeps of this rank (between steps): the parameters it holds (the flat
@@ -1029,6 +1064,10 @@ class FlatParameters {
   // Returns the gradient this rank updates with.
   torch::Tensor reduce_gradients() {
     const int dp = groups_.dp_size();
+    if (sharded_gradients_) {  // reduced by finish_backward
+      shard_grad_.div_(dp);
+      return shard_grad_;
+    }
     if (zero_ >= 2) {
       torch::Tensor shard = torch::empty({shard_numel_}, grad_.options());
       groups_.dp().reduce_scatter_sum(shard, grad_);
@@ -1082,22 +1121,110 @@ class FlatParameters {
       denom.div_(std::sqrt(bias_correction2)).add_(kEps);
       p.addcdiv_(exp_avg_, denom, -lr / bias_correction1);
     }
-    if (zero_ == 1 || zero_ == 2) {
-      const torch::Tensor mine = p.clone();
-      groups_.dp().allgather(flat_, mine);
-    }
+    // In place: this rank's updated part is its chunk of the gathered buffer.
+    if (zero_ == 1 || zero_ == 2) groups_.dp().allgather(flat_, p);
   }
 
  private:
-  // Points every parameter (and its gradient) at its slice of the flat buffers.
+  // Points every parameter (and its gradient, unless gradients are sharded) at its slice of the
+  // flat buffers.
   void bind() {
     torch::NoGradGuard no_grad;
-    grad_ = torch::zeros({padded_}, flat_.options());
+    if (!sharded_gradients_) grad_ = torch::zeros({padded_}, flat_.options());
     for (std::size_t i = 0; i < parameters_.size(); ++i) {
       const std::int64_t n = numels_[i];
       parameters_[i].set_data(flat_.narrow(0, offsets_[i], n).view(shapes_[i]));
-      parameters_[i].mutable_grad() = grad_.narrow(0, offsets_[i], n).view(shapes_[i]);
+      if (!sharded_gradients_) {
+        parameters_[i].mutable_grad() = grad_.narrow(0, offsets_[i], n).view(shapes_[i]);
+      }
     }
+  }
+
+  // Sharded gradients: buckets of consecutive parameters of one chunk (from its last, the order
+  // in which its backward pass finishes them), reduced in index order within the chunk so that
+  // every dp rank issues the same all-reduces in the same order.
+  struct ShardBucket {
+    std::size_t first = 0;  // parameters [first, last)
+    std::size_t last = 0;
+    std::size_t remaining = 0;
+  };
+  struct ShardChunk {
+    std::size_t begin = 0;  // buckets [begin, end)
+    std::size_t end = 0;
+    std::size_t next = 0;
+  };
+
+  void make_shard_buckets(const std::vector<std::size_t>& chunk_ends, std::int64_t bucket_numel) {
+    std::vector<std::size_t> bucket_of(parameters_.size());
+    std::size_t chunk_begin = 0;
+    for (std::size_t chunk_end : chunk_ends) {
+      ShardChunk chunk;
+      chunk.begin = shard_buckets_.size();
+      std::int64_t filled = bucket_numel;
+      for (std::size_t k = chunk_end; k-- > chunk_begin;) {
+        if (filled >= bucket_numel) {
+          shard_buckets_.push_back({k, k + 1, 0});
+          filled = 0;
+        }
+        shard_buckets_.back().first = k;
+        filled += numels_[k];
+        bucket_of[k] = shard_buckets_.size() - 1;
+      }
+      chunk.end = shard_buckets_.size();
+      chunk.next = chunk.begin;
+      shard_chunks_.push_back(chunk);
+      chunk_begin = chunk_end;
+    }
+    for (ShardBucket& b : shard_buckets_) b.remaining = b.last - b.first;
+    for (std::size_t k = 0; k < parameters_.size(); ++k) {
+      const std::size_t index = bucket_of[k];
+      std::size_t chunk_index = 0;
+      while (shard_chunks_[chunk_index].end <= index) ++chunk_index;
+      accumulators_.push_back(
+          compat::add_gradient_ready_hook(parameters_[k], [this, index, chunk_index]() {
+            --shard_buckets_[index].remaining;
+            ShardChunk& chunk = shard_chunks_[chunk_index];
+            while (chunk.next < chunk.end && shard_buckets_[chunk.next].remaining == 0) {
+              reduce_shard_bucket(chunk.next++);
+            }
+          }));
+    }
+  }
+
+  // Sums one bucket's gradients over dp, adds this rank's part to its gradient shard and frees
+  // the parameters' gradients. Every reduction goes through the one staging buffer, in pieces of
+  // its size: Gloo may keep a reference to the last tensors it reduced, which must not be fresh
+  // tensors every time (they would stay allocated).
+  void reduce_shard_bucket(std::size_t index) {
+    const ShardBucket& b = shard_buckets_[index];
+    const std::int64_t begin = offsets_[b.first];
+    const std::int64_t end = offsets_[b.last - 1] + numels_[b.last - 1];
+    torch::NoGradGuard no_grad;
+    const std::int64_t piece = staging_.numel();
+    for (std::int64_t at = begin; at < end; at += piece) {
+      const std::int64_t length = std::min(piece, end - at);
+      torch::Tensor buffer = staging_.narrow(0, 0, length);
+      for (std::size_t i = b.first; i < b.last; ++i) {
+        const std::int64_t from = std::max(at, offsets_[i]);
+        const std::int64_t to = std::min(at + length, offsets_[i] + numels_[i]);
+        if (from >= to) continue;
+        torch::Tensor slice = buffer.narrow(0, from - at, to - from);
+        const torch::Tensor& g = parameters_[i].grad();
+        if (g.defined()) {
+          slice.copy_(g.reshape({numels_[i]}).narrow(0, from - offsets_[i], to - from));
+        } else {
+          slice.zero_();
+        }
+      }
+      groups_.dp().allreduce_sum(buffer);
+      const std::int64_t from = std::max(at, shard_offset_);
+      const std::int64_t to = std::min(at + length, shard_offset_ + shard_numel_);
+      if (from < to) {
+        shard_grad_.narrow(0, from - shard_offset_, to - from)
+            .add_(buffer.narrow(0, from - at, to - from));
+      }
+    }
+    for (std::size_t i = b.first; i < b.last; ++i) parameters_[i].mutable_grad() = torch::Tensor();
   }
 
   // Buckets: consecutive parameters from the last backwards (the order in which the backward
@@ -1153,6 +1280,11 @@ class FlatParameters {
   torch::Tensor flat_;   // all parameters (undefined between ZeRO-3 steps)
   torch::Tensor grad_;   // all gradients (undefined between ZeRO-3 steps)
   torch::Tensor shard_;  // ZeRO-3: this rank's parameters
+  bool sharded_gradients_ = false;
+  torch::Tensor shard_grad_;  // sharded gradients: this rank's summed gradient shard
+  torch::Tensor staging_;     // sharded gradients: the reduction buffer (at most a bucket)
+  std::vector<ShardBucket> shard_buckets_;
+  std::vector<ShardChunk> shard_chunks_;
   // (start, length) ranges of the updated part where weight decay applies, and where the global
   // norm counts the elements (tp-replicated parameters count on tp rank 0 only).
   std::vector<std::pair<std::int64_t, std::int64_t>> decay_ranges_;
@@ -1489,6 +1621,7 @@ TrainSummary train_classifier(const TrainOptions& o, const std::vector<EncodedEx
         torch::autograd::backward({f.output}, {grad});
       }
       if (g > 0) sends.push_back(pipe.send(f.input.grad(), previous_rank, tag(g - 1, m, 1)));
+      flat.finish_backward(k);
       f = InFlight{};
       if (o.fault_kill_in_step == step + 1) ::raise(SIGKILL);  // fault injection
     };
@@ -1556,7 +1689,7 @@ TrainSummary train_classifier(const TrainOptions& o, const std::vector<EncodedEx
       line["lr"] = lr;
       line["samples_per_s"] = static_cast<double>(global_batch) / step_time_s;
       line["step_time_s"] = step_time_s;
-      line["peak_memory_bytes"] = peak_memory_bytes(o.device, device_index, memory.counter());
+      line["peak_memory_bytes"] = peak_memory_bytes(o, device_index, memory.counter());
       line["rank"] = groups.world_rank();
       line["time"] = utc_now_iso8601();
       line["peak_rss_bytes"] = peak_rss_bytes();  // an extension: code and libraries included
@@ -1598,7 +1731,7 @@ TrainSummary train_classifier(const TrainOptions& o, const std::vector<EncodedEx
   summary.samples_per_s = summary.median_step_time_s > 0.0
                               ? static_cast<double>(global_batch) / summary.median_step_time_s
                               : 0.0;
-  summary.peak_memory_bytes = peak_memory_bytes(o.device, device_index, memory.counter());
+  summary.peak_memory_bytes = peak_memory_bytes(o, device_index, memory.counter());
   return summary;
 }
 

@@ -135,7 +135,11 @@ struct TrainOptions {
   std::int64_t fault_kill_in_checkpoint = 0;
   // DP and ZeRO-1: gradients are all-reduced in buckets of about this size, each started by a
   // gradient hook as soon as the last micro-batch's backward pass has finished its gradients.
+  // ZeRO-2/3: gradients are reduced in buckets of this size after every backward pass.
   std::int64_t bucket_bytes = 25 << 20;
+  // Ranks that share this process as threads (train_local_ranks): CPU memory is then counted per
+  // thread (TrainSummary::peak_memory_bytes), else for the whole process.
+  int ranks_in_process = 1;
 };
 
 struct TrainSummary {
@@ -148,8 +152,9 @@ struct TrainSummary {
   std::optional<double> validation_loss;
   double median_step_time_s = 0.0;
   double samples_per_s = 0.0;  // global_batch / median_step_time_s
-  // Peak bytes of this rank's tensors (CUDA: the caching allocator's peak; CPU: tensors the
-  // rank's thread allocated, counted through LibTorch's allocator reports).
+  // Peak bytes of this rank's tensors (CUDA: the caching allocator's peak; CPU: tensors allocated
+  // by the rank's thread, counted through LibTorch's allocator reports; see
+  // TrainOptions::ranks_in_process).
   std::int64_t peak_memory_bytes = 0;
   std::string precision;      // what actually ran: "fp32", "bf16", ...
   int stopped_by_signal = 0;  // the signal that stopped training early (TrainOptions::stop_signal)

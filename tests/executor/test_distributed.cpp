@@ -272,6 +272,8 @@ TEST_CASE("Every parallel layout trains to the single-process losses", "[distrib
       {"dp2 x tp2", 2, 2, 1, 0, Schedule::k1F1B, 2, 2},
       {"dp2 x pp2", 2, 1, 2, 1, Schedule::k1F1B, 2, 2},
       {"tp2 x pp2", 1, 2, 2, 0, Schedule::kGpipe, 4, 2},
+      {"dp2 x tp2 zero3", 2, 2, 1, 3, Schedule::kGpipe, 2, 2},
+      {"dp2 x pp2 zero2 interleaved v2", 2, 1, 2, 2, Schedule::kInterleaved, 4, 4, 2},
   };
   std::map<std::pair<std::int64_t, std::int64_t>, TrainSummary> references;
   for (const Layout& l : layouts) {
