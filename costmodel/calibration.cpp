@@ -108,6 +108,11 @@ LayerAnswer Calibration::layer(const LayerQuery& q) const {
       row.push_back(&p);
     }
   }
+  // Points that include the tensor-parallel all-reduces are preferred to those that skip them.
+  if (std::any_of(row.begin(), row.end(), [](const auto* p) { return p->tp_communication; })) {
+    std::erase_if(row, [](const LayerMeasurement* p) { return !p->tp_communication; });
+    out.tp_communication = true;
+  }
   std::sort(row.begin(), row.end(), [](const LayerMeasurement* a, const LayerMeasurement* b) {
     return a->micro_batch < b->micro_batch;
   });
@@ -170,6 +175,7 @@ LayerAnswer Calibration::layer(const LayerQuery& q) const {
   out.backward_s = best->backward_s;
   out.activation_bytes = static_cast<double>(best->activation_bytes);
   out.at = shape_of(*best);
+  out.tp_communication = best->tp_communication && best->tp == q.tp;
   return out;
 }
 

@@ -54,6 +54,9 @@ struct LayerAnswer {
   double forward_s = 0;
   double backward_s = 0;  // with the point's recomputation
   double activation_bytes = 0;
+  // The times include the tensor-parallel all-reduces of a layer of the query's tp (points
+  // measured with tp_communication; preferred over points of the same shape without).
+  bool tp_communication = false;
   // The shape the figures belong to: the query for measured and interpolated answers, the
   // nearest measured shape for scaled ones (the caller scales by its roofline there).
   LayerQuery at;

@@ -149,8 +149,9 @@ DeviceRates scaled_rates(DeviceRates rates, int threads) {
 template <typename Roofline, typename Formula>
 Calibrated calibrate(const Calibration& calibration, const LayerQuery& query,
                      const Roofline& roofline, const Formula& formula, LayerTime* time,
-                     double* activation_bytes) {
+                     double* activation_bytes, bool* tp_communication) {
   const LayerAnswer a = calibration.layer(query);
+  *tp_communication = a.tp_communication;
   switch (a.how) {
     case Calibrated::kRoofline:
       break;
@@ -275,6 +276,11 @@ Terms compute_terms(const profiles::ModelSpec& m, const CostOptions& options,
     t.recompute_buffer = full - layer_act;
   }
 
+  // Measured times that already include a layer's tensor-parallel all-reduces (the tp ranks of
+  // the profile measured together) get none added.
+  bool layer_tp_included = false;
+  bool embed_tp_included = false;
+  bool head_tp_included = false;
   if (calibration != nullptr) {
     const double formula_layer_act = layer_act;
     const int tpn = s.tp;
@@ -313,16 +319,29 @@ Terms compute_terms(const profiles::ModelSpec& m, const CostOptions& options,
                                           : profiles::LayerKind::kDecoderLayer;
     t.how_layer = calibrate(
         *calibration, q, [&](const LayerQuery& x) { return roofline(x, transformer_layer_time); },
-        layer_formula, &t.layer, &layer_act);
+        layer_formula, &t.layer, &layer_act, &layer_tp_included);
     q.kind = profiles::LayerKind::kEmbedding;
     t.how_embedding = calibrate(
         *calibration, q, [&](const LayerQuery& x) { return roofline(x, embedding_time); },
-        embed_formula, &t.embed, &embed_act);
+        embed_formula, &t.embed, &embed_act, &embed_tp_included);
     q.kind = profiles::LayerKind::kHead;
     t.how_head = calibrate(
         *calibration, q, [&](const LayerQuery& x) { return roofline(x, head_time); }, head_formula,
-        &t.head, &head_act);
+        &t.head, &head_act, &head_tp_included);
     if (formula_layer_act > 0) t.recompute_buffer *= layer_act / formula_layer_act;
+  }
+  const double layer_ar = layer_tp_included ? 0 : tp_ar;
+  const double embed_ar = embed_tp_included ? 0 : tp_ar;
+  if (layer_tp_included) {
+    t.layer_terms.forward_tp.count = 0;
+    t.layer_terms.backward_tp.count = 0;
+  }
+  if (embed_tp_included) t.embed_terms.forward_tp.count = 0;
+  if (head_tp_included) {
+    tp_head_fwd = 0;
+    tp_head_bwd = 0;
+    t.head_terms.forward_tp.count = 0;
+    t.head_terms.backward_tp.count = 0;
   }
   t.layer_terms.forward_compute_s = t.layer.forward_s;
   t.layer_terms.backward_compute_s = t.layer.backward_s + t.layer.recompute_s;
@@ -331,11 +350,12 @@ Terms compute_terms(const profiles::ModelSpec& m, const CostOptions& options,
   t.head_terms.forward_compute_s = t.head.forward_s;
   t.head_terms.backward_compute_s = t.head.backward_s;
   t.costs.layer = {
-      t.layer.forward_s + 2 * tp_ar,
-      t.layer.backward_s + t.layer.recompute_s + (s.recompute == Recompute::kFull ? 4 : 2) * tp_ar,
+      t.layer.forward_s + 2 * layer_ar,
+      t.layer.backward_s + t.layer.recompute_s +
+          (s.recompute == Recompute::kFull ? 4 : 2) * layer_ar,
       static_cast<double>(params.transformer_layer.per_rank(s.tp)), layer_act};
   // Vocab-parallel embedding: an all-reduce of its output.
-  t.costs.embedding = {t.embed.forward_s + tp_ar, t.embed.backward_s,
+  t.costs.embedding = {t.embed.forward_s + embed_ar, t.embed.backward_s,
                        static_cast<double>(params.embedding.per_rank(s.tp)), embed_act};
   t.costs.head = {t.head.forward_s + tp_head_fwd, t.head.backward_s + tp_head_bwd,
                   static_cast<double>(params.head.per_rank(s.tp)), head_act};

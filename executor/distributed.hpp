@@ -28,6 +28,8 @@
 #include <torch/csrc/distributed/c10d/Store.hpp>
 #include <vector>
 
+#include "executor/model.hpp"
+
 namespace loom::executor {
 
 // ---------------------------------------------------------------------------------------------
@@ -187,6 +189,19 @@ class ParallelGroups {
   std::shared_ptr<ProcessGroup> tp_;
   std::shared_ptr<ProcessGroup> dp_;
   std::shared_ptr<ProcessGroup> pp_;
+};
+
+// The model's tensor-parallel comm (executor/model.hpp) over a process group.
+class GroupTensorParallelComm final : public TensorParallelComm {
+ public:
+  explicit GroupTensorParallelComm(std::shared_ptr<ProcessGroup> group)
+      : group_(std::move(group)) {}
+  int rank() const override { return group_->rank(); }
+  int size() const override { return group_->size(); }
+  void allreduce_sum(torch::Tensor& tensor) override { group_->allreduce_sum(tensor); }
+
+ private:
+  std::shared_ptr<ProcessGroup> group_;
 };
 
 }  // namespace loom::executor

@@ -273,7 +273,10 @@ EncoderClassifier::EncoderClassifier(const ModelSpec& spec, const EncoderOptions
   for (const ParameterInfo& info : table) {
     if (info.layer < first_layer_ || info.layer > last_layer_) continue;
     torch::Tensor full = initial_value(info, spec, options.seed);
-    add_parameter(info, shard_of(full, info.split, tp_rank, tp).contiguous().to(target));
+    torch::Tensor local = shard_of(full, info.split, tp_rank, tp);
+    // A slice is copied out: a view would keep the whole full-size tensor alive.
+    if (tp > 1) local = local.clone(at::MemoryFormat::Contiguous);
+    add_parameter(info, local.to(target));
   }
 
   if (has_embeddings()) {

@@ -88,7 +88,12 @@ profiles::LayerMeasurement measure(const ProfileOptions& o, LayerKind kind, std:
   eo.first_layer = kind == LayerKind::kEmbedding ? 0 : kind == LayerKind::kHead ? last : 1;
   eo.last_layer = eo.first_layer;
   ParallelContext context;
-  context.tp = std::make_shared<ShardOnlyComm>(tp);
+  const bool together = tp > 1 && o.group != nullptr && o.group->size() == tp;
+  if (together) {
+    context.tp = std::make_shared<GroupTensorParallelComm>(o.group);
+  } else {
+    context.tp = std::make_shared<ShardOnlyComm>(tp);
+  }
 
   compat::CpuMemoryScope cpu_memory;
   MemoryProbe memory(o.device, o.device_index, cpu_memory.counter());
@@ -163,6 +168,7 @@ profiles::LayerMeasurement measure(const ProfileOptions& o, LayerKind kind, std:
   m.tp = tp;
   m.recompute = costmodel::to_string(recompute);
   m.threads = threads;
+  m.tp_communication = together;
   // Clock resolution bounds tiny layers from below (the profile format needs times > 0).
   m.forward_s = std::max(median_of(forward), 1e-9);
   m.backward_s = std::max(median_of(backward), 1e-9);
@@ -342,21 +348,20 @@ std::vector<profiles::LinkMeasurement> profile_links(ProcessGroup& group, Device
   return out;
 }
 
-JobLinks profile_job_links(Device device, LinkProfileOptions options, double timeout_s) {
+JobGroup join_job(Device device, double timeout_s, const std::string& name) {
   const RankEnvironment env =
-      rank_environment([](const std::string& name) -> std::optional<std::string> {
-        const char* value = std::getenv(name.c_str());
+      rank_environment([](const std::string& variable) -> std::optional<std::string> {
+        const char* value = std::getenv(variable.c_str());
         return value != nullptr ? std::optional<std::string>(value) : std::nullopt;
       });
-  if (env.world_size < 2) {
-    throw InputError("--links", "",
-                     "a launched group of at least 2 ranks (loom launch --nproc N -- loom profile "
-                     "--links ...), found " +
-                         env.source);
-  }
+  JobGroup out;
+  out.rank = env.rank;
+  out.world_size = env.world_size;
+  out.source = env.source;
   const char* local_world = std::getenv("LOCAL_WORLD_SIZE");
-  const bool one_node = local_world != nullptr && std::atoi(local_world) == env.world_size;
-  options.scope = one_node ? "intra_node" : "inter_node";
+  out.one_node = local_world != nullptr && std::atoi(local_world) == env.world_size;
+  out.local_rank = env.local_rank;
+  if (env.world_size < 2) return out;
   GroupOptions groups;
   groups.timeout = std::chrono::milliseconds(static_cast<std::int64_t>(timeout_s * 1000));
   groups.interface = env.gloo_interface;
@@ -366,11 +371,23 @@ JobLinks profile_job_links(Device device, LinkProfileOptions options, double tim
   const auto store = connect_store(env, groups.timeout);
   std::vector<int> members(static_cast<std::size_t>(env.world_size));
   for (int r = 0; r < env.world_size; ++r) members[static_cast<std::size_t>(r)] = r;
-  ProcessGroup world(store, "links", members, env.rank, groups);
+  out.group = std::make_shared<ProcessGroup>(store, name, members, env.rank, groups);
+  return out;
+}
+
+JobLinks profile_job_links(Device device, LinkProfileOptions options, double timeout_s) {
+  const JobGroup job = join_job(device, timeout_s, "links");
+  if (job.group == nullptr) {
+    throw InputError("--links", "",
+                     "a launched group of at least 2 ranks (loom launch --nproc N -- loom profile "
+                     "--links ...), found " +
+                         job.source);
+  }
+  options.scope = job.one_node ? "intra_node" : "inter_node";
   JobLinks out;
-  out.rank = env.rank;
-  out.world_size = env.world_size;
-  out.links = profile_links(world, device, env.local_rank, options);
+  out.rank = job.rank;
+  out.world_size = job.world_size;
+  out.links = profile_links(*job.group, device, job.local_rank, options);
   return out;
 }
 

@@ -5,8 +5,10 @@
 // real executor model (executor/model.hpp) in training mode (dropout on), for every micro-batch,
 // tp degree, recomputation and CPU thread count asked for: forward and backward time are medians
 // of `repeats` runs after `warmup` runs, the device synchronised around each pass. With tp > 1 the
-// stage holds one tp rank's shard and its collectives are skipped (the cost model adds them from
-// the links). Memory: bytes still allocated after the forward pass (what backward will use: saved
+// stage holds one tp rank's shard. When the ranks of a launched group of exactly tp ranks measure
+// together (`group`), each runs its own shard with the real all-reduces and the times include
+// them, waits for the slower rank and contention for the cores included (tp_communication);
+// otherwise the collectives are skipped and the cost model adds them from the links. Memory: bytes still allocated after the forward pass (what backward will use: saved
 // tensors and the output), bytes allocated above that during backward (peak temporary), and the
 // stage's parameter bytes; CPU tensors are counted through LibTorch's allocator reports, CUDA ones
 // from the caching allocator's statistics.
@@ -17,6 +19,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -42,6 +45,8 @@ struct ProfileOptions {
   int warmup = 2;
   int repeats = 5;
   std::function<void(const std::string&)> progress;  // one line per measurement; may be empty
+  // The launched group whose ranks all call profile_layers() with the same options; may be null.
+  std::shared_ptr<ProcessGroup> group;
 };
 
 // Throws InputError for a model that is not a BERT/RoBERTa encoder, a tp that does not divide
@@ -64,6 +69,19 @@ struct LinkProfileOptions {
 std::vector<profiles::LinkMeasurement> profile_links(ProcessGroup& group, Device device,
                                                      int device_index,
                                                      const LinkProfileOptions& options);
+
+// The whole job this process is a rank of (torchrun's or Slurm's variables, as `loom train` reads
+// them): joins the rendezvous and builds the world group `name` (Gloo on the CPU, NCCL on CUDA).
+// A job of one rank gets no group (null); `source` says where the rank variables came from.
+struct JobGroup {
+  int rank = 0;
+  int world_size = 1;
+  int local_rank = 0;
+  bool one_node = true;  // LOCAL_WORLD_SIZE equals WORLD_SIZE
+  std::string source;
+  std::shared_ptr<ProcessGroup> group;
+};
+JobGroup join_job(Device device, double timeout_s, const std::string& name);
 
 // profile_links() over the whole job this process is a rank of (torchrun's or Slurm's variables,
 // as `loom train` reads them): joins the rendezvous, builds the world group (Gloo on the CPU, NCCL

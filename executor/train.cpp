@@ -739,7 +739,10 @@ TrainSummary train_classifier(const TrainOptions& o, const std::vector<EncodedEx
 
   MetricsWriter metrics(o.metrics_path, checkpoint.has_value());
   ProgressBar progress(o.progress, total_steps);
+  // The peak is the training steps' (the model is built, sharded and loaded before this point:
+  // a tensor-parallel rank's full-size initial weights are a transient of construction).
   if (o.device == Device::kCuda) compat::cuda_reset_peak(device_index);
+  memory.counter().reset_peak();
   const std::int64_t eval_batch = o.eval_batch > 0 ? o.eval_batch : o.micro_batch;
   std::vector<double> step_times_s;
   std::int64_t cached_epoch = -1;
@@ -874,19 +877,6 @@ TrainSummary train_classifier(const TrainOptions& o, const std::vector<EncodedEx
 // Many ranks
 
 namespace {
-
-// The model's tensor-parallel comm over a c10d group.
-class GroupTensorParallelComm final : public TensorParallelComm {
- public:
-  explicit GroupTensorParallelComm(std::shared_ptr<ProcessGroup> group)
-      : group_(std::move(group)) {}
-  int rank() const override { return group_->rank(); }
-  int size() const override { return group_->size(); }
-  void allreduce_sum(torch::Tensor& tensor) override { group_->allreduce_sum(tensor); }
-
- private:
-  std::shared_ptr<ProcessGroup> group_;
-};
 
 // The maximal runs of true elements of a 1-D bool tensor, as (start, length).
 std::vector<std::pair<std::int64_t, std::int64_t>> true_ranges(const torch::Tensor& mask) {
@@ -1492,7 +1482,10 @@ TrainSummary train_classifier(const TrainOptions& o, const std::vector<EncodedEx
       groups.world_rank() == 0 || o.metrics_every_rank ? o.metrics_path : std::string(),
       checkpoint.has_value());
   ProgressBar progress(o.progress && groups.world_rank() == 0, total_steps);
+  // The peak is the training steps' (the model is built, sharded and loaded before this point:
+  // a tensor-parallel rank's full-size initial weights are a transient of construction).
   if (o.device == Device::kCuda) compat::cuda_reset_peak(device_index);
+  memory.counter().reset_peak();
   const std::int64_t eval_batch = o.eval_batch > 0 ? o.eval_batch : o.micro_batch;
   std::vector<double> step_times_s;
   std::int64_t cached_epoch = -1;

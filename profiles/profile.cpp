@@ -58,6 +58,8 @@ LayerMeasurement read_layer(ObjectReader r) {
   l.activation_bytes = r.integer("activation_bytes", 0);
   l.parameter_bytes = r.integer("parameter_bytes", 0);
   l.peak_temporary_bytes = r.optional_integer("peak_temporary_bytes", 0);
+  l.tp_communication = r.optional_boolean("tp_communication").value_or(false);
+  if (l.tp_communication && l.tp < 2) r.fail("tp_communication", "expected only with tp >= 2");
   if (l.hidden % l.heads != 0) r.fail("heads", "expected a divisor of hidden");
   r.finish();
   return l;
@@ -138,6 +140,7 @@ nlohmann::json profile_to_json(const Profile& p) {
                         {"parameter_bytes", l.parameter_bytes}};
     if (l.vocab) j["vocab"] = *l.vocab;
     if (l.peak_temporary_bytes) j["peak_temporary_bytes"] = *l.peak_temporary_bytes;
+    if (l.tp_communication) j["tp_communication"] = true;
     layers.push_back(std::move(j));
   }
   nlohmann::json links = nlohmann::json::array();

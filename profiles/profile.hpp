@@ -46,6 +46,8 @@ struct LayerMeasurement {
   std::int64_t activation_bytes = 0;  // kept from forward for backward
   std::int64_t parameter_bytes = 0;
   std::optional<std::int64_t> peak_temporary_bytes;
+  // The times include the shard's tensor-parallel all-reduces (measured by tp ranks together).
+  bool tp_communication = false;
   bool operator==(const LayerMeasurement&) const = default;
 };
 

@@ -46,11 +46,6 @@ std::string utc_now() {
   return text;
 }
 
-int env_int(const char* name, int fallback) {
-  const char* value = std::getenv(name);
-  return value != nullptr ? std::atoi(value) : fallback;
-}
-
 int run_profile(const ProfileArgs& a) {
   const auto device = executor::parse_device(a.device);
   if (!device) throw InputError("--device", "", "cpu or cuda, found \"" + a.device + "\"");
@@ -97,8 +92,11 @@ int run_profile(const ProfileArgs& a) {
     o.repeats = a.repeats;
     if (progress) o.progress = [](const std::string& line) { std::cerr << line << "\n"; };
     // Inside a launched group every rank measures at once (so each sees its neighbours' load on
-    // the shared cores and memory, as the ranks of a plan will) and rank 0 writes.
-    const int rank = env_int("RANK", env_int("SLURM_PROCID", 0));
+    // the shared cores and memory, as the ranks of a plan will; tp = the group's size runs with
+    // its all-reduces) and rank 0 writes.
+    const executor::JobGroup job = executor::join_job(*device, a.comm_timeout_s, "profile");
+    const int rank = job.rank;
+    o.group = job.group;
     if (rank != 0) o.progress = nullptr;
     profile.layers = executor::profile_layers(o);
     profile.optimizer = executor::profile_optimizer(o);

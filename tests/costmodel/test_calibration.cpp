@@ -73,6 +73,48 @@ TEST_CASE("with a synthetic profile the estimate uses exactly its times", "[cali
   CHECK_THAT(notes[1], Catch::StartsWith("encoder layer: measured"));
 }
 
+TEST_CASE("times measured with the tensor-parallel all-reduces get none added", "[calibration]") {
+  const profiles::ModelSpec model = profiles::load_model("bert-base");
+  profiles::Profile prof;
+  prof.device = "test";
+  prof.precision = profiles::Precision::kBf16;
+  for (const bool included : {false, true}) {
+    LayerMeasurement embedding = point(model, LayerKind::kEmbedding, 4, 128, 0.001, 0.002, 1000);
+    LayerMeasurement layer = point(model, LayerKind::kEncoderLayer, 4, 128, 0.010, 0.021, 5000);
+    LayerMeasurement head = point(model, LayerKind::kHead, 4, 128, 0.003, 0.005, 70);
+    for (LayerMeasurement* p : {&embedding, &layer, &head}) {
+      p->tp = 2;
+      p->tp_communication = included;
+      prof.layers.push_back(*p);
+    }
+  }
+  // Both kinds of point have the same shape: the ones with the all-reduces are preferred.
+  const Calibration calibration(prof, model);
+  CHECK(calibration.layer({LayerKind::kEncoderLayer, 4, 128, 2, "none", 1}).tp_communication);
+  CHECK_FALSE(calibration.layer({LayerKind::kEncoderLayer, 4, 128, 1, "none", 1}).tp_communication);
+
+  const CostModel cost = CostModel(model, profiles::load_cluster("dgx-h100"))
+                             .with_calibration(std::make_shared<Calibration>(prof, model));
+  Strategy s = single(4, 2);
+  s.tp = 2;
+  const Job job{8, 128, Precision::kBf16, "adamw"};
+  const SequenceCosts c = cost.sequence_costs(job, s);
+  CHECK(c.layer.forward_s == 0.010);
+  CHECK(c.layer.backward_s == 0.021);
+  CHECK(c.embedding.forward_s == 0.001);
+  const Prediction p = cost.estimate(job, s, even_partition(model, 1));
+  CHECK(p.exposed_communication_s.tp == 0);
+  const double per_micro_batch = 0.001 + 0.002 + 12 * (0.010 + 0.021) + 0.003 + 0.005;
+  CHECK(p.step_time_s == Approx(2 * per_micro_batch + p.optimizer_s).epsilon(1e-12));
+
+  // Without the flag the same times get the links' all-reduces on top.
+  for (LayerMeasurement& l : prof.layers) l.tp_communication = false;
+  const CostModel plain = CostModel(model, profiles::load_cluster("dgx-h100"))
+                              .with_calibration(std::make_shared<Calibration>(prof, model));
+  CHECK(plain.sequence_costs(job, s).layer.forward_s > 0.010);
+  CHECK(plain.estimate(job, s, even_partition(model, 1)).exposed_communication_s.tp > 0);
+}
+
 TEST_CASE("micro-batches between measured ones are interpolated", "[calibration]") {
   const profiles::ModelSpec model = profiles::load_model("bert-base");
   profiles::Profile prof;

@@ -24,9 +24,9 @@ json valid_profile() {
        "micro_batch": 8, "tp": 1, "forward_s": 0.0012, "backward_s": 0.0024,
        "activation_bytes": 123456789, "parameter_bytes": 14175744},
       {"kind": "embedding", "hidden": 768, "heads": 12, "ffn_hidden": 3072, "vocab": 30522,
-       "seq_len": 512, "micro_batch": 8, "tp": 1, "threads": 4, "recompute": "none",
+       "seq_len": 512, "micro_batch": 8, "tp": 2, "threads": 4, "recompute": "none",
        "forward_s": 0.0001, "backward_s": 0.0002, "activation_bytes": 1000,
-       "parameter_bytes": 2000, "peak_temporary_bytes": 3000}
+       "parameter_bytes": 2000, "peak_temporary_bytes": 3000, "tp_communication": true}
     ],
     "links": [
       {"collective": "allreduce", "ranks": 8, "bytes": 67108864, "time_s": 0.0009,
@@ -56,6 +56,8 @@ TEST_CASE("a profile round-trips through JSON", "[profile]") {
   CHECK(p.layers[1].threads == 4);
   CHECK(p.layers[1].vocab == 30522);
   CHECK(p.layers[1].peak_temporary_bytes == 3000);
+  CHECK(p.layers[1].tp_communication);
+  CHECK_FALSE(p.layers[0].tp_communication);
   CHECK(p.links[0].bytes == 67108864);
   CHECK(p.precision == Precision::kBf16);
   Profile again = profile_from_json(profile_to_json(p), "again.json");
@@ -82,6 +84,10 @@ TEST_CASE("malformed profiles are refused with the field named", "[profile]") {
   j = valid_profile();
   j["layers"][1]["micro_batch"] = 0;
   CHECK_THAT(error_of(j), Contains("$.layers[1].micro_batch"));
+
+  j = valid_profile();
+  j["layers"][0]["tp_communication"] = true;  // tp 1 has no all-reduces to include
+  CHECK_THAT(error_of(j), Contains("$.layers[0].tp_communication"));
 
   j = valid_profile();
   j["links"][0]["collective"] = "broadcast";
