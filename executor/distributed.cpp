@@ -166,7 +166,24 @@ struct PendingOperation::Impl {
   std::function<void(const std::string&)> on_failure;  // throws
   torch::Tensor keep_alive;
   bool done = false;
+  bool gloo = false;
 };
+
+namespace {
+
+// Gloo's worker thread drops its reference to a finished work a moment after completing it. If
+// that is the last one, the work's tensors are freed on the worker thread, where LibTorch's
+// allocator reports do not reach the rank's memory counter (which then never sees them leave).
+// So the caller waits briefly (at most 5 ms) to hold the last reference and drops it itself.
+void release_on_this_thread(c10::intrusive_ptr<c10d::Work>& work) {
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::milliseconds(5);
+  while (work.use_count() > 1 && std::chrono::steady_clock::now() < give_up) {
+    std::this_thread::yield();
+  }
+  work.reset();
+}
+
+}  // namespace
 
 PendingOperation::PendingOperation(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 PendingOperation::PendingOperation(PendingOperation&&) noexcept = default;
@@ -194,6 +211,7 @@ void PendingOperation::wait() {
   }
   if (!completed) impl_->on_failure(what);
   impl_->keep_alive = torch::Tensor();
+  if (impl_->gloo) release_on_this_thread(impl_->work);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -312,6 +330,7 @@ void ProcessGroup::allreduce_sum(torch::Tensor& tensor) {
 
 PendingOperation ProcessGroup::allreduce_sum_async(torch::Tensor& tensor) {
   auto impl = std::make_unique<PendingOperation::Impl>();
+  impl->gloo = impl_->kind == CommBackend::kGloo;
   impl->timeout = timeout_;
   impl->on_failure = [this](const std::string& what) { fail("allreduce_sum", what); };
   if (size() == 1) return PendingOperation(std::move(impl));
@@ -349,6 +368,8 @@ void ProcessGroup::allgather(torch::Tensor& output, const torch::Tensor& input) 
   for (std::int64_t begin = 0; begin < n; begin += piece) {
     const std::int64_t length = std::min(piece, n - begin);
     auto impl = std::make_unique<PendingOperation::Impl>();
+    impl->gloo = impl_->kind == CommBackend::kGloo;
+  impl->gloo = impl_->kind == CommBackend::kGloo;
     impl->timeout = timeout_;
     impl->on_failure = [this](const std::string& what) { fail("allgather", what); };
     try {
@@ -385,6 +406,8 @@ void ProcessGroup::reduce_scatter_sum(torch::Tensor& output, const torch::Tensor
     torch::Tensor flat_in = contiguous_buffer(input).view({size() * n});
     torch::Tensor flat_out = contiguous_buffer(output).view({n});
     auto impl = std::make_unique<PendingOperation::Impl>();
+    impl->gloo = impl_->kind == CommBackend::kGloo;
+  impl->gloo = impl_->kind == CommBackend::kGloo;
     impl->timeout = timeout_;
     impl->on_failure = [this](const std::string& what) { fail("reduce_scatter_sum", what); };
     c10d::ReduceScatterOptions options;
@@ -420,6 +443,7 @@ void ProcessGroup::broadcast(torch::Tensor& tensor, int root) {
   if (size() == 1) return;
   torch::Tensor buffer = contiguous_buffer(tensor);
   auto impl = std::make_unique<PendingOperation::Impl>();
+  impl->gloo = impl_->kind == CommBackend::kGloo;
   impl->timeout = timeout_;
   impl->on_failure = [this](const std::string& what) { fail("broadcast", what); };
   std::vector<torch::Tensor> tensors{buffer};
@@ -440,6 +464,7 @@ PendingOperation ProcessGroup::send(const torch::Tensor& tensor, int destination
                                 std::to_string(members_.at(static_cast<std::size_t>(destination))) +
                                 " (tag " + std::to_string(tag) + ")";
   auto impl = std::make_unique<PendingOperation::Impl>();
+  impl->gloo = impl_->kind == CommBackend::kGloo;
   impl->timeout = timeout_;
   impl->on_failure = [this, operation](const std::string& what) { fail(operation, what); };
   if (size() == 1) fail(operation, "a group of one has no peer (a bug)");
@@ -461,6 +486,7 @@ void ProcessGroup::recv(torch::Tensor& tensor, int source, int tag) {
   if (size() == 1) fail(operation, "a group of one has no peer (a bug)");
   torch::Tensor buffer = contiguous_buffer(tensor);
   auto impl = std::make_unique<PendingOperation::Impl>();
+  impl->gloo = impl_->kind == CommBackend::kGloo;
   impl->timeout = timeout_;
   impl->on_failure = [this, operation](const std::string& what) { fail(operation, what); };
   std::vector<torch::Tensor> tensors{buffer};
@@ -476,6 +502,7 @@ void ProcessGroup::recv(torch::Tensor& tensor, int source, int tag) {
 void ProcessGroup::barrier() {
   if (size() == 1) return;
   auto impl = std::make_unique<PendingOperation::Impl>();
+  impl->gloo = impl_->kind == CommBackend::kGloo;
   impl->timeout = timeout_;
   impl->on_failure = [this](const std::string& what) { fail("barrier", what); };
   c10d::BarrierOptions options;

@@ -70,8 +70,16 @@ struct Sample {
   std::int64_t peak_temporary_bytes = 0;
 };
 
-profiles::LayerMeasurement measure(const ProfileOptions& o, LayerKind kind, std::int64_t batch,
-                                   int tp, costmodel::Recompute recompute, int threads) {
+// One layer shape's samples so far (runs of several rounds pooled).
+struct Samples {
+  profiles::LayerMeasurement m;  // shape, parameter and memory figures of the last round
+  std::vector<double> forward_s;
+  std::vector<double> backward_s;
+};
+
+// `repeats` timed runs of one shape after `warmup` untimed ones, added to `samples`.
+void measure(const ProfileOptions& o, LayerKind kind, std::int64_t batch, int tp,
+             costmodel::Recompute recompute, int threads, int repeats, Samples& samples) {
   const profiles::ModelSpec& spec = o.model;
   const torch::Device device = o.device == Device::kCuda
                                    ? torch::Device(torch::kCUDA, o.device_index)
@@ -122,9 +130,10 @@ profiles::LayerMeasurement measure(const ProfileOptions& o, LayerKind kind, std:
   const c10::ScalarType autocast_dtype =
       o.precision == profiles::Precision::kFp16 ? torch::kHalf : torch::kBFloat16;
 
-  std::vector<double> forward, backward;
+  std::vector<double>& forward = samples.forward_s;
+  std::vector<double>& backward = samples.backward_s;
   Sample last_sample;
-  for (int i = 0; i < o.warmup + o.repeats; ++i) {
+  for (int i = 0; i < o.warmup + repeats; ++i) {
     sync();
     const std::int64_t before = memory.current();
     const auto t0 = Clock::now();
@@ -157,7 +166,7 @@ profiles::LayerMeasurement measure(const ProfileOptions& o, LayerKind kind, std:
     }
   }
 
-  profiles::LayerMeasurement m;
+  profiles::LayerMeasurement& m = samples.m;
   m.kind = kind;
   m.hidden = spec.hidden;
   m.heads = spec.heads;
@@ -175,7 +184,6 @@ profiles::LayerMeasurement measure(const ProfileOptions& o, LayerKind kind, std:
   m.activation_bytes = std::max<std::int64_t>(0, last_sample.activation_bytes);
   m.parameter_bytes = parameter_bytes;
   m.peak_temporary_bytes = std::max<std::int64_t>(0, last_sample.peak_temporary_bytes);
-  return m;
 }
 
 }  // namespace
@@ -214,31 +222,55 @@ std::vector<profiles::LayerMeasurement> profile_layers(const ProfileOptions& o) 
   for (int t : thread_counts) {
     if (t < 1) throw InputError("--threads", "", "positive thread counts");
   }
-  std::vector<profiles::LayerMeasurement> out;
+  // The runs of every shape are spread over the whole profiling time, round by round (at most
+  // kRounds rounds of about repeats / kRounds runs each), so that a slow spell of a shared or
+  // virtual machine lands on every shape alike rather than on the shapes measured during it.
+  struct Shape {
+    int threads;
+    int tp;
+    std::int64_t batch;
+    LayerKind kind;
+    costmodel::Recompute recompute;
+  };
   const LayerKind layer = LayerKind::kEncoderLayer;
+  std::vector<Shape> shapes;
   for (int threads : thread_counts) {
-    at::set_num_threads(threads);
     for (int tp : o.tp) {
       for (std::int64_t b : o.micro_batches) {
         for (LayerKind kind : {LayerKind::kEmbedding, layer, LayerKind::kHead}) {
           for (costmodel::Recompute r : o.recompute) {
             // Recomputation changes transformer layers only.
             if (kind != layer && r != costmodel::Recompute::kNone) continue;
-            out.push_back(measure(o, kind, b, tp, r, threads));
-            if (o.progress) {
-              const profiles::LayerMeasurement& m = out.back();
-              char line[200];
-              std::snprintf(line, sizeof line,
-                            "%-13s b=%-3lld tp=%d threads=%d recompute=%-9s forward %.3f ms, "
-                            "backward %.3f ms, kept %.1f MiB",
-                            profiles::to_string(kind), static_cast<long long>(b), tp, threads,
-                            m.recompute.c_str(), m.forward_s * 1e3, m.backward_s * 1e3,
-                            static_cast<double>(m.activation_bytes) / (1 << 20));
-              o.progress(line);
-            }
+            shapes.push_back({threads, tp, b, kind, r});
           }
         }
       }
+    }
+  }
+  constexpr int kRounds = 5;
+  const int rounds = std::min(kRounds, o.repeats);
+  std::vector<Samples> samples(shapes.size());
+  for (int round = 0; round < rounds; ++round) {
+    const int repeats = o.repeats / rounds + (round < o.repeats % rounds ? 1 : 0);
+    for (std::size_t i = 0; i < shapes.size(); ++i) {
+      const Shape& x = shapes[i];
+      at::set_num_threads(x.threads);
+      measure(o, x.kind, x.batch, x.tp, x.recompute, x.threads, repeats, samples[i]);
+    }
+  }
+  std::vector<profiles::LayerMeasurement> out;
+  for (const Samples& x : samples) {
+    out.push_back(x.m);
+    if (o.progress) {
+      const profiles::LayerMeasurement& m = out.back();
+      char line[200];
+      std::snprintf(line, sizeof line,
+                    "%-13s b=%-3lld tp=%d threads=%d recompute=%-9s forward %.3f ms, "
+                    "backward %.3f ms, kept %.1f MiB",
+                    profiles::to_string(m.kind), static_cast<long long>(m.micro_batch), m.tp,
+                    m.threads, m.recompute.c_str(), m.forward_s * 1e3, m.backward_s * 1e3,
+                    static_cast<double>(m.activation_bytes) / (1 << 20));
+      o.progress(line);
     }
   }
   at::set_num_threads(threads_before);

@@ -4,14 +4,16 @@
 // Layers: each kind (embedding, one transformer layer, head) runs as a one-layer stage of the
 // real executor model (executor/model.hpp) in training mode (dropout on), for every micro-batch,
 // tp degree, recomputation and CPU thread count asked for: forward and backward time are medians
-// of `repeats` runs after `warmup` runs, the device synchronised around each pass. With tp > 1 the
+// of `repeats` runs, taken in up to 5 rounds over all shapes (each round builds the stage anew and
+// runs `warmup` untimed passes first), the device synchronised around each pass. With tp > 1 the
 // stage holds one tp rank's shard. When the ranks of a launched group of exactly tp ranks measure
 // together (`group`), each runs its own shard with the real all-reduces and the times include
 // them, waits for the slower rank and contention for the cores included (tp_communication);
-// otherwise the collectives are skipped and the cost model adds them from the links. Memory: bytes still allocated after the forward pass (what backward will use: saved
-// tensors and the output), bytes allocated above that during backward (peak temporary), and the
-// stage's parameter bytes; CPU tensors are counted through LibTorch's allocator reports, CUDA ones
-// from the caching allocator's statistics.
+// otherwise the collectives are skipped and the cost model adds them from the links. Memory:
+// bytes still allocated after the forward pass (what backward will use: saved tensors and the
+// output), bytes allocated above that during backward (peak temporary), and the stage's
+// parameter bytes; CPU tensors are counted through LibTorch's allocator reports, CUDA ones from
+// the caching allocator's statistics.
 //
 // Links: every rank of a launched group calls profile_links(); collectives over all ranks (and
 // p2p between ranks 0 and 1) for each message size, medians of `repeats` after a warm-up.

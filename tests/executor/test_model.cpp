@@ -585,6 +585,8 @@ TEST_CASE("A 2-way tensor-parallel model equals the single-rank model", "[model]
   std::vector<std::vector<std::pair<std::string, torch::Tensor>>> states(2);
   std::vector<std::map<std::string, torch::Tensor>> grads(2);
   std::vector<std::vector<loom::executor::ParameterInfo>> infos(2);
+  std::vector<std::int64_t> storage_bytes(2, 0);
+  std::vector<std::int64_t> parameter_bytes(2, 0);
   run_ranks(2, [&](int r) {
     ParallelContext parallel;
     parallel.tp = std::make_shared<ThreadComm>(r, 2, shared);
@@ -592,8 +594,12 @@ TEST_CASE("A 2-way tensor-parallel model equals the single-rank model", "[model]
     const torch::Tensor y = shard.forward(in);
     (y * probe).sum().backward();
     logits[static_cast<std::size_t>(r)] = y.detach();
-    for (auto& [name, p] : shard.local_parameters())
+    for (auto& [name, p] : shard.local_parameters()) {
       grads[static_cast<std::size_t>(r)][name] = p.grad().clone();
+      storage_bytes[static_cast<std::size_t>(r)] +=
+          static_cast<std::int64_t>(p.storage().nbytes());
+      parameter_bytes[static_cast<std::size_t>(r)] += p.numel() * 4;
+    }
     infos[static_cast<std::size_t>(r)] = shard.parameter_infos();
     states[static_cast<std::size_t>(r)] = shard.full_state();  // collective gather
   });
@@ -626,6 +632,9 @@ TEST_CASE("A 2-way tensor-parallel model equals the single-rank model", "[model]
   CHECK(grads[0]["bert.encoder.layer.0.attention.self.query.weight"].size(0) == 4);
   CHECK(grads[1]["bert.embeddings.word_embeddings.weight"].size(0) == 11);
   CHECK(grads[1]["bert.encoder.layer.0.output.dense.weight"].size(1) == 8);
+  // And a shard owns only its slice: no parameter is a view that keeps the full tensor alive.
+  CHECK(storage_bytes[0] == parameter_bytes[0]);
+  CHECK(storage_bytes[1] == parameter_bytes[1]);
 }
 
 TEST_CASE("A tensor-parallel shard loads its slice from a full checkpoint", "[model][tp]") {
