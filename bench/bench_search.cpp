@@ -23,8 +23,10 @@ struct Case {
 
 int main() {
   using namespace loom;
-  const Case cases[] = {{"bert-large", 1, 512, 512},  {"bert-large", 2, 512, 512},
-                        {"bert-large", 4, 512, 512},  {"bert-large", 8, 512, 512},
+  const Case cases[] = {{"bert-large", 1, 512, 512},
+                        {"bert-large", 2, 512, 512},
+                        {"bert-large", 4, 512, 512},
+                        {"bert-large", 8, 512, 512},
                         {"gpt3-175b", 128, 1536, 2048}};
   std::printf("%-11s %5s %9s %9s %9s %12s  %s\n", "model", "gpus", "searched", "evaluated",
               "feasible", "median ms", "best");

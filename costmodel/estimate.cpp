@@ -349,11 +349,10 @@ Terms compute_terms(const profiles::ModelSpec& m, const CostOptions& options,
   t.embed_terms.backward_compute_s = t.embed.backward_s;
   t.head_terms.forward_compute_s = t.head.forward_s;
   t.head_terms.backward_compute_s = t.head.backward_s;
-  t.costs.layer = {
-      t.layer.forward_s + 2 * layer_ar,
-      t.layer.backward_s + t.layer.recompute_s +
-          (s.recompute == Recompute::kFull ? 4 : 2) * layer_ar,
-      static_cast<double>(params.transformer_layer.per_rank(s.tp)), layer_act};
+  t.costs.layer = {t.layer.forward_s + 2 * layer_ar,
+                   t.layer.backward_s + t.layer.recompute_s +
+                       (s.recompute == Recompute::kFull ? 4 : 2) * layer_ar,
+                   static_cast<double>(params.transformer_layer.per_rank(s.tp)), layer_act};
   // Vocab-parallel embedding: an all-reduce of its output.
   t.costs.embedding = {t.embed.forward_s + embed_ar, t.embed.backward_s,
                        static_cast<double>(params.embedding.per_rank(s.tp)), embed_act};

@@ -369,7 +369,7 @@ void ProcessGroup::allgather(torch::Tensor& output, const torch::Tensor& input) 
     const std::int64_t length = std::min(piece, n - begin);
     auto impl = std::make_unique<PendingOperation::Impl>();
     impl->gloo = impl_->kind == CommBackend::kGloo;
-  impl->gloo = impl_->kind == CommBackend::kGloo;
+    impl->gloo = impl_->kind == CommBackend::kGloo;
     impl->timeout = timeout_;
     impl->on_failure = [this](const std::string& what) { fail("allgather", what); };
     try {
@@ -407,7 +407,7 @@ void ProcessGroup::reduce_scatter_sum(torch::Tensor& output, const torch::Tensor
     torch::Tensor flat_out = contiguous_buffer(output).view({n});
     auto impl = std::make_unique<PendingOperation::Impl>();
     impl->gloo = impl_->kind == CommBackend::kGloo;
-  impl->gloo = impl_->kind == CommBackend::kGloo;
+    impl->gloo = impl_->kind == CommBackend::kGloo;
     impl->timeout = timeout_;
     impl->on_failure = [this](const std::string& what) { fail("reduce_scatter_sum", what); };
     c10d::ReduceScatterOptions options;

@@ -596,8 +596,7 @@ TEST_CASE("A 2-way tensor-parallel model equals the single-rank model", "[model]
     logits[static_cast<std::size_t>(r)] = y.detach();
     for (auto& [name, p] : shard.local_parameters()) {
       grads[static_cast<std::size_t>(r)][name] = p.grad().clone();
-      storage_bytes[static_cast<std::size_t>(r)] +=
-          static_cast<std::int64_t>(p.storage().nbytes());
+      storage_bytes[static_cast<std::size_t>(r)] += static_cast<std::int64_t>(p.storage().nbytes());
       parameter_bytes[static_cast<std::size_t>(r)] += p.numel() * 4;
     }
     infos[static_cast<std::size_t>(r)] = shard.parameter_infos();

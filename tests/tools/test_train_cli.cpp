@@ -178,9 +178,9 @@ TEST_CASE("loom train runs a one-rank plan and writes the metrics of spec/format
   }
   REQUIRE(lines.size() == 6);
   const std::set<std::string> step_fields = {
-      "step", "epoch", "loss", "lr", "samples_per_s", "step_time_s", "peak_memory_bytes",
-      "rank", "time",
-      "peak_rss_bytes"};  // an extension: the process's resident peak next to its tensors' peak
+      "step", "epoch", "loss",          "lr", "samples_per_s", "step_time_s", "peak_memory_bytes",
+      "rank", "time",  "peak_rss_bytes"};  // an extension: the process's resident peak next to its
+                                           // tensors' peak
   for (std::size_t i = 0; i < 5; ++i) {
     INFO("line " << i + 1 << ": " << lines[i].dump());
     std::set<std::string> keys;
