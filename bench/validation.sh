@@ -10,7 +10,10 @@
 # This VM's speed drifts by 10-25 % over minutes (other guests on the host), so the whole
 # sequence (profile, plan, measure every plan) runs PASSES times, the plans in alternating order:
 # a plan's predicted and measured figures are the means over the passes (each pass predicts with
-# its own fresh profile), and the ranking is checked in every pass.
+# its own fresh profile), and the ranking is checked in every pass. Before each plan runs, a drift
+# probe measures one tiny-bert layer again; its time against the pass's profile of the same layer
+# is printed per plan ("drift": 1.10 = the VM 10 % slower than when it was profiled), with the
+# errors the prediction would have if scaled by it (the raw errors are the ones that count).
 #
 # Usage: bench/validation.sh [STEPS]       (default 12 steps, the first 3 left out; 2 passes of
 #                                           about 5 min each)
@@ -98,6 +101,10 @@ for ((pass = 1; pass <= PASSES; pass++)); do
     for ((k = ${#IDS[@]} - 1; k >= 0; k--)); do ORDER+=("${IDS[k]}"); done
   fi
   for id in "${ORDER[@]}"; do
+    # Drift probe: one tiny-bert layer (b=8, 2 threads) measured again just before the plan runs,
+    # against the same point of this pass's profile: how much slower or faster the VM is now.
+    "$LOOM" profile --model tiny-bert --seq-len $SEQ --micro-batch 8 --threads 2 --repeats 6 \
+      -o "probe-$id.json" >/dev/null 2>&1
     "$LOOM" validate "plan-$id.json" --steps "$STEPS" --warmup $WARMUP --json >"validate-$id.json"
   done
 done
@@ -110,32 +117,50 @@ n, passes, names = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3:]
 def load(k, plan_id):
     return json.load(open(f"pass-{k}/validate-{plan_id}.json"))
 
+def layer_s(path):
+    """Forward + backward of the tiny-bert layer at b=8, 2 threads, no recomputation."""
+    for l in json.load(open(path))["layers"]:
+        if (l["kind"] == "encoder_layer" and l["micro_batch"] == 8 and l["threads"] == 2
+                and l["recompute"] == "none" and l["tp"] == 1):
+            return l["forward_s"] + l["backward_s"]
+    raise SystemExit(f"{path}: no b=8 encoder layer")
+
+def drift(k, plan_id):
+    """The VM's slowdown when the plan ran, against when the pass profiled (1.1 = 10 % slower)."""
+    return layer_s(f"pass-{k}/probe-{plan_id}.json") / layer_s(f"pass-{k}/profile-tiny-bert-2t.json")
+
 def figures(plan_id):
-    """Means over the passes: predicted and measured step time and peak memory."""
+    """Means over the passes: predicted and measured step time and peak memory, and the
+    prediction scaled by the drift probe."""
     runs = [load(k, plan_id) for k in range(1, passes + 1)]
     mean = lambda f: statistics.mean(f(r) for r in runs)
+    scaled = statistics.mean(load(k, plan_id)["predicted"]["step_time_s"] * drift(k, plan_id)
+                             for k in range(1, passes + 1))
     return (mean(lambda r: r["predicted"]["step_time_s"]), mean(lambda r: r["measured"]["step_time_s"]),
             mean(lambda r: r["predicted"]["peak_memory_bytes"]),
-            mean(lambda r: r["measured"]["peak_memory_bytes"]))
+            mean(lambda r: r["measured"]["peak_memory_bytes"]), scaled)
 
 rows = []
-print("| # | plan | model | predicted s | measured s | error | predicted MiB | measured MiB | error |")
-print("|---|---|---|---|---|---|---|---|---|")
+print("| # | plan | model | predicted s | measured s | error | predicted MiB | measured MiB | error "
+      "| drift | error after drift |")
+print("|---|---|---|---|---|---|---|---|---|---|---|")
 labels = {}
 for i in range(1, n + 1):
     label, model = open(f"pass-1/label-{i}.txt").read().strip().split("|")
     labels[i] = (label, model)
-    pt, mt, pm, mm = figures(i)
-    et, em = pt / mt - 1, pm / mm - 1
-    rows.append((et, em))
+    pt, mt, pm, mm, scaled = figures(i)
+    et, em, ed = pt / mt - 1, pm / mm - 1, scaled / mt - 1
+    rows.append((et, em, ed))
     print(f"| {i} | {label} | {model} | {pt:.4f} | {mt:.4f} | {100*et:+.1f} % | "
-          f"{pm/2**20:.1f} | {mm/2**20:.1f} | {100*em:+.1f} % |")
+          f"{pm/2**20:.1f} | {mm/2**20:.1f} | {100*em:+.1f} % | {scaled/pt:.2f} | {100*ed:+.1f} % |")
 t = statistics.median(abs(r[0]) for r in rows)
 mem = statistics.median(abs(r[1]) for r in rows)
 print(f"\nmedian |error|: step time {100*t:.1f} %, peak memory {100*mem:.1f} % over {n} plans "
       f"(each figure the mean of {passes} passes)")
+d = statistics.median(abs(r[2]) for r in rows)
+print(f"median |error| of step time with the prediction scaled by the drift probe: {100*d:.1f} %")
 for model in names:
-    gaps = []
+    gaps, steady = [], []
     for k in range(1, passes + 1):
         plan = json.load(open(f"pass-{k}/plan-best-{model}.json"))["strategy"]
         chosen = load(k, f"best-{model}")["measured"]["step_time_s"]
@@ -144,8 +169,14 @@ for model in names:
         desc = (f"dp={plan['dp']} tp={plan['tp']} pp={plan['pp']} zero={plan['zero']} "
                 f"b={plan['micro_batch']} {plan['schedule']} recompute={plan['recompute']}")
         gaps.append(chosen / min(best_t, chosen) - 1)
+        # The same with each measurement divided by its drift probe (the VM's speed at the time).
+        own = chosen / drift(k, f"best-{model}")
+        others = min(load(k, i)["measured"]["step_time_s"] / drift(k, i)
+                     for i in labels if labels[i][1] == model)
+        steady.append(own / min(own, others) - 1)
         print(f"{model}, pass {k}: planner's first plan ({desc}) measured {chosen:.4f} s; fastest "
               f"of the set '{best_label}' {best_t:.4f} s: {100*(chosen/best_t-1):+.1f} %")
     print(f"{model}: planner's first plan behind the fastest measured plan by "
-          f"{100*statistics.mean(gaps):.1f} % on average over {passes} passes")
+          f"{100*statistics.mean(gaps):.1f} % on average over {passes} passes "
+          f"({100*statistics.mean(steady):.1f} % with measurements divided by their drift probe)")
 PY
