@@ -754,13 +754,11 @@ class StepBuilder {
     engine_.depend(gather, end);
   }
 
-  // A backward pass cut where its gradients fill a bucket; each bucket is reduced on the dp
+  // A backward pass cut where its gradients fill a bucket; each bucket is all-reduced on the dp
   // stream as soon as it is full.
   int bucketed_backward(int r, const ChunkSpec& c, const std::string& what, int prev, OpTasks& ot) {
     const double total = c.gradient_bytes;
     const auto buckets = static_cast<std::int64_t>(std::ceil(total / spec_.bucket_bytes));
-    const Collective kind = Collective::kAllReduce;
-    const char* kind_name = "allreduce dp ";
     int last = prev;
     for (std::int64_t j = 0; j < buckets; ++j) {
       double bytes =
@@ -768,8 +766,9 @@ class StepBuilder {
       int seg = compute(r, c.backward_s * bytes / total, true, what);
       engine_.depend(last, seg);
       if (j == 0) ot.first = seg;
-      int bucket = flow(r, Stream::kDataParallel, comms_->collective(kind, Group::kData, r, bytes),
-                        kind_name + bytes_text(bytes));
+      int bucket = flow(r, Stream::kDataParallel,
+                        comms_->collective(Collective::kAllReduce, Group::kData, r, bytes),
+                        "allreduce dp " + bytes_text(bytes));
       engine_.depend(seg, bucket);
       last = seg;
     }

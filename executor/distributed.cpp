@@ -320,6 +320,14 @@ constexpr std::int64_t kGlooPieceElements = std::int64_t{1} << 20;
 
 }  // namespace
 
+std::unique_ptr<PendingOperation::Impl> ProcessGroup::new_operation(std::string name) const {
+  auto impl = std::make_unique<PendingOperation::Impl>();
+  impl->gloo = impl_->kind == CommBackend::kGloo;
+  impl->timeout = timeout_;
+  impl->on_failure = [this, name = std::move(name)](const std::string& what) { fail(name, what); };
+  return impl;
+}
+
 void ProcessGroup::allreduce_sum(torch::Tensor& tensor) {
   if (size() == 1) return;
   torch::Tensor buffer = contiguous_buffer(tensor);
@@ -329,10 +337,7 @@ void ProcessGroup::allreduce_sum(torch::Tensor& tensor) {
 }
 
 PendingOperation ProcessGroup::allreduce_sum_async(torch::Tensor& tensor) {
-  auto impl = std::make_unique<PendingOperation::Impl>();
-  impl->gloo = impl_->kind == CommBackend::kGloo;
-  impl->timeout = timeout_;
-  impl->on_failure = [this](const std::string& what) { fail("allreduce_sum", what); };
+  auto impl = new_operation("allreduce_sum");
   if (size() == 1) return PendingOperation(std::move(impl));
   if (!tensor.is_contiguous()) fail("allreduce_sum", "a non-contiguous tensor (a bug)");
   std::vector<torch::Tensor> tensors{tensor};
@@ -367,11 +372,7 @@ void ProcessGroup::allgather(torch::Tensor& output, const torch::Tensor& input) 
   const std::int64_t piece = impl_->kind == CommBackend::kNccl ? n : kGlooPieceElements;
   for (std::int64_t begin = 0; begin < n; begin += piece) {
     const std::int64_t length = std::min(piece, n - begin);
-    auto impl = std::make_unique<PendingOperation::Impl>();
-    impl->gloo = impl_->kind == CommBackend::kGloo;
-    impl->gloo = impl_->kind == CommBackend::kGloo;
-    impl->timeout = timeout_;
-    impl->on_failure = [this](const std::string& what) { fail("allgather", what); };
+    auto impl = new_operation("allgather");
     try {
       if (impl_->kind == CommBackend::kNccl) {
         impl->work = impl_->backend->_allgather_base(flat_out, flat_in, options);
@@ -405,11 +406,7 @@ void ProcessGroup::reduce_scatter_sum(torch::Tensor& output, const torch::Tensor
   if (impl_->kind == CommBackend::kNccl) {
     torch::Tensor flat_in = contiguous_buffer(input).view({size() * n});
     torch::Tensor flat_out = contiguous_buffer(output).view({n});
-    auto impl = std::make_unique<PendingOperation::Impl>();
-    impl->gloo = impl_->kind == CommBackend::kGloo;
-    impl->gloo = impl_->kind == CommBackend::kGloo;
-    impl->timeout = timeout_;
-    impl->on_failure = [this](const std::string& what) { fail("reduce_scatter_sum", what); };
+    auto impl = new_operation("reduce_scatter_sum");
     c10d::ReduceScatterOptions options;
     options.reduceOp = c10d::ReduceOp::SUM;
     options.timeout = timeout_;
@@ -442,10 +439,7 @@ void ProcessGroup::reduce_scatter_sum(torch::Tensor& output, const torch::Tensor
 void ProcessGroup::broadcast(torch::Tensor& tensor, int root) {
   if (size() == 1) return;
   torch::Tensor buffer = contiguous_buffer(tensor);
-  auto impl = std::make_unique<PendingOperation::Impl>();
-  impl->gloo = impl_->kind == CommBackend::kGloo;
-  impl->timeout = timeout_;
-  impl->on_failure = [this](const std::string& what) { fail("broadcast", what); };
+  auto impl = new_operation("broadcast");
   std::vector<torch::Tensor> tensors{buffer};
   c10d::BroadcastOptions options;
   options.rootRank = root;
@@ -463,10 +457,7 @@ PendingOperation ProcessGroup::send(const torch::Tensor& tensor, int destination
   const std::string operation = "send to rank " +
                                 std::to_string(members_.at(static_cast<std::size_t>(destination))) +
                                 " (tag " + std::to_string(tag) + ")";
-  auto impl = std::make_unique<PendingOperation::Impl>();
-  impl->gloo = impl_->kind == CommBackend::kGloo;
-  impl->timeout = timeout_;
-  impl->on_failure = [this, operation](const std::string& what) { fail(operation, what); };
+  auto impl = new_operation(operation);
   if (size() == 1) fail(operation, "a group of one has no peer (a bug)");
   torch::Tensor buffer = tensor.contiguous();
   std::vector<torch::Tensor> tensors{buffer};
@@ -485,10 +476,7 @@ void ProcessGroup::recv(torch::Tensor& tensor, int source, int tag) {
                                 " (tag " + std::to_string(tag) + ")";
   if (size() == 1) fail(operation, "a group of one has no peer (a bug)");
   torch::Tensor buffer = contiguous_buffer(tensor);
-  auto impl = std::make_unique<PendingOperation::Impl>();
-  impl->gloo = impl_->kind == CommBackend::kGloo;
-  impl->timeout = timeout_;
-  impl->on_failure = [this, operation](const std::string& what) { fail(operation, what); };
+  auto impl = new_operation(operation);
   std::vector<torch::Tensor> tensors{buffer};
   try {
     impl->work = impl_->backend->recv(tensors, source, tag);
@@ -501,10 +489,7 @@ void ProcessGroup::recv(torch::Tensor& tensor, int source, int tag) {
 
 void ProcessGroup::barrier() {
   if (size() == 1) return;
-  auto impl = std::make_unique<PendingOperation::Impl>();
-  impl->gloo = impl_->kind == CommBackend::kGloo;
-  impl->timeout = timeout_;
-  impl->on_failure = [this](const std::string& what) { fail("barrier", what); };
+  auto impl = new_operation("barrier");
   c10d::BarrierOptions options;
   options.timeout = timeout_;
   try {

@@ -143,6 +143,8 @@ class ProcessGroup {
  private:
   struct Impl;
   [[noreturn]] void fail(const std::string& operation, const std::string& what) const;
+  // A pending operation of this group: its timeout, its failure naming `name`, Gloo or not.
+  std::unique_ptr<PendingOperation::Impl> new_operation(std::string name) const;
 
   std::string name_;
   std::vector<int> members_;

@@ -262,8 +262,10 @@ inline void restore_rng(const RngState& state) {
 // - thread: the sizes reported to this counter: the calling thread's allocations, less the frees
 //   the calling thread makes (a tensor freed by another thread, such as a Gloo worker dropping
 //   the last reference, is never subtracted; right when several ranks share the process).
-// - process: the allocator's own total of the allocations made while any thread had a reporter,
-//   less their frees on any thread (exact when one rank runs in the process).
+// - process: the allocator's own total of the allocations made while a thread had a reporter,
+//   less those freed on a thread with a reporter (the allocator subtracts only there: work that
+//   another thread may free last, such as Gloo's, is released on the rank's thread, see
+//   executor/distributed.cpp). Right when one rank runs in the process.
 // The signature of the report changed from int64_t to size_t totals in 2.x; both overloads are
 // declared, the one matching the base class overrides it.
 class CpuMemoryCounter : public c10::MemoryReportingInfoBase {

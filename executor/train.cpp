@@ -1182,9 +1182,8 @@ class FlatParameters {
   }
 
   // Sums one bucket's gradients over dp, adds this rank's part to its gradient shard and frees
-  // the parameters' gradients. Every reduction goes through the one staging buffer, in pieces of
-  // its size: Gloo may keep a reference to the last tensors it reduced, which must not be fresh
-  // tensors every time (they would stay allocated).
+  // the parameters' gradients. Every reduction goes through the one persistent staging buffer,
+  // in pieces of its size, so the transient memory is at most one bucket.
   void reduce_shard_bucket(std::size_t index) {
     const ShardBucket& b = shard_buckets_[index];
     const std::int64_t begin = offsets_[b.first];
