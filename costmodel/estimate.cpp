@@ -131,6 +131,7 @@ struct Terms {
   double p2p_all_gather_bytes = 0;
   int threads = 1;                       // CPU threads per rank (1 on GPUs)
   double optimizer_s_per_parameter = 0;  // AdamW step time per parameter of a rank's shard
+  double step_sync_s = 0;                // the step's scalar all-reduces (StepTerms)
   Calibrated how_layer = Calibrated::kRoofline;
   Calibrated how_embedding = Calibrated::kRoofline;
   Calibrated how_head = Calibrated::kRoofline;
@@ -256,6 +257,16 @@ Terms compute_terms(const profiles::ModelSpec& m, const CostOptions& options,
           collective_time_s(Collective::kAllGather, act_bytes, s.tp, links.group(world, s.tp, 1));
     }
   }
+
+  // Loom's executor sums a few scalars per step: the loss over pp and dp, the gradient norm over
+  // dp (ZeRO 1-3: each rank holds a shard), tp and pp; each a latency-bound all-reduce with a
+  // host synchronisation.
+  auto scalar_s = [&](int ranks, const profiles::PathMetrics& link) {
+    return factor(Collective::kAllReduce) * collective_time_s(Collective::kAllReduce, 8, ranks, link);
+  };
+  if (s.dp > 1) t.step_sync_s += (s.zero > 0 ? 2 : 1) * scalar_s(s.dp, links.group(world, s.dp, s.tp));
+  if (s.tp > 1) t.step_sync_s += scalar_s(s.tp, links.group(world, s.tp, 1));
+  if (s.pp > 1) t.step_sync_s += 2 * scalar_s(s.pp, links.group(world, s.pp, s.tp * s.dp));
 
   // Per-micro-batch activations kept for backward.
   ActivationShape ashape{job.seq_len, s.micro_batch, m.hidden, m.heads, m.ffn_hidden, e};
@@ -412,6 +423,7 @@ StepTerms CostModel::step_terms(const Job& job, const Strategy& strategy) const 
   out.recompute_buffer_bytes = t.recompute_buffer;
   out.memory_bytes_per_s = t.rate_memory_bytes_per_s;
   out.optimizer_s_per_parameter = t.optimizer_s_per_parameter;
+  out.step_sync_s = t.step_sync_s;
   return out;
 }
 
@@ -584,7 +596,7 @@ Prediction CostModel::estimate(const Job& job, const Strategy& s,
     out.peak_memory_bytes = std::max(out.peak_memory_bytes, mem.total());
   }
 
-  out.step_time_s = pipe_all + tail;
+  out.step_time_s = pipe_all + tail + terms.step_sync_s;
   out.samples_per_s = static_cast<double>(job.global_batch) / out.step_time_s;
   out.tokens_per_s = out.samples_per_s * seq;
   const double per_gpu = out.step_time_s * world * 1e12;

@@ -114,6 +114,9 @@ struct StepTerms {
   double recompute_buffer_bytes = 0;  // working set of one recomputed layer (0 without recompute)
   double memory_bytes_per_s = 0;      // the device's effective memory bandwidth
   double optimizer_s_per_parameter = 0;  // AdamW step per parameter (measured or bandwidth-bound)
+  // After the optimizer, every step: loom train's scalar all-reduces (the loss over pp and dp,
+  // the gradient norm over dp with ZeRO, tp and pp), latency-bound, on groups of more than one.
+  double step_sync_s = 0;
 };
 
 // CPU threads each rank of a `world`-rank job runs with: on CPU clusters a device is one core and

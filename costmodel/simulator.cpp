@@ -536,6 +536,7 @@ struct StepSpec {
   std::vector<ChunkSpec> chunks;
   std::vector<double> optimizer_s;            // per pipeline rank
   std::vector<double> post_all_gather_bytes;  // per pipeline rank (ZeRO-1/2)
+  double step_sync_s = 0;                     // the step's scalar all-reduces (StepTerms)
 };
 
 struct Op {
@@ -745,10 +746,11 @@ class StepBuilder {
                "all-gather zero params " + bytes_text(bytes));
       engine_.depend(opt >= 0 ? opt : prev, gather);
     }
-    // The rank's step ends when every one of its streams is done.
+    // The rank's step ends when every one of its streams is done, then sums the step's scalars.
     int lasts[kStreamCount];
     for (int s = 0; s < kStreamCount; ++s) lasts[s] = engine_.last_on(r, static_cast<Stream>(s));
-    int end = compute(r, 0, false, "step end");
+    int end = compute(r, spec_.step_sync_s, false,
+                      spec_.step_sync_s > 0 ? "step scalars all-reduced" : "step end");
     for (int t : lasts) engine_.depend(t, end);
     engine_.depend(prev, end);
     engine_.depend(gather, end);
@@ -997,6 +999,7 @@ SimulationResult simulate(const CostModel& cost, const Job& job, const Strategy&
     spec.optimizer_s.push_back(shard * terms.optimizer_s_per_parameter);
     spec.post_all_gather_bytes.push_back(l.parameters * state_bytes);
   }
+  spec.step_sync_s = terms.step_sync_s;
 
   Engine engine(s.pp, &network);
   for (int r = 0; r < s.pp; ++r) {

@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "executor/distributed.hpp"
+#include "executor/flat_adamw.hpp"
 #include "executor/model.hpp"
 #include "executor/torch_compat.hpp"
 #include "profiles/errors.hpp"
@@ -35,6 +36,7 @@ double median_of(std::vector<double> v) {
   const std::size_t n = v.size();
   return n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
+
 
 // Bytes in use and the peak since the last reset, from the device's allocator.
 class MemoryProbe {
@@ -188,6 +190,19 @@ void measure(const ProfileOptions& o, LayerKind kind, std::int64_t batch, int tp
 
 }  // namespace
 
+std::vector<double> slowest_rank(ProcessGroup& group, Device device, int device_index,
+                                 const std::vector<double>& values) {
+  const auto n = static_cast<std::int64_t>(values.size());
+  if (group.size() == 1 || n == 0) return values;
+  const auto options = torch::TensorOptions().dtype(torch::kDouble);
+  torch::Tensor all = torch::zeros({group.size(), n}, options);
+  all[group.rank()].copy_(torch::tensor(values, options));
+  if (device == Device::kCuda) all = all.to(torch::Device(torch::kCUDA, device_index));
+  group.allreduce_sum(all);
+  const torch::Tensor largest = std::get<0>(all.max(0)).to(torch::kCPU).contiguous();
+  return {largest.data_ptr<double>(), largest.data_ptr<double>() + n};
+}
+
 std::vector<profiles::LayerMeasurement> profile_layers(const ProfileOptions& o) {
   parameter_table(o.model);  // refuses non-encoders
   if (o.seq_len < 1 || o.seq_len > o.model.max_positions) {
@@ -259,10 +274,21 @@ std::vector<profiles::LayerMeasurement> profile_layers(const ProfileOptions& o) 
     }
   }
   std::vector<profiles::LayerMeasurement> out;
-  for (const Samples& x : samples) {
-    out.push_back(x.m);
+  for (const Samples& x : samples) out.push_back(x.m);
+  if (o.group != nullptr) {
+    std::vector<double> values;
+    for (const profiles::LayerMeasurement& m : out) {
+      values.push_back(m.forward_s);
+      values.push_back(m.backward_s);
+    }
+    values = slowest_rank(*o.group, o.device, o.device_index, values);
+    for (std::size_t k = 0; k < out.size(); ++k) {
+      out[k].forward_s = values[2 * k];
+      out[k].backward_s = values[2 * k + 1];
+    }
+  }
+  for (const profiles::LayerMeasurement& m : out) {
     if (o.progress) {
-      const profiles::LayerMeasurement& m = out.back();
       char line[200];
       std::snprintf(line, sizeof line,
                     "%-13s b=%-3lld tp=%d threads=%d recompute=%-9s forward %.3f ms, "
@@ -281,17 +307,21 @@ std::vector<profiles::OptimizerMeasurement> profile_optimizer(const ProfileOptio
   const torch::Device device = o.device == Device::kCuda
                                    ? torch::Device(torch::kCUDA, o.device_index)
                                    : torch::Device(torch::kCPU);
-  EncoderOptions eo;
-  eo.device = device;
-  EncoderClassifier model(o.model, eo);
-  std::vector<torch::Tensor> parameters;
   std::int64_t count = 0;
-  for (const auto& [name, p] : model.local_parameters()) {
-    p.mutable_grad() = torch::randn_like(p) * 1e-3;
-    parameters.push_back(p);
-    count += p.numel();
+  {
+    EncoderOptions eo;
+    eo.device = torch::Device(torch::kCPU);
+    EncoderClassifier model(o.model, eo);
+    for (const auto& entry : model.local_parameters()) count += entry.second.numel();
   }
-  torch::optim::AdamW optimizer(parameters, torch::optim::AdamWOptions(1e-5).weight_decay(0.01));
+  // The buffers of loom train's flat optimizer step (flat_adamw.hpp); values do not change the
+  // time of these element-wise passes.
+  const auto options = torch::TensorOptions().dtype(torch::kFloat).device(device);
+  torch::Tensor parameters = torch::randn({count}, options);
+  torch::Tensor grad = torch::randn({count}, options) * 1e-3;
+  torch::Tensor exp_avg = torch::zeros({count}, options);
+  torch::Tensor exp_avg_sq = torch::zeros({count}, options);
+  const FlatRanges whole = {{0, count}};
   const int threads_before = at::get_num_threads();
   std::vector<int> thread_counts = o.threads;
   if (thread_counts.empty() || o.device == Device::kCuda) thread_counts = {threads_before};
@@ -299,22 +329,39 @@ std::vector<profiles::OptimizerMeasurement> profile_optimizer(const ProfileOptio
   for (int threads : thread_counts) {
     at::set_num_threads(threads);
     std::vector<double> times;
+    std::int64_t step = 0;
     for (int i = 0; i < o.warmup + o.repeats; ++i) {
       if (o.device == Device::kCuda) compat::cuda_synchronize(o.device_index);
       const auto t0 = Clock::now();
-      optimizer.step();
+      {
+        // What a step of loom train does with the gradient buffer besides the backward passes:
+        // zero it, take its norm, clip it, and update with AdamW.
+        torch::NoGradGuard no_grad;
+        grad.zero_();
+        const double norm = std::sqrt(squared_norm(grad, whole).item<double>());
+        grad.mul_(1.0 / (norm + 1.0));
+        flat_adamw_update(parameters, grad, exp_avg, exp_avg_sq, ++step, 1e-5, 0.01, whole);
+      }
       if (o.device == Device::kCuda) compat::cuda_synchronize(o.device_index);
       if (i >= o.warmup) times.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
     }
     out.push_back({count, threads, std::max(median_of(times), 1e-9)});
-    if (o.progress) {
+  }
+  at::set_num_threads(threads_before);
+  if (o.group != nullptr) {
+    std::vector<double> values;
+    for (const profiles::OptimizerMeasurement& m : out) values.push_back(m.time_s);
+    values = slowest_rank(*o.group, o.device, o.device_index, values);
+    for (std::size_t k = 0; k < out.size(); ++k) out[k].time_s = values[k];
+  }
+  if (o.progress) {
+    for (const profiles::OptimizerMeasurement& m : out) {
       char line[160];
       std::snprintf(line, sizeof line, "optimizer     %lld parameters threads=%d: %.3f ms",
-                    static_cast<long long>(count), threads, out.back().time_s * 1e3);
+                    static_cast<long long>(m.parameters), m.threads, m.time_s * 1e3);
       o.progress(line);
     }
   }
-  at::set_num_threads(threads_before);
   return out;
 }
 

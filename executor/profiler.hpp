@@ -9,7 +9,9 @@
 // stage holds one tp rank's shard. When the ranks of a launched group of exactly tp ranks measure
 // together (`group`), each runs its own shard with the real all-reduces and the times include
 // them, waits for the slower rank and contention for the cores included (tp_communication);
-// otherwise the collectives are skipped and the cost model adds them from the links. Memory:
+// otherwise the collectives are skipped and the cost model adds them from the links. In a
+// launched group every time (layers and optimizer) is the slowest rank's: the ranks of a plan
+// work in step, so the slowest one paces them. Memory:
 // bytes still allocated after the forward pass (what backward will use: saved tensors and the
 // output), bytes allocated above that during backward (peak temporary), and the stage's
 // parameter bytes; CPU tensors are counted through LibTorch's allocator reports, CUDA ones from
@@ -55,9 +57,17 @@ struct ProfileOptions {
 // the heads and ffn, a seq_len beyond the model's positions, or bf16/fp16 on the CPU.
 std::vector<profiles::LayerMeasurement> profile_layers(const ProfileOptions& options);
 
-// One AdamW step (torch::optim::AdamW, as the single-rank loop runs it) over every parameter of
-// the whole model, per thread count of `options` (median of repeats after warm-up).
+// The optimizer part of a step as loom train's flat buffers run it (flat_adamw.hpp): zeroing the
+// gradient buffer, its norm, clipping and AdamW, over as many parameters as the whole model has,
+// per thread count of `options` (median of repeats after warm-up).
 std::vector<profiles::OptimizerMeasurement> profile_optimizer(const ProfileOptions& options);
+
+// Collective over `group`: every rank passes its figures in the same order and gets, for each,
+// the largest over the ranks. A plan's ranks work in step, so the slowest rank's time is the one
+// that paces them (on shared cores one rank often runs 10-20 % slower than another for seconds).
+// The group's tensors live on `device` (NCCL takes CUDA tensors only).
+std::vector<double> slowest_rank(ProcessGroup& group, Device device, int device_index,
+                                 const std::vector<double>& values);
 
 struct LinkProfileOptions {
   std::vector<double> message_bytes = {4096, 65536, 1 << 20, 4 << 20, 16 << 20};

@@ -21,6 +21,7 @@
 #include <thread>
 
 #include "executor/distributed.hpp"
+#include "executor/flat_adamw.hpp"
 #include "executor/model.hpp"
 #include "executor/torch_compat.hpp"
 #include "profiles/errors.hpp"
@@ -876,10 +877,39 @@ TrainSummary train_classifier(const TrainOptions& o, const std::vector<EncodedEx
 // ---------------------------------------------------------------------------------------------
 // Many ranks
 
+torch::Tensor squared_norm(const torch::Tensor& flat, const FlatRanges& ranges) {
+  torch::Tensor sum = torch::zeros({1}, flat.options());
+  for (const auto& [start, length] : ranges) {
+    const torch::Tensor norm = flat.narrow(0, start, length).norm();
+    sum += norm * norm;
+  }
+  return sum;
+}
+
+void flat_adamw_update(torch::Tensor& parameters, const torch::Tensor& grad,
+                       torch::Tensor& exp_avg, torch::Tensor& exp_avg_sq, std::int64_t step,
+                       double lr, double weight_decay, const FlatRanges& decay_ranges) {
+  torch::NoGradGuard no_grad;
+  constexpr double kBeta1 = 0.9;
+  constexpr double kBeta2 = 0.999;
+  constexpr double kEps = 1e-8;
+  const auto factor = static_cast<float>(1.0 - lr * weight_decay);
+  for (const auto& [start, length] : decay_ranges) {
+    parameters.narrow(0, start, length).mul_(factor);
+  }
+  exp_avg.mul_(kBeta1).add_(grad, 1.0 - kBeta1);
+  exp_avg_sq.mul_(kBeta2).addcmul_(grad, grad, 1.0 - kBeta2);
+  const double bias_correction1 = 1.0 - std::pow(kBeta1, static_cast<double>(step));
+  const double bias_correction2 = 1.0 - std::pow(kBeta2, static_cast<double>(step));
+  torch::Tensor denom = exp_avg_sq.sqrt();
+  denom.div_(std::sqrt(bias_correction2)).add_(kEps);
+  parameters.addcdiv_(exp_avg, denom, -lr / bias_correction1);
+}
+
 namespace {
 
 // The maximal runs of true elements of a 1-D bool tensor, as (start, length).
-std::vector<std::pair<std::int64_t, std::int64_t>> true_ranges(const torch::Tensor& mask) {
+FlatRanges true_ranges(const torch::Tensor& mask) {
   const torch::Tensor cpu = mask.to(torch::kCPU).contiguous();
   const bool* data = cpu.data_ptr<bool>();
   std::vector<std::pair<std::int64_t, std::int64_t>> out;
@@ -1078,10 +1108,7 @@ class FlatParameters {
 
   // The L2 norm of the whole model's gradient (every stage, tp shard and dp shard once).
   double global_norm(const torch::Tensor& grad) {
-    torch::Tensor sum = torch::zeros({1}, grad.options());
-    for (const auto& [start, length] : counted_ranges_) {
-      sum += grad.narrow(0, start, length).square().sum();
-    }
+    torch::Tensor sum = squared_norm(grad, counted_ranges_);
     if (zero_ > 0) groups_.dp().allreduce_sum(sum);
     groups_.tp().allreduce_sum(sum);
     groups_.pp().allreduce_sum(sum);
@@ -1091,26 +1118,11 @@ class FlatParameters {
   // torch::optim::AdamW's arithmetic (betas 0.9 / 0.999, eps 1e-8) on this rank's part, then
   // the updated shards all-gathered (ZeRO-1/2; ZeRO-3 keeps the shard).
   void step(const torch::Tensor& grad, double lr) {
-    torch::NoGradGuard no_grad;
-    constexpr double kBeta1 = 0.9;
-    constexpr double kBeta2 = 0.999;
-    constexpr double kEps = 1e-8;
     torch::Tensor p = zero_ == 3  ? shard_
                       : zero_ > 0 ? flat_.narrow(0, shard_offset_, shard_numel_)
                                   : flat_;
-    ++step_;
-    const auto factor = static_cast<float>(1.0 - lr * weight_decay_);
-    for (const auto& [start, length] : decay_ranges_) p.narrow(0, start, length).mul_(factor);
-    exp_avg_.mul_(kBeta1).add_(grad, 1.0 - kBeta1);
-    exp_avg_sq_.mul_(kBeta2).addcmul_(grad, grad, 1.0 - kBeta2);
-    const double bias_correction1 = 1.0 - std::pow(kBeta1, static_cast<double>(step_));
-    const double bias_correction2 = 1.0 - std::pow(kBeta2, static_cast<double>(step_));
-    {
-      // One temporary of the updated part's size (the cost model's optimizer working set).
-      torch::Tensor denom = exp_avg_sq_.sqrt();
-      denom.div_(std::sqrt(bias_correction2)).add_(kEps);
-      p.addcdiv_(exp_avg_, denom, -lr / bias_correction1);
-    }
+    // One temporary of the updated part's size (the cost model's optimizer working set).
+    flat_adamw_update(p, grad, exp_avg_, exp_avg_sq_, ++step_, lr, weight_decay_, decay_ranges_);
     // In place: this rank's updated part is its chunk of the gathered buffer.
     if (zero_ == 1 || zero_ == 2) groups_.dp().allgather(flat_, p);
   }
@@ -1276,8 +1288,8 @@ class FlatParameters {
   std::vector<ShardChunk> shard_chunks_;
   // (start, length) ranges of the updated part where weight decay applies, and where the global
   // norm counts the elements (tp-replicated parameters count on tp rank 0 only).
-  std::vector<std::pair<std::int64_t, std::int64_t>> decay_ranges_;
-  std::vector<std::pair<std::int64_t, std::int64_t>> counted_ranges_;
+  FlatRanges decay_ranges_;
+  FlatRanges counted_ranges_;
   torch::Tensor exp_avg_;
   torch::Tensor exp_avg_sq_;
   std::int64_t step_ = 0;

@@ -63,6 +63,7 @@ TEST_CASE("with a synthetic profile the estimate uses exactly its times", "[cali
 
   const Prediction p = cost.estimate(job, s, even_partition(model, 1));
   const double per_micro_batch = 0.001 + 0.002 + 12 * (0.010 + 0.021) + 0.003 + 0.005;
+  CHECK(cost.step_terms(job, s).step_sync_s == 0);  // one rank: no scalar all-reduces
   CHECK(p.step_time_s == Approx(2 * per_micro_batch + p.optimizer_s).epsilon(1e-12));
   CHECK(p.memory_by_stage[0].activations == Approx(1'000'000 + 12 * 50'000'000.0 + 7'000));
   // Without the profile the roofline gives other figures.
@@ -105,7 +106,11 @@ TEST_CASE("times measured with the tensor-parallel all-reduces get none added", 
   const Prediction p = cost.estimate(job, s, even_partition(model, 1));
   CHECK(p.exposed_communication_s.tp == 0);
   const double per_micro_batch = 0.001 + 0.002 + 12 * (0.010 + 0.021) + 0.003 + 0.005;
-  CHECK(p.step_time_s == Approx(2 * per_micro_batch + p.optimizer_s).epsilon(1e-12));
+  // Plus the gradient norm's all-reduce over tp (a scalar).
+  const double scalars_s = cost.step_terms(job, s).step_sync_s;
+  CHECK(scalars_s > 0);
+  CHECK(scalars_s < 1e-4);
+  CHECK(p.step_time_s == Approx(2 * per_micro_batch + p.optimizer_s + scalars_s).epsilon(1e-12));
 
   // Without the flag the same times get the links' all-reduces on top.
   for (LayerMeasurement& l : prof.layers) l.tp_communication = false;
@@ -276,4 +281,46 @@ TEST_CASE("a measured optimizer step and collective factors replace the modelled
   const Job job{8, 64, Precision::kFp32, "adamw"};
   const Prediction p = cost.estimate(job, single(8, 1), even_partition(model, 1));
   CHECK(p.optimizer_s == Approx(count_parameters(model).total * 2.5e-9));  // 1 rank: 2 threads
+}
+
+TEST_CASE("every step pays loom train's scalar all-reduces on each group of more than one",
+          "[calibration]") {
+  // The loss over pp and dp, the gradient norm over dp (ZeRO), tp and pp: one 8-byte all-reduce
+  // each, added after the optimizer in the estimate and in the simulation.
+  const profiles::ModelSpec model = profiles::load_model("bert-base");
+  const CostModel cost(model, profiles::load_cluster("dgx-h100"));
+  const Job job{32, 128, Precision::kBf16, "adamw"};
+  const int world = 8;
+  auto scalar = [&](int ranks, int stride) {
+    return collective_time_s(Collective::kAllReduce, 8, ranks,
+                             cost.group_links().group(world, ranks, stride));
+  };
+  Strategy s = single(4, 2);
+  CHECK(cost.step_terms(job, s).step_sync_s == 0);
+  s.dp = 2;
+  s.tp = 2;
+  s.pp = 2;
+  s.micro_batch = 4;
+  s.num_micro_batches = 4;
+  const double plain = scalar(2, 2) + scalar(2, 1) + 2 * scalar(2, 4);
+  CHECK(cost.step_terms(job, s).step_sync_s == Approx(plain).epsilon(1e-12));
+  CHECK(plain > 0);
+  const auto stages = even_partition(model, 2);
+  const Prediction p0 = cost.estimate(job, s, stages);
+  s.zero = 1;
+  CHECK(cost.step_terms(job, s).step_sync_s == Approx(plain + scalar(2, 2)).epsilon(1e-12));
+  // The simulator ends every rank's step with them, after everything else of the rank.
+  s.zero = 0;
+  const SimulationResult sim = simulate(cost, job, s, stages);
+  int found = 0;
+  for (const TraceSlice& t : sim.slices) {
+    if (t.name != "step scalars all-reduced") continue;
+    ++found;
+    CHECK(t.duration_s == Approx(plain).epsilon(1e-12));
+    for (const TraceSlice& other : sim.slices) {
+      if (other.rank == t.rank && &other != &t) CHECK(other.start_s < t.start_s);
+    }
+  }
+  CHECK(found == 2);  // one per pipeline stage's representative
+  CHECK(p0.step_time_s > plain);
 }

@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "executor/distributed.hpp"
+#include "executor/profiler.hpp"
 #include "executor/train.hpp"
 #include "profiles/errors.hpp"
 
@@ -318,4 +319,18 @@ TEST_CASE("A layout that does not match the groups is refused", "[distributed]")
   TrainOptions o = base_options(2);
   o.dp = 2;
   CHECK_THROWS_AS(loom::executor::train_classifier(o, train, {}), InputError);
+}
+
+TEST_CASE("A launched profile keeps each figure of its slowest rank", "[distributed]") {
+  const auto store = loom::executor::make_local_store();
+  run_ranks(3, [&](int rank) {
+    ParallelGroups groups(store, rank, 3, 1, 1, quick());
+    // Rank r is slowest on figure r.
+    std::vector<double> mine = {1.0, 2.0, 3.0};
+    mine[static_cast<std::size_t>(rank)] = 10.0 + rank;
+    const std::vector<double> out = loom::executor::slowest_rank(
+        groups.world(), loom::executor::Device::kCpu, 0, mine);
+    CHECK(out == std::vector<double>{10.0, 11.0, 12.0});
+    CHECK(loom::executor::slowest_rank(groups.world(), loom::executor::Device::kCpu, 0, {}).empty());
+  });
 }
