@@ -85,13 +85,13 @@ double Calibration::collective_factor(Collective collective) const {
   return factors_[static_cast<int>(collective)];
 }
 
-std::optional<double> Calibration::optimizer_s_per_parameter(int threads) const {
+std::optional<double> Calibration::optimizer_s_per_parameter(int threads, bool flat) const {
   const profiles::OptimizerMeasurement* best = nullptr;
+  auto key = [&](const profiles::OptimizerMeasurement& m) {
+    return std::make_tuple(m.flat != flat, std::abs(m.threads - threads), -m.parameters);
+  };
   for (const profiles::OptimizerMeasurement& m : profile_.optimizer) {
-    if (best == nullptr || std::abs(m.threads - threads) < std::abs(best->threads - threads) ||
-        (m.threads == best->threads && m.parameters > best->parameters)) {
-      best = &m;
-    }
+    if (best == nullptr || key(m) < key(*best)) best = &m;
   }
   if (best == nullptr) return std::nullopt;
   return best->time_s / static_cast<double>(best->parameters) * best->threads / threads;

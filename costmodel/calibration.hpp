@@ -73,9 +73,10 @@ class Calibration {
   bool empty() const { return points_.empty(); }
   // Measured / fitted time of `collective` (1 without link measurements of it).
   double collective_factor(Collective collective) const;
-  // Seconds per parameter of one AdamW step with `threads` CPU threads; nullopt when the profile
-  // has no optimizer measurement.
-  std::optional<double> optimizer_s_per_parameter(int threads) const;
+  // Seconds per parameter of the optimizer part of a step with `threads` CPU threads, of the
+  // multi-rank loop (`flat`) or the one-rank loop, preferring measurements of that loop; nullopt
+  // when the profile has no optimizer measurement.
+  std::optional<double> optimizer_s_per_parameter(int threads, bool flat) const;
 
  private:
   profiles::Profile profile_;

@@ -198,7 +198,8 @@ Terms compute_terms(const profiles::ModelSpec& m, const CostOptions& options,
   t.rate_memory_bytes_per_s = rates.memory_bytes_per_s;
   t.optimizer_s_per_parameter = CostModel::kOptimizerBytesPerParameter / rates.memory_bytes_per_s;
   if (calibration != nullptr) {
-    if (auto measured = calibration->optimizer_s_per_parameter(t.threads)) {
+    // Loom's executor runs one rank with torch::optim::AdamW, many over flat buffers.
+    if (auto measured = calibration->optimizer_s_per_parameter(t.threads, world > 1)) {
       t.optimizer_s_per_parameter = *measured;
     }
   }

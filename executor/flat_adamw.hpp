@@ -1,7 +1,6 @@
-// The arithmetic of loom train's optimizer step on flat fp32 buffers, shared by the multi-rank
-// training loop (executor/train.cpp) and the profiler's optimizer measurement
-// (executor/profiler.cpp), so that the profile times exactly what a step runs. Defined in
-// executor/train.cpp.
+// The arithmetic of loom train's optimizer step, shared by the training loops
+// (executor/train.cpp) and the profiler's optimizer measurement (executor/profiler.cpp), so that
+// the profile times exactly what a step runs. Defined in executor/train.cpp.
 #pragma once
 
 #include <torch/torch.h>
@@ -12,7 +11,12 @@
 
 namespace loom::executor {
 
-// (start, length) ranges of a flat buffer.
+// The one-rank loop's clipping: the total L2 norm of the parameters' gradients (as
+// torch.nn.utils.clip_grad_norm_), which are scaled down to max_norm when larger (max_norm > 0).
+// Returns the norm before clipping (inf/nan when a gradient is).
+double clip_gradients(const std::vector<torch::Tensor>& parameters, double max_norm);
+
+// The multi-rank loop works on flat buffers: (start, length) ranges of one.
 using FlatRanges = std::vector<std::pair<std::int64_t, std::int64_t>>;
 
 // Sum of squares of `flat`'s elements in `ranges`, as a one-element tensor on flat's device (no

@@ -307,45 +307,63 @@ std::vector<profiles::OptimizerMeasurement> profile_optimizer(const ProfileOptio
   const torch::Device device = o.device == Device::kCuda
                                    ? torch::Device(torch::kCUDA, o.device_index)
                                    : torch::Device(torch::kCPU);
+  EncoderOptions eo;
+  eo.device = device;
+  EncoderClassifier model(o.model, eo);
+  std::vector<torch::Tensor> parameters;
   std::int64_t count = 0;
-  {
-    EncoderOptions eo;
-    eo.device = torch::Device(torch::kCPU);
-    EncoderClassifier model(o.model, eo);
-    for (const auto& entry : model.local_parameters()) count += entry.second.numel();
+  for (const auto& [name, p] : model.local_parameters()) {
+    p.mutable_grad() = torch::randn_like(p) * 1e-3;
+    parameters.push_back(p);
+    count += p.numel();
   }
-  // The buffers of loom train's flat optimizer step (flat_adamw.hpp); values do not change the
-  // time of these element-wise passes.
+  // Values do not change the time of these element-wise passes, so one set of buffers serves
+  // every repeat.
+  torch::optim::AdamW optimizer(parameters, torch::optim::AdamWOptions(1e-5).weight_decay(0.01));
   const auto options = torch::TensorOptions().dtype(torch::kFloat).device(device);
-  torch::Tensor parameters = torch::randn({count}, options);
-  torch::Tensor grad = torch::randn({count}, options) * 1e-3;
+  torch::Tensor flat = torch::randn({count}, options);
+  torch::Tensor flat_grad = torch::randn({count}, options) * 1e-3;
   torch::Tensor exp_avg = torch::zeros({count}, options);
   torch::Tensor exp_avg_sq = torch::zeros({count}, options);
   const FlatRanges whole = {{0, count}};
+  std::int64_t flat_steps = 0;
+  // What a step of loom train does besides the backward passes: zero the gradients, take their
+  // norm, clip them, update with AdamW; one rank's loop per tensor, many ranks' over flat buffers.
+  auto one_rank = [&] {
+    optimizer.zero_grad();
+    clip_gradients(parameters, 1.0);
+    optimizer.step();
+  };
+  auto many_ranks = [&] {
+    torch::NoGradGuard no_grad;
+    flat_grad.zero_();
+    const double norm = std::sqrt(squared_norm(flat_grad, whole).item<double>());
+    flat_grad.mul_(1.0 / (norm + 1.0));
+    flat_adamw_update(flat, flat_grad, exp_avg, exp_avg_sq, ++flat_steps, 1e-5, 0.01, whole);
+  };
   const int threads_before = at::get_num_threads();
   std::vector<int> thread_counts = o.threads;
   if (thread_counts.empty() || o.device == Device::kCuda) thread_counts = {threads_before};
   std::vector<profiles::OptimizerMeasurement> out;
   for (int threads : thread_counts) {
     at::set_num_threads(threads);
-    std::vector<double> times;
-    std::int64_t step = 0;
-    for (int i = 0; i < o.warmup + o.repeats; ++i) {
-      if (o.device == Device::kCuda) compat::cuda_synchronize(o.device_index);
-      const auto t0 = Clock::now();
-      {
-        // What a step of loom train does with the gradient buffer besides the backward passes:
-        // zero it, take its norm, clip it, and update with AdamW.
-        torch::NoGradGuard no_grad;
-        grad.zero_();
-        const double norm = std::sqrt(squared_norm(grad, whole).item<double>());
-        grad.mul_(1.0 / (norm + 1.0));
-        flat_adamw_update(parameters, grad, exp_avg, exp_avg_sq, ++step, 1e-5, 0.01, whole);
+    for (const bool is_flat : {false, true}) {
+      std::vector<double> times;
+      for (int i = 0; i < o.warmup + o.repeats; ++i) {
+        if (o.device == Device::kCuda) compat::cuda_synchronize(o.device_index);
+        const auto t0 = Clock::now();
+        if (is_flat) {
+          many_ranks();
+        } else {
+          one_rank();
+        }
+        if (o.device == Device::kCuda) compat::cuda_synchronize(o.device_index);
+        if (i >= o.warmup) {
+          times.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+        }
       }
-      if (o.device == Device::kCuda) compat::cuda_synchronize(o.device_index);
-      if (i >= o.warmup) times.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+      out.push_back({count, threads, std::max(median_of(times), 1e-9), is_flat});
     }
-    out.push_back({count, threads, std::max(median_of(times), 1e-9)});
   }
   at::set_num_threads(threads_before);
   if (o.group != nullptr) {
@@ -357,8 +375,9 @@ std::vector<profiles::OptimizerMeasurement> profile_optimizer(const ProfileOptio
   if (o.progress) {
     for (const profiles::OptimizerMeasurement& m : out) {
       char line[160];
-      std::snprintf(line, sizeof line, "optimizer     %lld parameters threads=%d: %.3f ms",
-                    static_cast<long long>(m.parameters), m.threads, m.time_s * 1e3);
+      std::snprintf(line, sizeof line, "optimizer     %lld parameters threads=%d %s: %.3f ms",
+                    static_cast<long long>(m.parameters), m.threads,
+                    m.flat ? "flat (many ranks)" : "per tensor (one rank)", m.time_s * 1e3);
       o.progress(line);
     }
   }

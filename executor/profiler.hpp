@@ -57,9 +57,10 @@ struct ProfileOptions {
 // the heads and ffn, a seq_len beyond the model's positions, or bf16/fp16 on the CPU.
 std::vector<profiles::LayerMeasurement> profile_layers(const ProfileOptions& options);
 
-// The optimizer part of a step as loom train's flat buffers run it (flat_adamw.hpp): zeroing the
-// gradient buffer, its norm, clipping and AdamW, over as many parameters as the whole model has,
-// per thread count of `options` (median of repeats after warm-up).
+// The optimizer part of a step as loom train runs it (flat_adamw.hpp): zeroing the gradients, their
+// norm, clipping and AdamW over the whole model's parameters, per thread count of `options`
+// (median of repeats after warm-up), once as the one-rank loop does it (torch::optim::AdamW, per
+// tensor) and once as the multi-rank loop does (flat buffers; `flat`).
 std::vector<profiles::OptimizerMeasurement> profile_optimizer(const ProfileOptions& options);
 
 // Collective over `group`: every rank passes its figures in the same order and gets, for each,

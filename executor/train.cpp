@@ -325,25 +325,6 @@ void move_optimizer_state(torch::optim::AdamW& optimizer, const torch::Device& d
   }
 }
 
-// Total L2 norm of the gradients (as torch.nn.utils.clip_grad_norm_), scaled down to max_norm
-// when larger (max_norm > 0). Returns the norm before clipping (inf/nan when a gradient is).
-double clip_gradients(const std::vector<torch::Tensor>& parameters, double max_norm) {
-  std::vector<torch::Tensor> norms;
-  for (const torch::Tensor& p : parameters) {
-    if (p.grad().defined()) norms.push_back(p.grad().detach().norm(2).to(torch::kFloat));
-  }
-  if (norms.empty()) return 0.0;
-  const double total = torch::stack(norms).norm(2).item<double>();
-  if (max_norm > 0.0 && std::isfinite(total)) {
-    const double coefficient = max_norm / (total + 1e-6);
-    if (coefficient < 1.0) {
-      for (const torch::Tensor& p : parameters) {
-        if (p.grad().defined()) p.grad().detach().mul_(coefficient);
-      }
-    }
-  }
-  return total;
-}
 
 // ---------------------------------------------------------------------------------------------
 // Evaluation
@@ -876,6 +857,24 @@ TrainSummary train_classifier(const TrainOptions& o, const std::vector<EncodedEx
 
 // ---------------------------------------------------------------------------------------------
 // Many ranks
+
+double clip_gradients(const std::vector<torch::Tensor>& parameters, double max_norm) {
+  std::vector<torch::Tensor> norms;
+  for (const torch::Tensor& p : parameters) {
+    if (p.grad().defined()) norms.push_back(p.grad().detach().norm(2).to(torch::kFloat));
+  }
+  if (norms.empty()) return 0.0;
+  const double total = torch::stack(norms).norm(2).item<double>();
+  if (max_norm > 0.0 && std::isfinite(total)) {
+    const double coefficient = max_norm / (total + 1e-6);
+    if (coefficient < 1.0) {
+      for (const torch::Tensor& p : parameters) {
+        if (p.grad().defined()) p.grad().detach().mul_(coefficient);
+      }
+    }
+  }
+  return total;
+}
 
 torch::Tensor squared_norm(const torch::Tensor& flat, const FlatRanges& ranges) {
   torch::Tensor sum = torch::zeros({1}, flat.options());
@@ -1584,6 +1583,7 @@ TrainSummary train_classifier(const TrainOptions& o, const std::vector<EncodedEx
     std::vector<InFlight> in_flight(static_cast<std::size_t>(v * micro_batches));
     std::vector<PendingOperation> sends;
     double local_loss = 0.0;
+    double recv_s = 0.0, fwd_s = 0.0, bwd_s = 0.0;
     auto tag = [&](int boundary, std::int64_t m, int direction) {
       return static_cast<int>(2 * (boundary * micro_batches + m) + direction);
     };
@@ -1594,13 +1594,17 @@ TrainSummary train_classifier(const TrainOptions& o, const std::vector<EncodedEx
       InFlight& f = in_flight[static_cast<std::size_t>(k * micro_batches + m)];
       if (g > 0) {
         f.input = torch::empty(hidden_shape(mb), activation_options);
+        {auto t0 = std::chrono::steady_clock::now();
         pipe.recv(f.input, previous_rank, tag(g - 1, m, 0));
+        recv_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();}
         f.input.requires_grad_(true);
       }
       torch::Tensor out;
       {
         compat::AutocastGuard autocast(device.type(), mp.dtype, mp.autocast);
+        auto t0 = std::chrono::steady_clock::now();
         out = chunks[static_cast<std::size_t>(k)]->forward(batch.inputs, f.input);
+        fwd_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       }
       if (g == chunk_count - 1) {
         f.output = torch::nn::functional::cross_entropy(out.to(torch::kFloat), batch.labels) /
@@ -1617,12 +1621,18 @@ TrainSummary train_classifier(const TrainOptions& o, const std::vector<EncodedEx
       // The step's last backward pass (chunk 0, last micro-batch in every schedule) starts the
       // bucketed gradient all-reduces from its hooks (v = 1 only).
       if (k == 0 && m == micro_batches - 1) flat.arm();
+      auto tb = std::chrono::steady_clock::now();
       if (g == chunk_count - 1) {
         f.output.backward();
+        bwd_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - tb).count();
       } else {
         torch::Tensor grad = torch::empty(hidden_shape(mb), activation_options);
+        {auto t0 = std::chrono::steady_clock::now();
         pipe.recv(grad, next_rank, tag(g, m, 1));
+        recv_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();}
+        tb = std::chrono::steady_clock::now();
         torch::autograd::backward({f.output}, {grad});
+        bwd_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - tb).count();
       }
       if (g > 0) sends.push_back(pipe.send(f.input.grad(), previous_rank, tag(g - 1, m, 1)));
       flat.finish_backward(k);
@@ -1661,10 +1671,20 @@ TrainSummary train_classifier(const TrainOptions& o, const std::vector<EncodedEx
         backward(chunk_of(i, false), micro_batch_of(i));
       }
     }
+    auto since = [](auto& t) {
+      const auto now = std::chrono::steady_clock::now();
+      const double s = std::chrono::duration<double>(now - t).count();
+      t = now;
+      return s;
+    };
+    auto mark = started;
+    const double schedule_s = since(mark);
     for (PendingOperation& s : sends) s.wait();
-
+    const double sends_s = since(mark);
     const torch::Tensor grad = flat.reduce_gradients();
+    const double reduce_s = since(mark);
     const double grad_norm = flat.global_norm(grad);
+    const double norm_s = since(mark);
     if (o.max_grad_norm > 0.0 && std::isfinite(grad_norm)) {
       const double coefficient = o.max_grad_norm / (grad_norm + 1e-6);
       if (coefficient < 1.0) grad.mul_(coefficient);
@@ -1672,6 +1692,7 @@ TrainSummary train_classifier(const TrainOptions& o, const std::vector<EncodedEx
     const double lr = learning_rate(o, step, total_steps);
     flat.step(grad, lr);
     flat.release();
+    const double optimizer_s = since(mark);
 
     // The step's loss: the last stage's, summed over the pipeline, averaged over dp.
     torch::Tensor loss = torch::tensor({local_loss}, torch::TensorOptions().dtype(torch::kDouble));
@@ -1697,6 +1718,7 @@ TrainSummary train_classifier(const TrainOptions& o, const std::vector<EncodedEx
       line["rank"] = groups.world_rank();
       line["time"] = utc_now_iso8601();
       line["peak_rss_bytes"] = peak_rss_bytes();  // an extension: code and libraries included
+      line["phases_s"] = {{"schedule", schedule_s}, {"recv", recv_s}, {"fwd", fwd_s}, {"bwd", bwd_s}, {"sends", sends_s}, {"reduce", reduce_s}, {"norm", norm_s}, {"optimizer", optimizer_s}};
       metrics.write(line);
     }
     progress.update(step + 1, step_loss);

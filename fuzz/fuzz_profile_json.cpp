@@ -14,7 +14,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     loom::profiles::ModelSpec model = loom::profiles::load_model("tiny-bert");
     const loom::costmodel::Calibration calibration(p, model);
     (void)calibration.layer({loom::profiles::LayerKind::kEncoderLayer, 4, 64, 1, "none", 1});
-    (void)calibration.optimizer_s_per_parameter(2);
+    (void)calibration.optimizer_s_per_parameter(2, false);
+    (void)calibration.optimizer_s_per_parameter(2, true);
   });
   return 0;
 }

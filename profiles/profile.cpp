@@ -111,6 +111,7 @@ Profile profile_from_json(const nlohmann::json& value, const std::string& source
       m.parameters = o.integer("parameters", 1);
       m.threads = small_int(o, "threads", 1, 1);
       m.time_s = o.number("time_s", 0, /*exclusive=*/true);
+      m.flat = o.optional_boolean("flat").value_or(false);
       o.finish();
       p.optimizer.push_back(m);
     }
@@ -153,8 +154,10 @@ nlohmann::json profile_to_json(const Profile& p) {
   }
   nlohmann::json optimizer = nlohmann::json::array();
   for (const OptimizerMeasurement& m : p.optimizer) {
-    optimizer.push_back(
-        {{"parameters", m.parameters}, {"threads", m.threads}, {"time_s", m.time_s}});
+    nlohmann::json entry = {
+        {"parameters", m.parameters}, {"threads", m.threads}, {"time_s", m.time_s}};
+    if (m.flat) entry["flat"] = true;
+    optimizer.push_back(entry);
   }
   return {{"format", "loom-profile/1"},
           {"device", p.device},

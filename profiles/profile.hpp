@@ -64,7 +64,10 @@ struct LinkMeasurement {
 struct OptimizerMeasurement {
   std::int64_t parameters = 0;
   int threads = 1;
-  double time_s = 0;  // one AdamW step, median of repeats
+  double time_s = 0;  // the optimizer part of one step, median of repeats
+  // true: the multi-rank loop's step over flat buffers (executor/flat_adamw.hpp); false: the
+  // one-rank loop's (torch::optim::AdamW over the parameters, per-tensor norms and clipping).
+  bool flat = false;
   bool operator==(const OptimizerMeasurement&) const = default;
 };
 

@@ -258,7 +258,8 @@ TEST_CASE("a measured optimizer step and collective factors replace the modelled
           "[calibration]") {
   const profiles::ModelSpec model = profiles::load_model("tiny-bert");
   profiles::Profile prof;
-  prof.optimizer = {{1'000'000, 1, 0.004}, {1'000'000, 2, 0.0025}};
+  // The one-rank loop's step (per tensor) and, slower, the flat one of many ranks at 1 thread.
+  prof.optimizer = {{1'000'000, 1, 0.004}, {1'000'000, 2, 0.0025}, {1'000'000, 1, 0.006, true}};
   const profiles::PathMetrics link{10, 5};
   // All-gathers measured at twice the ring's time, all-reduces exactly.
   for (double bytes : {65536.0, 1048576.0, 16777216.0}) {
@@ -269,9 +270,11 @@ TEST_CASE("a measured optimizer step and collective factors replace the modelled
                           "intra_node"});
   }
   const Calibration cal(prof, model);
-  CHECK(*cal.optimizer_s_per_parameter(2) == Approx(2.5e-9));
-  CHECK(*cal.optimizer_s_per_parameter(1) == Approx(4e-9));
-  CHECK(*cal.optimizer_s_per_parameter(4) == Approx(2.5e-9 * 2 / 4));  // nearest, scaled
+  CHECK(*cal.optimizer_s_per_parameter(2, false) == Approx(2.5e-9));
+  CHECK(*cal.optimizer_s_per_parameter(1, false) == Approx(4e-9));
+  CHECK(*cal.optimizer_s_per_parameter(4, false) == Approx(2.5e-9 * 2 / 4));  // nearest, scaled
+  CHECK(*cal.optimizer_s_per_parameter(1, true) == Approx(6e-9));
+  CHECK(*cal.optimizer_s_per_parameter(2, true) == Approx(6e-9 / 2));  // the loop before threads
   CHECK(cal.collective_factor(Collective::kAllGather) >
         1.5 * cal.collective_factor(Collective::kAllReduce));
   CHECK(cal.collective_factor(Collective::kP2p) == 1);  // not measured
@@ -281,6 +284,12 @@ TEST_CASE("a measured optimizer step and collective factors replace the modelled
   const Job job{8, 64, Precision::kFp32, "adamw"};
   const Prediction p = cost.estimate(job, single(8, 1), even_partition(model, 1));
   CHECK(p.optimizer_s == Approx(count_parameters(model).total * 2.5e-9));  // 1 rank: 2 threads
+  // Two ranks (one thread each) run the flat loop, each on its half (ZeRO-1).
+  Strategy dp = single(4, 1);
+  dp.dp = 2;
+  dp.zero = 1;
+  const Prediction p2 = cost.estimate(job, dp, even_partition(model, 1));
+  CHECK(p2.optimizer_s == Approx(count_parameters(model).total / 2 * 6e-9));
 }
 
 TEST_CASE("every step pays loom train's scalar all-reduces on each group of more than one",

@@ -31,6 +31,10 @@ json valid_profile() {
     "links": [
       {"collective": "allreduce", "ranks": 8, "bytes": 67108864, "time_s": 0.0009,
        "scope": "intra_node"}
+    ],
+    "optimizer": [
+      {"parameters": 1000, "threads": 2, "time_s": 0.001},
+      {"parameters": 1000, "threads": 2, "time_s": 0.002, "flat": true}
     ]
   })");
 }
@@ -60,6 +64,9 @@ TEST_CASE("a profile round-trips through JSON", "[profile]") {
   CHECK_FALSE(p.layers[0].tp_communication);
   CHECK(p.links[0].bytes == 67108864);
   CHECK(p.precision == Precision::kBf16);
+  REQUIRE(p.optimizer.size() == 2);
+  CHECK_FALSE(p.optimizer[0].flat);
+  CHECK(p.optimizer[1].flat);
   Profile again = profile_from_json(profile_to_json(p), "again.json");
   CHECK(again == p);
 }
@@ -72,6 +79,10 @@ TEST_CASE("malformed profiles are refused with the field named", "[profile]") {
   j = valid_profile();
   j["layers"][0]["forward_s"] = -1;
   CHECK_THAT(error_of(j), Contains("$.layers[0].forward_s"));
+
+  j = valid_profile();
+  j["optimizer"][1]["flat"] = "yes";
+  CHECK_THAT(error_of(j), Contains("$.optimizer[1].flat"));
 
   j = valid_profile();
   j["layers"][0]["kind"] = "mlp";

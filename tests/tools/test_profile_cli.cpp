@@ -45,8 +45,12 @@ TEST_CASE("loom profile measures each layer kind of the model", "[tools][profile
   const loom::profiles::ModelSpec tiny = loom::profiles::load_model("tiny-bert");
   CHECK_NOTHROW(
       loom::profiles::check_profile_for(p, tiny, loom::profiles::Precision::kFp32, "prof.json"));
-  REQUIRE(p.optimizer.size() == 1);
+  // The one-rank loop's optimizer step and the multi-rank loop's (flat buffers).
+  REQUIRE(p.optimizer.size() == 2);
   CHECK(p.optimizer[0].parameters > 1'000'000);
+  CHECK_FALSE(p.optimizer[0].flat);
+  CHECK(p.optimizer[1].flat);
+  CHECK(p.optimizer[1].parameters == p.optimizer[0].parameters);
   const loom::profiles::LayerMeasurement* plain = nullptr;
   const loom::profiles::LayerMeasurement* full = nullptr;
   for (const auto& m : p.layers) {
