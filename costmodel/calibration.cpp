@@ -61,11 +61,16 @@ Calibration::Calibration(const profiles::Profile& profile, const profiles::Model
     points_.push_back(p);
   }
   const std::vector<LinkFit> fits = fit_links(profile.links);
+  // Messages measured between computing ranks (p2p_loaded) describe a pipeline better than the
+  // idle ping-pong, so they set p2p's factor when the profile has them.
+  const bool loaded = std::any_of(profile.links.begin(), profile.links.end(),
+                                  [](const auto& l) { return l.collective == "p2p_loaded"; });
   for (Collective c : {Collective::kAllReduce, Collective::kReduceScatter, Collective::kAllGather,
                        Collective::kP2p}) {
     std::vector<double> ratios;
     for (const profiles::LinkMeasurement& l : profile.links) {
       if (collective_of(l.collective) != c || l.bytes < 65536) continue;
+      if (c == Collective::kP2p && loaded != (l.collective == "p2p_loaded")) continue;
       for (const LinkFit& f : fits) {
         if (f.scope != l.scope) continue;
         const double modelled = collective_time_s(
@@ -200,7 +205,7 @@ std::vector<LinkFit> fit_links(const std::vector<profiles::LinkMeasurement>& lin
     std::vector<std::tuple<double, double, double>> rows;  // a, c * bytes, t
     std::vector<double> sizes;
     for (const profiles::LinkMeasurement& l : links) {
-      if (l.scope != scope) continue;
+      if (l.scope != scope || l.collective == "p2p_loaded") continue;  // not the link alone
       auto [a, c] = ring_coefficients(l.collective, l.ranks);
       const double bx = c * l.bytes;
       const double w = 1 / (l.time_s * l.time_s);

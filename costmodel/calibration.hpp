@@ -71,7 +71,8 @@ class Calibration {
   const profiles::Profile& profile() const { return profile_; }
   LayerAnswer layer(const LayerQuery& query) const;
   bool empty() const { return points_.empty(); }
-  // Measured / fitted time of `collective` (1 without link measurements of it).
+  // Measured / fitted time of `collective` (1 without link measurements of it); p2p's from the
+  // p2p_loaded measurements when the profile has them.
   double collective_factor(Collective collective) const;
   // Seconds per parameter of the optimizer part of a step with `threads` CPU threads, of the
   // multi-rank loop (`flat`) or the one-rank loop, preferring measurements of that loop; nullopt

@@ -384,6 +384,56 @@ std::vector<profiles::OptimizerMeasurement> profile_optimizer(const ProfileOptio
   return out;
 }
 
+namespace {
+
+// Group ranks 0 and 1 in a pipeline's steady state on CPU cores: each computes (a matrix product
+// of about a millisecond on one thread), sends its result to the other and receives the other's.
+// Returns the median time a round adds to the same compute without messages (at least the idle
+// ping-pong's), measured over `repeats` rounds in each of 5 alternations of the two.
+double loaded_p2p_s(ProcessGroup& group, double bytes, const LinkProfileOptions& o) {
+  const int threads_before = at::get_num_threads();
+  at::set_num_threads(1);
+  const torch::Tensor a = torch::randn({192, 192});
+  torch::Tensor c = torch::empty({192, 192});
+  const int rank = group.rank();
+  const int peer = 1 - rank;
+  const auto count = std::max<std::int64_t>(1, static_cast<std::int64_t>(bytes) / 4);
+  torch::Tensor outgoing = torch::ones({count});
+  torch::Tensor incoming = torch::empty({count});
+  auto round = [&](bool messages) {
+    for (int k = 0; k < 4; ++k) at::mm_out(c, a, a);
+    if (!messages || rank > 1) return;
+    PendingOperation sent = group.send(outgoing, peer, 7);
+    group.recv(incoming, peer, 7);
+    sent.wait();
+  };
+  std::vector<double> with;
+  std::vector<double> without;
+  for (int alternation = 0; alternation < 5; ++alternation) {
+    for (const bool messages : {true, false}) {
+      group.barrier();
+      std::vector<double> times;
+      for (int i = 0; i < o.warmup + o.repeats; ++i) {
+        const auto t0 = Clock::now();
+        round(messages);
+        if (i >= o.warmup) times.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+      }
+      (messages ? with : without).insert((messages ? with : without).end(), times.begin(),
+                                         times.end());
+    }
+  }
+  at::set_num_threads(threads_before);
+  // Rank 0's figure for both (they exchange in step).
+  std::vector<double> figure = {std::max(median_of(with) - median_of(without), 1e-9)};
+  torch::Tensor shared = torch::tensor(rank == 0 ? figure[0] : 0.0,
+                                       torch::TensorOptions().dtype(torch::kDouble))
+                             .reshape({1});
+  group.allreduce_sum(shared);
+  return shared.item<double>();
+}
+
+}  // namespace
+
 std::vector<profiles::LinkMeasurement> profile_links(ProcessGroup& group, Device device,
                                                      int device_index,
                                                      const LinkProfileOptions& o) {
@@ -440,6 +490,11 @@ std::vector<profiles::LinkMeasurement> profile_links(ProcessGroup& group, Device
         if (i >= o.warmup) times.push_back(t);
       }
       out.push_back({"p2p", 2, whole, std::max(median_of(times), 1e-9), o.scope});
+    }
+  }
+  if (device == Device::kCpu && n >= 2) {
+    for (double bytes : o.loaded_message_bytes) {
+      out.push_back({"p2p_loaded", 2, bytes, loaded_p2p_s(group, bytes, o), o.scope});
     }
   }
   group.barrier();

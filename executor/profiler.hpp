@@ -72,13 +72,18 @@ std::vector<double> slowest_rank(ProcessGroup& group, Device device, int device_
 
 struct LinkProfileOptions {
   std::vector<double> message_bytes = {4096, 65536, 1 << 20, 4 << 20, 16 << 20};
+  // CPU only: p2p_loaded, a message each way between group ranks 0 and 1 while both compute (a
+  // pipeline's steady state on shared cores, where waking the receiver costs far more than the
+  // idle ping-pong shows): the time it adds to a round of compute.
+  std::vector<double> loaded_message_bytes = {65536, 1 << 20};
   int warmup = 2;
   int repeats = 5;
   std::string scope = "intra_node";
 };
 
 // Collective: every rank of `group` calls it with the same options. Times allreduce,
-// reduce-scatter and all-gather over the group and p2p from group rank 0 to 1, on `device`.
+// reduce-scatter and all-gather over the group and p2p from group rank 0 to 1, on `device`, and
+// on CPU p2p_loaded (LinkProfileOptions).
 std::vector<profiles::LinkMeasurement> profile_links(ProcessGroup& group, Device device,
                                                      int device_index,
                                                      const LinkProfileOptions& options);

@@ -26,7 +26,8 @@ namespace {
 
 const std::vector<std::string> kLayerKinds = {"embedding", "encoder_layer", "decoder_layer",
                                               "head"};
-const std::vector<std::string> kCollectives = {"allreduce", "reduce_scatter", "all_gather", "p2p"};
+const std::vector<std::string> kCollectives = {"allreduce", "reduce_scatter", "all_gather", "p2p",
+                                               "p2p_loaded"};
 
 LayerKind layer_kind(const std::string& text) {
   if (text == "embedding") return LayerKind::kEmbedding;
@@ -72,7 +73,9 @@ LinkMeasurement read_link(ObjectReader r) {
   l.bytes = r.number("bytes", 0, /*exclusive=*/true);
   l.time_s = r.number("time_s", 0, /*exclusive=*/true);
   l.scope = r.choice("scope", {"intra_node", "inter_node"});
-  if (l.collective == "p2p" && l.ranks != 2) r.fail("ranks", "expected 2 for p2p");
+  if ((l.collective == "p2p" || l.collective == "p2p_loaded") && l.ranks != 2) {
+    r.fail("ranks", "expected 2 for " + l.collective);
+  }
   r.finish();
   return l;
 }

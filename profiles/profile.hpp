@@ -53,6 +53,8 @@ struct LayerMeasurement {
 
 // "allreduce" | "reduce_scatter" | "all_gather" | "p2p"; "intra_node" | "inter_node".
 struct LinkMeasurement {
+  // allreduce | reduce_scatter | all_gather | p2p (idle ping-pong) | p2p_loaded (CPU: what a
+  // message each way adds to a round of compute on both ranks, as in a pipeline's steady state)
   std::string collective;
   int ranks = 2;
   double bytes = 0;  // the whole buffer (as costmodel/comm.hpp counts it)

@@ -333,3 +333,30 @@ TEST_CASE("every step pays loom train's scalar all-reduces on each group of more
   CHECK(found == 2);  // one per pipeline stage's representative
   CHECK(p0.step_time_s > plain);
 }
+
+TEST_CASE("messages measured between computing ranks set p2p's factor and stay out of the fit",
+          "[calibration]") {
+  const profiles::ModelSpec model = profiles::load_model("tiny-bert");
+  const profiles::PathMetrics link{10, 5};
+  profiles::Profile prof;
+  for (double bytes : {65536.0, 1048576.0, 16777216.0}) {
+    prof.links.push_back({"allreduce", 2, bytes,
+                          collective_time_s(Collective::kAllReduce, bytes, 2, link), "intra_node"});
+    prof.links.push_back(
+        {"p2p", 2, bytes, collective_time_s(Collective::kP2p, bytes, 2, link), "intra_node"});
+  }
+  CHECK(Calibration(prof, model).collective_factor(Collective::kP2p) == Approx(1));
+  // Loaded messages 3x and 5x the idle link's time: p2p's factor is their median ratio (4), and the
+  // fitted link stays the idle one.
+  prof.links.push_back({"p2p_loaded", 2, 65536,
+                        3 * collective_time_s(Collective::kP2p, 65536, 2, link), "intra_node"});
+  prof.links.push_back({"p2p_loaded", 2, 1048576,
+                        5 * collective_time_s(Collective::kP2p, 1048576, 2, link), "intra_node"});
+  const Calibration cal(prof, model);
+  CHECK(cal.collective_factor(Collective::kP2p) == Approx(4));
+  CHECK(cal.collective_factor(Collective::kAllReduce) == Approx(1));
+  const std::vector<LinkFit> fits = fit_links(prof.links);
+  REQUIRE(fits.size() == 1);
+  CHECK(fits[0].latency_us == Approx(5).epsilon(1e-6));
+  CHECK(fits[0].bandwidth_gbps == Approx(10).epsilon(1e-6));
+}

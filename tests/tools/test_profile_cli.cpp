@@ -89,7 +89,10 @@ TEST_CASE("loom profile --links measures collectives inside a launched group",
   const loom::profiles::Profile p =
       loom::profiles::load_profile((box.work() / "links.json").string());
   CHECK(p.layers.empty());
-  REQUIRE(p.links.size() == 8);  // 2 sizes x allreduce, reduce-scatter, all-gather, p2p
+  // 2 sizes x allreduce, reduce-scatter, all-gather, p2p; p2p_loaded at 64 KiB and 1 MiB (CPU).
+  REQUIRE(p.links.size() == 10);
+  CHECK(p.links[8].collective == "p2p_loaded");
+  CHECK(p.links[9].bytes == 1 << 20);
   for (const auto& l : p.links) {
     CHECK(l.scope == "intra_node");
     CHECK(l.time_s > 0);
