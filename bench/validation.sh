@@ -10,7 +10,10 @@
 # This VM's speed drifts by 10-25 % over minutes (other guests on the host), so the whole
 # sequence (profile, plan, measure every plan) runs PASSES times, the plans in alternating order:
 # a plan's predicted and measured figures are the means over the passes (each pass predicts with
-# its own fresh profile), and the ranking is checked in every pass. Before each plan runs, a drift
+# its own fresh profile), and the ranking is checked in every pass and then side by side (the
+# planner's first plan of the last pass and the pinned plan measured fastest over the passes run
+# in turn ROUNDS times, default 3: the figure that counts, since one plan measured twice in one
+# pass has differed by 26 %). Before each plan runs, a drift
 # probe measures one tiny-bert layer again; its time against the pass's profile of the same layer
 # is printed per plan ("drift": 1.10 = the VM 10 % slower than when it was profiled), with the
 # errors the prediction would have if scaled by it (the raw errors are the ones that count).
@@ -18,7 +21,7 @@
 # Usage: bench/validation.sh [STEPS]       (default 14 steps, the first 5 left out: Gloo's first
 #                                           collectives are slow; 2 passes of
 #                                           about 5 min each)
-#        PASSES=3 BUILD=build-foo bench/validation.sh
+#        PASSES=3 ROUNDS=3 BUILD=build-foo bench/validation.sh
 # Writes its files under ${OUT:-/tmp/loom-validation}/pass-K.
 set -euo pipefail
 STEPS=${1:-14}
