@@ -263,9 +263,11 @@ Terms compute_terms(const profiles::ModelSpec& m, const CostOptions& options,
   // dp (ZeRO 1-3: each rank holds a shard), tp and pp; each a latency-bound all-reduce with a
   // host synchronisation.
   auto scalar_s = [&](int ranks, const profiles::PathMetrics& link) {
-    return factor(Collective::kAllReduce) * collective_time_s(Collective::kAllReduce, 8, ranks, link);
+    return factor(Collective::kAllReduce) *
+           collective_time_s(Collective::kAllReduce, 8, ranks, link);
   };
-  if (s.dp > 1) t.step_sync_s += (s.zero > 0 ? 2 : 1) * scalar_s(s.dp, links.group(world, s.dp, s.tp));
+  if (s.dp > 1)
+    t.step_sync_s += (s.zero > 0 ? 2 : 1) * scalar_s(s.dp, links.group(world, s.dp, s.tp));
   if (s.tp > 1) t.step_sync_s += scalar_s(s.tp, links.group(world, s.tp, 1));
   if (s.pp > 1) t.step_sync_s += 2 * scalar_s(s.pp, links.group(world, s.pp, s.tp * s.dp));
 

@@ -26,8 +26,8 @@ torch::Tensor squared_norm(const torch::Tensor& flat, const FlatRanges& ranges);
 // AdamW (torch::optim::AdamW's arithmetic: betas 0.9 / 0.999, eps 1e-8, decoupled weight decay
 // on `decay_ranges` only) of `parameters` with `grad`, the moments updated in place; `step` is
 // the step number after this update (1 for the first). One temporary of parameters' size.
-void flat_adamw_update(torch::Tensor& parameters, const torch::Tensor& grad,
-                       torch::Tensor& exp_avg, torch::Tensor& exp_avg_sq, std::int64_t step,
-                       double lr, double weight_decay, const FlatRanges& decay_ranges);
+void flat_adamw_update(torch::Tensor& parameters, const torch::Tensor& grad, torch::Tensor& exp_avg,
+                       torch::Tensor& exp_avg_sq, std::int64_t step, double lr, double weight_decay,
+                       const FlatRanges& decay_ranges);
 
 }  // namespace loom::executor

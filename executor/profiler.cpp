@@ -37,7 +37,6 @@ double median_of(std::vector<double> v) {
   return n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
-
 // Bytes in use and the peak since the last reset, from the device's allocator.
 class MemoryProbe {
  public:
@@ -416,18 +415,19 @@ double loaded_p2p_s(ProcessGroup& group, double bytes, const LinkProfileOptions&
       for (int i = 0; i < o.warmup + o.repeats; ++i) {
         const auto t0 = Clock::now();
         round(messages);
-        if (i >= o.warmup) times.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+        if (i >= o.warmup)
+          times.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
       }
-      (messages ? with : without).insert((messages ? with : without).end(), times.begin(),
-                                         times.end());
+      (messages ? with : without)
+          .insert((messages ? with : without).end(), times.begin(), times.end());
     }
   }
   at::set_num_threads(threads_before);
   // Rank 0's figure for both (they exchange in step).
   std::vector<double> figure = {std::max(median_of(with) - median_of(without), 1e-9)};
-  torch::Tensor shared = torch::tensor(rank == 0 ? figure[0] : 0.0,
-                                       torch::TensorOptions().dtype(torch::kDouble))
-                             .reshape({1});
+  torch::Tensor shared =
+      torch::tensor(rank == 0 ? figure[0] : 0.0, torch::TensorOptions().dtype(torch::kDouble))
+          .reshape({1});
   group.allreduce_sum(shared);
   return shared.item<double>();
 }

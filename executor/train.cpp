@@ -325,7 +325,6 @@ void move_optimizer_state(torch::optim::AdamW& optimizer, const torch::Device& d
   }
 }
 
-
 // ---------------------------------------------------------------------------------------------
 // Evaluation
 
@@ -885,9 +884,9 @@ torch::Tensor squared_norm(const torch::Tensor& flat, const FlatRanges& ranges) 
   return sum;
 }
 
-void flat_adamw_update(torch::Tensor& parameters, const torch::Tensor& grad,
-                       torch::Tensor& exp_avg, torch::Tensor& exp_avg_sq, std::int64_t step,
-                       double lr, double weight_decay, const FlatRanges& decay_ranges) {
+void flat_adamw_update(torch::Tensor& parameters, const torch::Tensor& grad, torch::Tensor& exp_avg,
+                       torch::Tensor& exp_avg_sq, std::int64_t step, double lr, double weight_decay,
+                       const FlatRanges& decay_ranges) {
   torch::NoGradGuard no_grad;
   constexpr double kBeta1 = 0.9;
   constexpr double kBeta2 = 0.999;
@@ -1594,9 +1593,11 @@ TrainSummary train_classifier(const TrainOptions& o, const std::vector<EncodedEx
       InFlight& f = in_flight[static_cast<std::size_t>(k * micro_batches + m)];
       if (g > 0) {
         f.input = torch::empty(hidden_shape(mb), activation_options);
-        {auto t0 = std::chrono::steady_clock::now();
-        pipe.recv(f.input, previous_rank, tag(g - 1, m, 0));
-        recv_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();}
+        {
+          auto t0 = std::chrono::steady_clock::now();
+          pipe.recv(f.input, previous_rank, tag(g - 1, m, 0));
+          recv_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        }
         f.input.requires_grad_(true);
       }
       torch::Tensor out;
@@ -1627,9 +1628,11 @@ TrainSummary train_classifier(const TrainOptions& o, const std::vector<EncodedEx
         bwd_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - tb).count();
       } else {
         torch::Tensor grad = torch::empty(hidden_shape(mb), activation_options);
-        {auto t0 = std::chrono::steady_clock::now();
-        pipe.recv(grad, next_rank, tag(g, m, 1));
-        recv_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();}
+        {
+          auto t0 = std::chrono::steady_clock::now();
+          pipe.recv(grad, next_rank, tag(g, m, 1));
+          recv_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        }
         tb = std::chrono::steady_clock::now();
         torch::autograd::backward({f.output}, {grad});
         bwd_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - tb).count();
@@ -1718,7 +1721,9 @@ TrainSummary train_classifier(const TrainOptions& o, const std::vector<EncodedEx
       line["rank"] = groups.world_rank();
       line["time"] = utc_now_iso8601();
       line["peak_rss_bytes"] = peak_rss_bytes();  // an extension: code and libraries included
-      line["phases_s"] = {{"schedule", schedule_s}, {"recv", recv_s}, {"fwd", fwd_s}, {"bwd", bwd_s}, {"sends", sends_s}, {"reduce", reduce_s}, {"norm", norm_s}, {"optimizer", optimizer_s}};
+      line["phases_s"] = {{"schedule", schedule_s}, {"recv", recv_s},          {"fwd", fwd_s},
+                          {"bwd", bwd_s},           {"sends", sends_s},        {"reduce", reduce_s},
+                          {"norm", norm_s},         {"optimizer", optimizer_s}};
       metrics.write(line);
     }
     progress.update(step + 1, step_loss);

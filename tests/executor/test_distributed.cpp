@@ -328,9 +328,10 @@ TEST_CASE("A launched profile keeps each figure of its slowest rank", "[distribu
     // Rank r is slowest on figure r.
     std::vector<double> mine = {1.0, 2.0, 3.0};
     mine[static_cast<std::size_t>(rank)] = 10.0 + rank;
-    const std::vector<double> out = loom::executor::slowest_rank(
-        groups.world(), loom::executor::Device::kCpu, 0, mine);
+    const std::vector<double> out =
+        loom::executor::slowest_rank(groups.world(), loom::executor::Device::kCpu, 0, mine);
     CHECK(out == std::vector<double>{10.0, 11.0, 12.0});
-    CHECK(loom::executor::slowest_rank(groups.world(), loom::executor::Device::kCpu, 0, {}).empty());
+    CHECK(
+        loom::executor::slowest_rank(groups.world(), loom::executor::Device::kCpu, 0, {}).empty());
   });
 }
