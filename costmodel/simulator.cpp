@@ -810,7 +810,7 @@ double replay_bubble(const StepSpec& spec) {
     k.range = c.range;
     k.forward_s = c.forward_s;
     k.backward_s = c.backward_s;
-    bare.chunks.push_back(std::move(k));
+    bare.chunks.push_back(k);
   }
   Engine engine(bare.pp, nullptr);
   StepBuilder(bare, engine, nullptr, false).build();
@@ -988,7 +988,7 @@ SimulationResult simulate(const CostModel& cost, const Job& job, const Strategy&
     l.activations += spec_c.activation_bytes;
     l.layers += k.layers;
     l.largest_chunk_parameters = std::max(l.largest_chunk_parameters, parameters);
-    spec.chunks.push_back(std::move(spec_c));
+    spec.chunks.push_back(spec_c);
   }
 
   std::vector<MemoryBreakdown> memory(static_cast<std::size_t>(s.pp));
