@@ -265,6 +265,36 @@ std::string utc_now_iso8601() {
   return text;
 }
 
+// Seconds spent in each phase of a step (metrics.jsonl's phases_s): each phase adds the time of
+// the scopes it measures; "other" is what the step took beyond them (batches, zeroing, ZeRO-3's
+// gather before the step, the loss's all-reduces).
+struct StepPhases {
+  double forward_s = 0;        // forward passes and the loss
+  double backward_s = 0;       // backward passes, with what their gradient hooks start
+  double pipeline_wait_s = 0;  // receives and the step's last sends
+  double gradients_s = 0;      // reduction over dp (what the backward pass left), norm, clipping
+  double optimizer_s = 0;      // AdamW and ZeRO-1/2's parameter all-gather
+
+  using Clock = std::chrono::steady_clock;
+  // Adds the time since `from` to `phase` and returns now.
+  static Clock::time_point add(double& phase, Clock::time_point from) {
+    const Clock::time_point now = Clock::now();
+    phase += std::chrono::duration<double>(now - from).count();
+    return now;
+  }
+  nlohmann::ordered_json to_json(double step_time_s) const {
+    const double known = forward_s + backward_s + pipeline_wait_s + gradients_s + optimizer_s;
+    nlohmann::ordered_json j;
+    j["forward"] = forward_s;
+    j["backward"] = backward_s;
+    j["pipeline_wait"] = pipeline_wait_s;
+    j["gradients"] = gradients_s;
+    j["optimizer"] = optimizer_s;
+    j["other"] = std::max(0.0, step_time_s - known);
+    return j;
+  }
+};
+
 double median(std::vector<double> values) {
   if (values.empty()) return 0.0;
   std::sort(values.begin(), values.end());
@@ -757,10 +787,12 @@ TrainSummary train_classifier(const TrainOptions& o, const std::vector<EncodedEx
 
     optimizer->zero_grad();
     double step_loss = 0.0;
+    StepPhases phases;
     for (std::int64_t m = 0; m < o.num_micro_batches; ++m) {
       const Batch batch =
           make_batch(train_data, order, offset + m * o.micro_batch, o.micro_batch, device);
       torch::Tensor logits;
+      auto at = StepPhases::Clock::now();
       {
         compat::AutocastGuard autocast(device.type(), mp.dtype, mp.autocast);
         logits = model.forward(batch.inputs);
@@ -768,15 +800,18 @@ TrainSummary train_classifier(const TrainOptions& o, const std::vector<EncodedEx
       const torch::Tensor loss =
           torch::nn::functional::cross_entropy(logits.to(torch::kFloat), batch.labels) /
           static_cast<double>(o.num_micro_batches);
+      at = StepPhases::add(phases.forward_s, at);
       if (mp.loss_scaling) {
         (loss * scaler.scale).backward();
       } else {
         loss.backward();
       }
+      StepPhases::add(phases.backward_s, at);
       step_loss += loss.item<double>();
       if (o.fault_kill_in_step == step + 1) ::raise(SIGKILL);  // fault injection
     }
 
+    auto at = StepPhases::Clock::now();
     bool apply = true;
     if (mp.loss_scaling) {
       for (const torch::Tensor& p : parameters) {
@@ -785,10 +820,12 @@ TrainSummary train_classifier(const TrainOptions& o, const std::vector<EncodedEx
     }
     const double grad_norm = clip_gradients(parameters, o.max_grad_norm);
     if (mp.loss_scaling) apply = scaler.update(std::isfinite(grad_norm));
+    at = StepPhases::add(phases.gradients_s, at);
     const double lr = learning_rate(o, step, total_steps);
     set_learning_rate(*optimizer, lr);
     if (apply) optimizer->step();
     if (o.device == Device::kCuda) compat::cuda_synchronize(device_index);
+    StepPhases::add(phases.optimizer_s, at);
     const double step_time_s =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
 
@@ -806,7 +843,8 @@ TrainSummary train_classifier(const TrainOptions& o, const std::vector<EncodedEx
       line["peak_memory_bytes"] = peak_memory_bytes(o, device_index, memory.counter());
       line["rank"] = o.rank;
       line["time"] = utc_now_iso8601();
-      line["peak_rss_bytes"] = peak_rss_bytes();  // an extension: code and libraries included
+      line["peak_rss_bytes"] = peak_rss_bytes();       // an extension: code and libraries included
+      line["phases_s"] = phases.to_json(step_time_s);  // an extension
       metrics.write(line);
     }
     progress.update(step + 1, step_loss);
@@ -1582,7 +1620,7 @@ TrainSummary train_classifier(const TrainOptions& o, const std::vector<EncodedEx
     std::vector<InFlight> in_flight(static_cast<std::size_t>(v * micro_batches));
     std::vector<PendingOperation> sends;
     double local_loss = 0.0;
-    double recv_s = 0.0, fwd_s = 0.0, bwd_s = 0.0;
+    StepPhases phases;
     auto tag = [&](int boundary, std::int64_t m, int direction) {
       return static_cast<int>(2 * (boundary * micro_batches + m) + direction);
     };
@@ -1591,28 +1629,26 @@ TrainSummary train_classifier(const TrainOptions& o, const std::vector<EncodedEx
       const Batch batch =
           make_batch(train_data, order, offset + (c.dp * micro_batches + m) * mb, mb, device);
       InFlight& f = in_flight[static_cast<std::size_t>(k * micro_batches + m)];
+      auto at = StepPhases::Clock::now();
       if (g > 0) {
         f.input = torch::empty(hidden_shape(mb), activation_options);
-        {
-          auto t0 = std::chrono::steady_clock::now();
-          pipe.recv(f.input, previous_rank, tag(g - 1, m, 0));
-          recv_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-        }
+        pipe.recv(f.input, previous_rank, tag(g - 1, m, 0));
         f.input.requires_grad_(true);
+        at = StepPhases::add(phases.pipeline_wait_s, at);
       }
       torch::Tensor out;
       {
         compat::AutocastGuard autocast(device.type(), mp.dtype, mp.autocast);
-        auto t0 = std::chrono::steady_clock::now();
         out = chunks[static_cast<std::size_t>(k)]->forward(batch.inputs, f.input);
-        fwd_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       }
       if (g == chunk_count - 1) {
         f.output = torch::nn::functional::cross_entropy(out.to(torch::kFloat), batch.labels) /
                    static_cast<double>(micro_batches);
         local_loss += f.output.item<double>();
+        StepPhases::add(phases.forward_s, at);
       } else {
         f.output = out.to(torch::kFloat);
+        StepPhases::add(phases.forward_s, at);
         sends.push_back(pipe.send(f.output.detach(), next_rank, tag(g, m, 0)));
       }
     };
@@ -1622,23 +1658,18 @@ TrainSummary train_classifier(const TrainOptions& o, const std::vector<EncodedEx
       // The step's last backward pass (chunk 0, last micro-batch in every schedule) starts the
       // bucketed gradient all-reduces from its hooks (v = 1 only).
       if (k == 0 && m == micro_batches - 1) flat.arm();
-      auto tb = std::chrono::steady_clock::now();
+      auto at = StepPhases::Clock::now();
       if (g == chunk_count - 1) {
         f.output.backward();
-        bwd_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - tb).count();
       } else {
         torch::Tensor grad = torch::empty(hidden_shape(mb), activation_options);
-        {
-          auto t0 = std::chrono::steady_clock::now();
-          pipe.recv(grad, next_rank, tag(g, m, 1));
-          recv_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-        }
-        tb = std::chrono::steady_clock::now();
+        pipe.recv(grad, next_rank, tag(g, m, 1));
+        at = StepPhases::add(phases.pipeline_wait_s, at);
         torch::autograd::backward({f.output}, {grad});
-        bwd_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - tb).count();
       }
       if (g > 0) sends.push_back(pipe.send(f.input.grad(), previous_rank, tag(g - 1, m, 1)));
       flat.finish_backward(k);
+      StepPhases::add(phases.backward_s, at);
       f = InFlight{};
       if (o.fault_kill_in_step == step + 1) ::raise(SIGKILL);  // fault injection
     };
@@ -1674,28 +1705,21 @@ TrainSummary train_classifier(const TrainOptions& o, const std::vector<EncodedEx
         backward(chunk_of(i, false), micro_batch_of(i));
       }
     }
-    auto since = [](auto& t) {
-      const auto now = std::chrono::steady_clock::now();
-      const double s = std::chrono::duration<double>(now - t).count();
-      t = now;
-      return s;
-    };
-    auto mark = started;
-    const double schedule_s = since(mark);
+    auto at = StepPhases::Clock::now();
     for (PendingOperation& s : sends) s.wait();
-    const double sends_s = since(mark);
+    at = StepPhases::add(phases.pipeline_wait_s, at);
+
     const torch::Tensor grad = flat.reduce_gradients();
-    const double reduce_s = since(mark);
     const double grad_norm = flat.global_norm(grad);
-    const double norm_s = since(mark);
     if (o.max_grad_norm > 0.0 && std::isfinite(grad_norm)) {
       const double coefficient = o.max_grad_norm / (grad_norm + 1e-6);
       if (coefficient < 1.0) grad.mul_(coefficient);
     }
+    at = StepPhases::add(phases.gradients_s, at);
     const double lr = learning_rate(o, step, total_steps);
     flat.step(grad, lr);
     flat.release();
-    const double optimizer_s = since(mark);
+    StepPhases::add(phases.optimizer_s, at);
 
     // The step's loss: the last stage's, summed over the pipeline, averaged over dp.
     torch::Tensor loss = torch::tensor({local_loss}, torch::TensorOptions().dtype(torch::kDouble));
@@ -1720,10 +1744,8 @@ TrainSummary train_classifier(const TrainOptions& o, const std::vector<EncodedEx
       line["peak_memory_bytes"] = peak_memory_bytes(o, device_index, memory.counter());
       line["rank"] = groups.world_rank();
       line["time"] = utc_now_iso8601();
-      line["peak_rss_bytes"] = peak_rss_bytes();  // an extension: code and libraries included
-      line["phases_s"] = {{"schedule", schedule_s}, {"recv", recv_s},          {"fwd", fwd_s},
-                          {"bwd", bwd_s},           {"sends", sends_s},        {"reduce", reduce_s},
-                          {"norm", norm_s},         {"optimizer", optimizer_s}};
+      line["peak_rss_bytes"] = peak_rss_bytes();       // an extension: code and libraries included
+      line["phases_s"] = phases.to_json(step_time_s);  // an extension
       metrics.write(line);
     }
     progress.update(step + 1, step_loss);

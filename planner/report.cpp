@@ -822,6 +822,20 @@ MeasuredSteps summarize_metrics(const std::string& jsonl, const std::string& sou
                                 std::int64_t warmup_steps) {
   std::vector<double> times;
   std::vector<double> warm;  // steps after the warm-up
+  // Phase samples of all steps and of the steps after the warm-up, by phase in first-seen order.
+  std::vector<std::pair<std::string, std::vector<double>>> phases;
+  std::vector<std::pair<std::string, std::vector<double>>> warm_phases;
+  auto add_phase = [](std::vector<std::pair<std::string, std::vector<double>>>& to,
+                      const std::string& name, double value) {
+    auto it = std::find_if(to.begin(), to.end(), [&](const auto& p) { return p.first == name; });
+    if (it == to.end()) it = to.insert(to.end(), {name, {}});
+    it->second.push_back(value);
+  };
+  auto median_of = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    const std::size_t n = v.size();
+    return n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+  };
   MeasuredSteps out;
   std::istringstream in(jsonl);
   std::string line;
@@ -830,7 +844,8 @@ MeasuredSteps summarize_metrics(const std::string& jsonl, const std::string& sou
     ++number;
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     const std::string where = "line " + std::to_string(number);
-    nlohmann::json value = nlohmann::json::parse(line, nullptr, false);
+    // Ordered: phases_s keeps loom train's order.
+    nlohmann::ordered_json value = nlohmann::ordered_json::parse(line, nullptr, false);
     if (value.is_discarded() || !value.is_object()) {
       throw InputError(source, where, "expected one JSON object per line");
     }
@@ -845,18 +860,35 @@ MeasuredSteps summarize_metrics(const std::string& jsonl, const std::string& sou
     if (auto t = number_field("step_time_s")) {
       times.push_back(*t);
       const auto step = number_field("step");
-      if (!step || *step > static_cast<double>(warmup_steps)) warm.push_back(*t);
+      const bool after_warmup = !step || *step > static_cast<double>(warmup_steps);
+      if (after_warmup) warm.push_back(*t);
+      if (auto it = value.find("phases_s"); it != value.end()) {
+        if (!it->is_object()) {
+          throw InputError(source, where + ": phases_s", "expected an object of seconds");
+        }
+        for (const auto& [name, seconds] : it->items()) {
+          if (!seconds.is_number() || seconds.get<double>() < 0) {
+            throw InputError(source, where + ": phases_s." + name,
+                             "expected a non-negative number");
+          }
+          add_phase(phases, name, seconds.get<double>());
+          if (after_warmup) add_phase(warm_phases, name, seconds.get<double>());
+        }
+      }
     }
     if (auto m = number_field("peak_memory_bytes")) {
       out.peak_memory_bytes = std::max(out.peak_memory_bytes.value_or(0), *m);
     }
   }
   if (times.empty()) throw InputError(source, "", "expected lines with a step_time_s, found none");
-  if (!warm.empty()) times = warm;
-  std::sort(times.begin(), times.end());
-  const std::size_t n = times.size();
-  out.steps = static_cast<std::int64_t>(n);
-  out.median_step_time_s = n % 2 == 1 ? times[n / 2] : (times[n / 2 - 1] + times[n / 2]) / 2;
+  if (!warm.empty()) {
+    times = warm;
+    phases = warm_phases;
+  }
+  out.steps = static_cast<std::int64_t>(times.size());
+  out.median_step_time_s = median_of(times);
+  for (const auto& [name, samples] : phases)
+    out.median_phases_s.emplace_back(name, median_of(samples));
   return out;
 }
 

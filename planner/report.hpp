@@ -24,6 +24,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "costmodel/simulator.hpp"
@@ -36,14 +37,17 @@ struct MeasuredSteps {
   std::int64_t steps = 0;         // lines with a step_time_s
   double median_step_time_s = 0;  // the median of those (the mean of the middle two when even)
   std::optional<double> peak_memory_bytes;  // the largest peak_memory_bytes of any line
+  // Per phase of loom train's `phases_s` (in the order the lines give them): the median over the
+  // same steps as the step time; empty when the lines have none.
+  std::vector<std::pair<std::string, double>> median_phases_s;
   bool operator==(const MeasuredSteps&) const = default;
 };
 
 // Reads metrics JSON lines (blank lines skipped; evaluation lines have no step_time_s and are
 // ignored). Throws InputError naming `source` and the line number for a line that is not a JSON
 // object or whose step_time_s / peak_memory_bytes is not a non-negative number, and when no line
-// has a step_time_s. The first `warmup_steps` steps are left out of the median (when more were
-// run).
+// has a step_time_s, or whose phases_s is not an object of non-negative numbers. The first
+// `warmup_steps` steps are left out of the medians (when more were run).
 MeasuredSteps summarize_metrics(const std::string& jsonl, const std::string& source,
                                 std::int64_t warmup_steps = 0);
 

@@ -180,15 +180,20 @@ int run_validate(const ValidateArgs& a) {
   double step_time_s = 0;
   double peak_bytes = 0;
   nlohmann::json ranks = nlohmann::json::array();
+  std::vector<std::vector<std::pair<std::string, double>>> phases_of_rank;
   for (int r = 0; r < world; ++r) {
     const fs::path metrics = dir / ("metrics." + std::to_string(r) + ".jsonl");
     const planner::MeasuredSteps m = planner::summarize_metrics(
         profiles::read_text_file(metrics.string()), metrics.string(), a.warmup);
     step_time_s = std::max(step_time_s, m.median_step_time_s);
     peak_bytes = std::max(peak_bytes, m.peak_memory_bytes.value_or(0));
+    nlohmann::json phases = nlohmann::json::object();
+    for (const auto& [name, seconds] : m.median_phases_s) phases[name] = seconds;
+    phases_of_rank.push_back(m.median_phases_s);
     ranks.push_back({{"rank", r},
                      {"step_time_s", m.median_step_time_s},
-                     {"peak_memory_bytes", std::llround(m.peak_memory_bytes.value_or(0))}});
+                     {"peak_memory_bytes", std::llround(m.peak_memory_bytes.value_or(0))},
+                     {"phases_s", phases}});
   }
   const double time_error = relative_error(predicted.step_time_s, step_time_s);
   const double memory_error = relative_error(predicted.peak_memory_bytes, peak_bytes);
@@ -224,6 +229,17 @@ int run_validate(const ValidateArgs& a) {
                   r["step_time_s"].get<double>(),
                   static_cast<double>(r["peak_memory_bytes"].get<std::int64_t>()) / (1 << 20));
     std::cout << line;
+    // Where the rank's step went (loom train's phases_s, medians in ms).
+    std::string where;
+    for (const auto& [name, seconds] :
+         phases_of_rank[static_cast<std::size_t>(r["rank"].get<int>())]) {
+      std::string label = name;
+      std::replace(label.begin(), label.end(), '_', ' ');
+      std::snprintf(line, sizeof line, "%s %s %.1f", where.empty() ? "" : ",", label.c_str(),
+                    seconds * 1e3);
+      where += line;
+    }
+    if (!where.empty()) std::cout << "    ms:" << where << "\n";
   }
   std::snprintf(line, sizeof line, "(median of steps %lld-%lld)\n",
                 static_cast<long long>(a.warmup + 1), static_cast<long long>(a.steps));

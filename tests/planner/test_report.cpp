@@ -172,4 +172,25 @@ TEST_CASE("predicted vs measured from a metrics file", "[planner][report]") {
   CHECK_THAT(error_of("{\"step_time_s\": \"fast\"}\n"),
              Contains("line 1") && Contains("step_time_s"));
   CHECK_THAT(error_of("{\"eval\": true, \"loss\": 0.3}\n"), Contains("none"));
+  CHECK_THAT(error_of("{\"step_time_s\": 0.1, \"phases_s\": 3}\n"), Contains("line 1: phases_s"));
+  CHECK_THAT(error_of("{\"step_time_s\": 0.1, \"phases_s\": {\"forward\": -1}}\n"),
+             Contains("phases_s.forward"));
+}
+
+TEST_CASE("each phase of loom train's steps gets its median over the steps after the warm-up",
+          "[planner][report]") {
+  const std::string jsonl =
+      "{\"step\": 1, \"step_time_s\": 0.9, \"phases_s\": {\"forward\": 0.5, \"backward\": 0.4}}\n"
+      "{\"step\": 2, \"step_time_s\": 0.3, \"phases_s\": {\"forward\": 0.1, \"backward\": 0.2}}\n"
+      "{\"step\": 3, \"step_time_s\": 0.4, \"phases_s\": {\"forward\": 0.3, \"backward\": 0.1}}\n"
+      "{\"step\": 4, \"step_time_s\": 0.5, \"phases_s\": {\"forward\": 0.2, \"backward\": 0.3}}\n";
+  const MeasuredSteps m = summarize_metrics(jsonl, "metrics.jsonl", 1);
+  CHECK(m.median_step_time_s == Approx(0.4));
+  // In the lines' order (not alphabetical), step 1 left out.
+  REQUIRE(m.median_phases_s.size() == 2);
+  CHECK(m.median_phases_s[0].first == "forward");
+  CHECK(m.median_phases_s[0].second == Approx(0.2));
+  CHECK(m.median_phases_s[1].first == "backward");
+  CHECK(m.median_phases_s[1].second == Approx(0.2));
+  CHECK(summarize_metrics("{\"step_time_s\": 0.1}\n", "m.jsonl").median_phases_s.empty());
 }

@@ -76,7 +76,7 @@ TEST_CASE("loom launch runs a dp=2 plan as two processes", "[tools][launch]") {
   REQUIRE(f.loom(kPlanDp2).exit_code == 0);
   const Result r = f.loom("launch --nproc 2 --master-port " + port(1) +
                           " -- loom train PLAN.json --data synthetic:80 --steps 3 --dropout 0 "
-                          "--comm-timeout 60 --json");
+                          "--comm-timeout 60 --metrics 'm.{rank}.jsonl' --json");
   INFO("stdout: " << r.out);
   INFO("stderr: " << r.err);
   REQUIRE(r.exit_code == 0);
@@ -91,6 +91,27 @@ TEST_CASE("loom launch runs a dp=2 plan as two processes", "[tools][launch]") {
   const nlohmann::json summary = nlohmann::json::parse(json);
   CHECK(summary.at("steps") == 3);
   CHECK(summary.at("losses").size() == 3);
+  // Every rank's step lines say where the time went: the phases add up to the step, and the
+  // gradient all-reduce is in the gradients' phase.
+  for (const char* name : {"m.0.jsonl", "m.1.jsonl"}) {
+    std::ifstream in(f.path() / name);
+    int steps = 0;
+    for (std::string line; std::getline(in, line);) {
+      const nlohmann::json j = nlohmann::json::parse(line);
+      if (!j.contains("step_time_s")) continue;
+      ++steps;
+      INFO(name << ": " << line);
+      const nlohmann::json& phases = j.at("phases_s");
+      double sum = 0;
+      for (const auto& item : phases.items()) sum += item.value().get<double>();
+      CHECK(sum == Approx(j.at("step_time_s").get<double>()).epsilon(1e-9));
+      CHECK(phases.at("forward").get<double>() > 0);
+      CHECK(phases.at("backward").get<double>() > 0);
+      CHECK(phases.at("gradients").get<double>() > 0);
+      CHECK(phases.at("pipeline_wait").get<double>() < 1e-3);  // pp = 1: nothing to receive
+    }
+    CHECK(steps == 3);
+  }
 }
 
 TEST_CASE("loom launch stops every rank when one fails and names it", "[tools][launch]") {

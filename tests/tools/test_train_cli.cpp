@@ -178,9 +178,10 @@ TEST_CASE("loom train runs a one-rank plan and writes the metrics of spec/format
   }
   REQUIRE(lines.size() == 6);
   const std::set<std::string> step_fields = {
-      "step", "epoch", "loss",          "lr", "samples_per_s", "step_time_s", "peak_memory_bytes",
-      "rank", "time",  "peak_rss_bytes"};  // an extension: the process's resident peak next to its
-                                           // tensors' peak
+      "step", "epoch", "loss", "lr", "samples_per_s", "step_time_s", "peak_memory_bytes", "rank",
+      "time", "peak_rss_bytes",  // an extension: the process's resident peak next to
+                                 // its tensors' peak
+      "phases_s"};               // an extension: where the step's time went
   for (std::size_t i = 0; i < 5; ++i) {
     INFO("line " << i + 1 << ": " << lines[i].dump());
     std::set<std::string> keys;
@@ -198,6 +199,19 @@ TEST_CASE("loom train runs a one-rank plan and writes the metrics of spec/format
     CHECK(lines[i].at("peak_rss_bytes").get<std::int64_t>() >
           lines[i].at("peak_memory_bytes").get<std::int64_t>());
     CHECK(lines[i].at("rank") == 0);
+    // The phases add up to the step; one rank has no pipeline to wait for.
+    const nlohmann::json& phases = lines[i].at("phases_s");
+    CHECK(phases.size() == 6);
+    double sum = 0;
+    for (const auto& item : phases.items()) {
+      CHECK(item.value().get<double>() >= 0);
+      sum += item.value().get<double>();
+    }
+    CHECK(sum == Approx(lines[i].at("step_time_s").get<double>()).epsilon(1e-9));
+    CHECK(phases.at("pipeline_wait") == 0);
+    CHECK(phases.at("forward").get<double>() > 0);
+    CHECK(phases.at("backward").get<double>() > 0);
+    CHECK(phases.at("optimizer").get<double>() > 0);
     const std::string time = lines[i].at("time");
     CHECK(time.size() == 20);  // 2026-11-22T10:00:00Z
     CHECK(time[10] == 'T');
