@@ -164,7 +164,8 @@ LayerAnswer Calibration::layer(const LayerQuery& q) const {
   auto distance = [&](const LayerMeasurement& p) {
     auto ratio = [](double a, double b) { return std::abs(std::log(a / b)); };
     return std::make_tuple(
-        p.recompute != q.recompute, p.tp != q.tp, p.threads != q.threads,
+        // Of two points alike, the one measured with its tp all-reduces (as the exact row).
+        p.recompute != q.recompute, p.tp != q.tp, p.threads != q.threads, !p.tp_communication,
         ratio(static_cast<double>(p.seq_len), static_cast<double>(q.seq_len)),
         ratio(static_cast<double>(p.micro_batch), static_cast<double>(q.micro_batch)));
   };

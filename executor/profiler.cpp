@@ -328,17 +328,37 @@ std::vector<profiles::OptimizerMeasurement> profile_optimizer(const ProfileOptio
   std::int64_t flat_steps = 0;
   // What a step of loom train does besides the backward passes: zero the gradients, take their
   // norm, clip them, update with AdamW; one rank's loop per tensor, many ranks' over flat buffers.
-  auto one_rank = [&] {
+  // LibTorch 2.x's zero_grad() drops the gradients (set_to_none) where 1.13 zeroes them; as in
+  // training, the backward pass would make them again, so they are put back outside the timing.
+  auto sync = [&] {
+    if (o.device == Device::kCuda) compat::cuda_synchronize(o.device_index);
+  };
+  auto one_rank = [&]() -> double {
+    sync();
+    auto t0 = Clock::now();
     optimizer.zero_grad();
+    sync();
+    double elapsed_s = std::chrono::duration<double>(Clock::now() - t0).count();
+    for (torch::Tensor& p : parameters) {
+      if (!p.grad().defined()) p.mutable_grad() = torch::zeros_like(p);
+    }
+    sync();
+    t0 = Clock::now();
     clip_gradients(parameters, 1.0);
     optimizer.step();
+    sync();
+    return elapsed_s + std::chrono::duration<double>(Clock::now() - t0).count();
   };
-  auto many_ranks = [&] {
+  auto many_ranks = [&]() -> double {
     torch::NoGradGuard no_grad;
+    sync();
+    const auto t0 = Clock::now();
     flat_grad.zero_();
     const double norm = std::sqrt(squared_norm(flat_grad, whole).item<double>());
     flat_grad.mul_(1.0 / (norm + 1.0));
     flat_adamw_update(flat, flat_grad, exp_avg, exp_avg_sq, ++flat_steps, 1e-5, 0.01, whole);
+    sync();
+    return std::chrono::duration<double>(Clock::now() - t0).count();
   };
   const int threads_before = at::get_num_threads();
   std::vector<int> thread_counts = o.threads;
@@ -349,17 +369,8 @@ std::vector<profiles::OptimizerMeasurement> profile_optimizer(const ProfileOptio
     for (const bool is_flat : {false, true}) {
       std::vector<double> times;
       for (int i = 0; i < o.warmup + o.repeats; ++i) {
-        if (o.device == Device::kCuda) compat::cuda_synchronize(o.device_index);
-        const auto t0 = Clock::now();
-        if (is_flat) {
-          many_ranks();
-        } else {
-          one_rank();
-        }
-        if (o.device == Device::kCuda) compat::cuda_synchronize(o.device_index);
-        if (i >= o.warmup) {
-          times.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
-        }
+        const double elapsed_s = is_flat ? many_ranks() : one_rank();
+        if (i >= o.warmup) times.push_back(elapsed_s);
       }
       out.push_back({count, threads, std::max(median_of(times), 1e-9), is_flat});
     }
@@ -387,8 +398,8 @@ namespace {
 
 // Group ranks 0 and 1 in a pipeline's steady state on CPU cores: each computes (a matrix product
 // of about a millisecond on one thread), sends its result to the other and receives the other's.
-// Returns the median time a round adds to the same compute without messages (at least the idle
-// ping-pong's), measured over `repeats` rounds in each of 5 alternations of the two.
+// Returns the median time a round adds to the same compute without messages (the larger of the
+// two ranks' figures), measured over `repeats` rounds in each of 5 alternations of the two.
 double loaded_p2p_s(ProcessGroup& group, double bytes, const LinkProfileOptions& o) {
   const int threads_before = at::get_num_threads();
   at::set_num_threads(1);
@@ -411,25 +422,19 @@ double loaded_p2p_s(ProcessGroup& group, double bytes, const LinkProfileOptions&
   for (int alternation = 0; alternation < 5; ++alternation) {
     for (const bool messages : {true, false}) {
       group.barrier();
-      std::vector<double> times;
+      std::vector<double>& times = messages ? with : without;
       for (int i = 0; i < o.warmup + o.repeats; ++i) {
         const auto t0 = Clock::now();
         round(messages);
-        if (i >= o.warmup)
+        if (i >= o.warmup) {
           times.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+        }
       }
-      (messages ? with : without)
-          .insert((messages ? with : without).end(), times.begin(), times.end());
     }
   }
   at::set_num_threads(threads_before);
-  // Rank 0's figure for both (they exchange in step).
-  std::vector<double> figure = {std::max(median_of(with) - median_of(without), 1e-9)};
-  torch::Tensor shared =
-      torch::tensor(rank == 0 ? figure[0] : 0.0, torch::TensorOptions().dtype(torch::kDouble))
-          .reshape({1});
-  group.allreduce_sum(shared);
-  return shared.item<double>();
+  const double mine = std::max(median_of(with) - median_of(without), 1e-9);
+  return slowest_rank(group, Device::kCpu, 0, {mine})[0];
 }
 
 }  // namespace

@@ -893,7 +893,8 @@ TrainSummary train_classifier(const TrainOptions& o, const std::vector<EncodedEx
 }
 
 // ---------------------------------------------------------------------------------------------
-// Many ranks
+// The optimizer arithmetic shared with the profiler (flat_adamw.hpp): the one-rank loop's
+// clipping, then the multi-rank loop's flat-buffer norm and AdamW
 
 double clip_gradients(const std::vector<torch::Tensor>& parameters, double max_norm) {
   std::vector<torch::Tensor> norms;
@@ -942,13 +943,16 @@ void flat_adamw_update(torch::Tensor& parameters, const torch::Tensor& grad, tor
   parameters.addcdiv_(exp_avg, denom, -lr / bias_correction1);
 }
 
+// ---------------------------------------------------------------------------------------------
+// Many ranks
+
 namespace {
 
 // The maximal runs of true elements of a 1-D bool tensor, as (start, length).
 FlatRanges true_ranges(const torch::Tensor& mask) {
   const torch::Tensor cpu = mask.to(torch::kCPU).contiguous();
   const bool* data = cpu.data_ptr<bool>();
-  std::vector<std::pair<std::int64_t, std::int64_t>> out;
+  FlatRanges out;
   const std::int64_t n = cpu.numel();
   for (std::int64_t i = 0; i < n;) {
     if (!data[i]) {

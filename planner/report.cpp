@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <tuple>
 #include <utility>
 
 #include "costmodel/estimate.hpp"
@@ -822,15 +823,8 @@ MeasuredSteps summarize_metrics(const std::string& jsonl, const std::string& sou
                                 std::int64_t warmup_steps) {
   std::vector<double> times;
   std::vector<double> warm;  // steps after the warm-up
-  // Phase samples of all steps and of the steps after the warm-up, by phase in first-seen order.
-  std::vector<std::pair<std::string, std::vector<double>>> phases;
-  std::vector<std::pair<std::string, std::vector<double>>> warm_phases;
-  auto add_phase = [](std::vector<std::pair<std::string, std::vector<double>>>& to,
-                      const std::string& name, double value) {
-    auto it = std::find_if(to.begin(), to.end(), [&](const auto& p) { return p.first == name; });
-    if (it == to.end()) it = to.insert(to.end(), {name, {}});
-    it->second.push_back(value);
-  };
+  // Phase samples in the lines' order: name, seconds, after the warm-up.
+  std::vector<std::tuple<std::string, double, bool>> phases;
   auto median_of = [](std::vector<double> v) {
     std::sort(v.begin(), v.end());
     const std::size_t n = v.size();
@@ -871,8 +865,7 @@ MeasuredSteps summarize_metrics(const std::string& jsonl, const std::string& sou
             throw InputError(source, where + ": phases_s." + name,
                              "expected a non-negative number");
           }
-          add_phase(phases, name, seconds.get<double>());
-          if (after_warmup) add_phase(warm_phases, name, seconds.get<double>());
+          phases.emplace_back(name, seconds.get<double>(), after_warmup);
         }
       }
     }
@@ -881,14 +874,22 @@ MeasuredSteps summarize_metrics(const std::string& jsonl, const std::string& sou
     }
   }
   if (times.empty()) throw InputError(source, "", "expected lines with a step_time_s, found none");
-  if (!warm.empty()) {
-    times = warm;
-    phases = warm_phases;
-  }
+  // The same steps as the step time: those after the warm-up, when there are any.
+  const bool only_warm = !warm.empty();
+  if (only_warm) times = warm;
   out.steps = static_cast<std::int64_t>(times.size());
   out.median_step_time_s = median_of(times);
-  for (const auto& [name, samples] : phases)
+  std::vector<std::pair<std::string, std::vector<double>>> by_phase;
+  for (const auto& [name, seconds, after_warmup] : phases) {
+    if (only_warm && !after_warmup) continue;
+    auto it = std::find_if(by_phase.begin(), by_phase.end(),
+                           [&](const auto& p) { return p.first == name; });
+    if (it == by_phase.end()) it = by_phase.insert(by_phase.end(), {name, {}});
+    it->second.push_back(seconds);
+  }
+  for (const auto& [name, samples] : by_phase) {
     out.median_phases_s.emplace_back(name, median_of(samples));
+  }
   return out;
 }
 

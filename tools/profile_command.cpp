@@ -97,6 +97,7 @@ int run_profile(const ProfileArgs& a) {
     const executor::JobGroup job = executor::join_job(*device, a.comm_timeout_s, "profile");
     const int rank = job.rank;
     o.group = job.group;
+    o.device_index = job.local_rank;  // one GPU per rank (NCCL), as profile_links and loom train
     if (rank != 0) o.progress = nullptr;
     profile.layers = executor::profile_layers(o);
     profile.optimizer = executor::profile_optimizer(o);

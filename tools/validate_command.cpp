@@ -180,7 +180,7 @@ int run_validate(const ValidateArgs& a) {
   double step_time_s = 0;
   double peak_bytes = 0;
   nlohmann::json ranks = nlohmann::json::array();
-  std::vector<std::vector<std::pair<std::string, double>>> phases_of_rank;
+  std::vector<planner::MeasuredSteps> per_rank;
   for (int r = 0; r < world; ++r) {
     const fs::path metrics = dir / ("metrics." + std::to_string(r) + ".jsonl");
     const planner::MeasuredSteps m = planner::summarize_metrics(
@@ -189,7 +189,7 @@ int run_validate(const ValidateArgs& a) {
     peak_bytes = std::max(peak_bytes, m.peak_memory_bytes.value_or(0));
     nlohmann::json phases = nlohmann::json::object();
     for (const auto& [name, seconds] : m.median_phases_s) phases[name] = seconds;
-    phases_of_rank.push_back(m.median_phases_s);
+    per_rank.push_back(m);
     ranks.push_back({{"rank", r},
                      {"step_time_s", m.median_step_time_s},
                      {"peak_memory_bytes", std::llround(m.peak_memory_bytes.value_or(0))},
@@ -232,7 +232,7 @@ int run_validate(const ValidateArgs& a) {
     // Where the rank's step went (loom train's phases_s, medians in ms).
     std::string where;
     for (const auto& [name, seconds] :
-         phases_of_rank[static_cast<std::size_t>(r["rank"].get<int>())]) {
+         per_rank[static_cast<std::size_t>(r["rank"].get<int>())].median_phases_s) {
       std::string label = name;
       std::replace(label.begin(), label.end(), '_', ' ');
       std::snprintf(line, sizeof line, "%s %s %.1f", where.empty() ? "" : ",", label.c_str(),

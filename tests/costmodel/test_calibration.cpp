@@ -93,6 +93,8 @@ TEST_CASE("times measured with the tensor-parallel all-reduces get none added", 
   const Calibration calibration(prof, model);
   CHECK(calibration.layer({LayerKind::kEncoderLayer, 4, 128, 2, "none", 1}).tp_communication);
   CHECK_FALSE(calibration.layer({LayerKind::kEncoderLayer, 4, 128, 1, "none", 1}).tp_communication);
+  // So are they when the nearest shape is scaled (another sequence length).
+  CHECK(calibration.layer({LayerKind::kEncoderLayer, 4, 256, 2, "none", 1}).tp_communication);
 
   const CostModel cost = CostModel(model, profiles::load_cluster("dgx-h100"))
                              .with_calibration(std::make_shared<Calibration>(prof, model));
@@ -315,7 +317,6 @@ TEST_CASE("every step pays loom train's scalar all-reduces on each group of more
   CHECK(cost.step_terms(job, s).step_sync_s == Approx(plain).epsilon(1e-12));
   CHECK(plain > 0);
   const auto stages = even_partition(model, 2);
-  const Prediction p0 = cost.estimate(job, s, stages);
   s.zero = 1;
   CHECK(cost.step_terms(job, s).step_sync_s == Approx(plain + scalar(2, 2)).epsilon(1e-12));
   // The simulator ends every rank's step with them, after everything else of the rank.
@@ -331,7 +332,6 @@ TEST_CASE("every step pays loom train's scalar all-reduces on each group of more
     }
   }
   CHECK(found == 2);  // one per pipeline stage's representative
-  CHECK(p0.step_time_s > plain);
 }
 
 TEST_CASE("messages measured between computing ranks set p2p's factor and stay out of the fit",
