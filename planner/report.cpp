@@ -880,12 +880,13 @@ MeasuredSteps summarize_metrics(const std::string& jsonl, const std::string& sou
   out.steps = static_cast<std::int64_t>(times.size());
   out.median_step_time_s = median_of(times);
   std::vector<std::pair<std::string, std::vector<double>>> by_phase;
-  for (const auto& [name, seconds, after_warmup] : phases) {
-    if (only_warm && !after_warmup) continue;
+  for (const auto& sample : phases) {
+    const std::string& name = std::get<0>(sample);
+    if (only_warm && !std::get<2>(sample)) continue;
     auto it = std::find_if(by_phase.begin(), by_phase.end(),
                            [&](const auto& p) { return p.first == name; });
     if (it == by_phase.end()) it = by_phase.insert(by_phase.end(), {name, {}});
-    it->second.push_back(seconds);
+    it->second.push_back(std::get<1>(sample));
   }
   for (const auto& [name, samples] : by_phase) {
     out.median_phases_s.emplace_back(name, median_of(samples));
