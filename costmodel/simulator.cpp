@@ -28,6 +28,24 @@ Event EventQueue::pop() {
   return e;
 }
 
+const char* to_string(Phase phase) {
+  switch (phase) {
+    case Phase::kForward:
+      return "forward";
+    case Phase::kBackward:
+      return "backward";
+    case Phase::kPipelineWait:
+      return "pipeline_wait";
+    case Phase::kGradients:
+      return "gradients";
+    case Phase::kOptimizer:
+      return "optimizer";
+    case Phase::kOther:
+      return "other";
+  }
+  return "?";
+}
+
 const char* to_string(Stream stream) {
   switch (stream) {
     case Stream::kCompute:
@@ -191,6 +209,7 @@ struct FlowSpec {
 struct Task {
   int rank = 0;  // index of the representative (pipeline rank), or of a transfer
   Stream stream = Stream::kCompute;
+  Phase phase = Phase::kOther;  // where its time (or a wait for it) counts
   // The stream whose order it runs in: its own, except on CPU ranks, where gradient reductions
   // and ZeRO gathers run in the compute stream's order (Gloo's reductions and copies use the
   // cores the compute uses, so they do not overlap it).
@@ -227,6 +246,7 @@ struct RankState {
   double pipeline_busy_s = 0;
   double pipeline_end_s = 0;
   double exposed_s[kStreamCount] = {0, 0, 0, 0, 0};
+  std::array<double, kPhaseCount> phases_s{};
   double bubble_s = 0;
   double finish_s = 0;
 };
@@ -340,6 +360,7 @@ class Engine {
     if (t.stream == Stream::kCompute) {
       double d = t.end_s - t.start_s;
       r.busy_s += d;
+      r.phases_s[static_cast<std::size_t>(t.phase)] += d;
       r.last_compute_end_s = now_s_;
       if (t.pipeline) {
         r.pipeline_busy_s += d;
@@ -369,12 +390,17 @@ class Engine {
       double to = std::min(c.end_s, cursor);
       if (to > from) {
         r.exposed_s[static_cast<std::size_t>(c.stream)] += to - from;
+        const Phase phase = c.stream == Stream::kDataParallel && t.phase == Phase::kBackward
+                                ? Phase::kBackward
+                                : c.phase;
+        r.phases_s[static_cast<std::size_t>(phase)] += to - from;
         charged += to - from;
       }
       cursor = std::min(cursor, c.start_s);
       b = c.released_by;
     }
     r.bubble_s += gap - charged;
+    r.phases_s[static_cast<std::size_t>(Phase::kPipelineWait)] += gap - charged;
   }
 
   void change_memory(RankState& r, double delta_bytes) {
@@ -643,21 +669,24 @@ class StepBuilder {
     }
   }
 
-  int compute(int rank, double duration_s, bool pipeline, std::string name) {
+  int compute(int rank, Phase phase, double duration_s, bool pipeline, std::string name) {
     Task t;
     t.rank = rank;
     t.stream = Stream::kCompute;
+    t.phase = phase;
     t.duration_s = duration_s;
     t.pipeline = pipeline;
     if (names_) t.name = std::move(name);
     return engine_.add(std::move(t));
   }
 
-  int flow(int rank, Stream stream, const FlowSpec& f, std::string name, int peer = -1) {
+  int flow(int rank, Stream stream, Phase phase, const FlowSpec& f, std::string name,
+           int peer = -1) {
     if (f.empty()) return -1;
     Task t;
     t.rank = rank;
     t.stream = stream;
+    t.phase = phase;
     t.queue = spec_.cpu && (stream == Stream::kDataParallel || stream == Stream::kZero)
                   ? Stream::kCompute
                   : stream;
@@ -680,9 +709,9 @@ class StepBuilder {
     if (comms_ && spec_.dp > 1 && spec_.zero == 3) {
       // ZeRO-3: the stage's parameters are gathered before the step's first forward pass.
       const double bytes = spec_.post_all_gather_bytes[static_cast<std::size_t>(r)];
-      prev =
-          flow(r, Stream::kZero, comms_->collective(Collective::kAllGather, Group::kData, r, bytes),
-               "all-gather zero params " + bytes_text(bytes));
+      prev = flow(r, Stream::kZero, Phase::kOther,
+                  comms_->collective(Collective::kAllGather, Group::kData, r, bytes),
+                  "all-gather zero params " + bytes_text(bytes));
     }
     for (const Op& op :
          megatron_order(spec_.schedule, spec_.pp, r, spec_.micro_batches, spec_.virtual_stages)) {
@@ -690,9 +719,10 @@ class StepBuilder {
       OpTasks& ot = at(op.forward, op.micro_batch, op.chunk);
       const std::string mb = "mb" + std::to_string(op.micro_batch);
       const std::string what = (op.forward ? "F " : "B ") + mb + " " + layers_text(c.range);
+      const Phase pass = op.forward ? Phase::kForward : Phase::kBackward;
       const bool has_input = op.forward ? op.chunk > 0 : op.chunk + 1 < chunks;
       if (has_input && comms_ && spec_.p2p_all_gather_bytes > 0) {
-        ot.recv = flow(r, Stream::kPipeline,
+        ot.recv = flow(r, Stream::kPipeline, Phase::kPipelineWait,
                        comms_->collective(Collective::kAllGather, Group::kTensor, r,
                                           spec_.p2p_all_gather_bytes),
                        "all-gather " + std::string(op.forward ? "act " : "grad ") + mb);
@@ -702,7 +732,7 @@ class StepBuilder {
           (spec_.zero >= 2 || op.micro_batch == spec_.micro_batches - 1)) {
         last = bucketed_backward(r, c, what, prev, ot);
       } else {
-        int t = compute(r, op.forward ? c.forward_s : c.backward_s, true, what);
+        int t = compute(r, pass, op.forward ? c.forward_s : c.backward_s, true, what);
         engine_.depend(prev, t);
         ot.first = t;
         last = t;
@@ -713,16 +743,16 @@ class StepBuilder {
         engine_.task(last).free_bytes = c.activation_bytes;
       }
       const TpSpec& tp = op.forward ? c.tp_forward : c.tp_backward;
-      last = chain(last, flow(r, Stream::kTensorParallel, tp.flow,
+      last = chain(last, flow(r, Stream::kTensorParallel, pass, tp.flow,
                               "allreduce tp " + what + " (" +
                                   std::to_string(static_cast<long long>(tp.count)) + "x " +
                                   bytes_text(tp.bytes) + ")"));
       const int next_chunk = op.forward ? op.chunk + 1 : op.chunk - 1;
       if (comms_ && next_chunk >= 0 && next_chunk < chunks) {
         const int to = next_chunk % spec_.pp;
-        ot.send = flow(r, Stream::kPipeline, comms_->p2p(r, to, spec_.p2p_bytes),
-                       std::string(op.forward ? "send act " : "send grad ") + mb,
-                       to * spec_.ranks_per_stage);
+        ot.send = flow(
+            r, Stream::kPipeline, Phase::kPipelineWait, comms_->p2p(r, to, spec_.p2p_bytes),
+            std::string(op.forward ? "send act " : "send grad ") + mb, to * spec_.ranks_per_stage);
         last = chain(last, ot.send);
       }
       ot.done = last;
@@ -733,7 +763,7 @@ class StepBuilder {
     const double opt_s =
         spec_.optimizer_s.empty() ? 0 : spec_.optimizer_s[static_cast<std::size_t>(r)];
     if (opt_s > 0) {
-      opt = compute(r, opt_s, false, "optimizer step");
+      opt = compute(r, Phase::kOptimizer, opt_s, false, "optimizer step");
       engine_.task(opt).optimizer = true;
       engine_.depend(prev, opt);
       engine_.depend(engine_.last_on(r, Stream::kDataParallel), opt);
@@ -741,15 +771,15 @@ class StepBuilder {
     int gather = -1;
     if (comms_ && (spec_.zero == 1 || spec_.zero == 2)) {
       double bytes = spec_.post_all_gather_bytes[static_cast<std::size_t>(r)];
-      gather =
-          flow(r, Stream::kZero, comms_->collective(Collective::kAllGather, Group::kData, r, bytes),
-               "all-gather zero params " + bytes_text(bytes));
+      gather = flow(r, Stream::kZero, Phase::kOptimizer,
+                    comms_->collective(Collective::kAllGather, Group::kData, r, bytes),
+                    "all-gather zero params " + bytes_text(bytes));
       engine_.depend(opt >= 0 ? opt : prev, gather);
     }
     // The rank's step ends when every one of its streams is done, then sums the step's scalars.
     int lasts[kStreamCount];
     for (int s = 0; s < kStreamCount; ++s) lasts[s] = engine_.last_on(r, static_cast<Stream>(s));
-    int end = compute(r, spec_.step_sync_s, false,
+    int end = compute(r, Phase::kOther, spec_.step_sync_s, false,
                       spec_.step_sync_s > 0 ? "step scalars all-reduced" : "step end");
     for (int t : lasts) engine_.depend(t, end);
     engine_.depend(prev, end);
@@ -765,10 +795,10 @@ class StepBuilder {
     for (std::int64_t j = 0; j < buckets; ++j) {
       double bytes =
           std::min(spec_.bucket_bytes, total - static_cast<double>(j) * spec_.bucket_bytes);
-      int seg = compute(r, c.backward_s * bytes / total, true, what);
+      int seg = compute(r, Phase::kBackward, c.backward_s * bytes / total, true, what);
       engine_.depend(last, seg);
       if (j == 0) ot.first = seg;
-      int bucket = flow(r, Stream::kDataParallel,
+      int bucket = flow(r, Stream::kDataParallel, Phase::kGradients,
                         comms_->collective(Collective::kAllReduce, Group::kData, r, bytes),
                         "allreduce dp " + bytes_text(bytes));
       engine_.depend(seg, bucket);
@@ -841,6 +871,8 @@ SimulationResult collect(Engine& engine, const StepSpec& spec, int ranks_per_sta
     t.exposed_communication_s.dp = s.exposed_s[static_cast<int>(Stream::kDataParallel)];
     t.exposed_communication_s.zero = s.exposed_s[static_cast<int>(Stream::kZero)];
     t.bubble_s = s.bubble_s + (out.step_time_s - s.finish_s);
+    t.phases_s = s.phases_s;
+    t.phases_s[static_cast<std::size_t>(Phase::kGradients)] += out.step_time_s - s.finish_s;
     t.static_memory_bytes = s.static_bytes;
     t.peak_activation_bytes = s.peak_activation_bytes;
     t.peak_memory_bytes = s.static_bytes + s.peak_activation_bytes;

@@ -58,6 +58,16 @@
 //   gradients, optimizer states, buffers) plus activations, allocated when a chunk's forward
 //   starts and freed when its backward ends. The peak is the prediction's memory.
 //
+// - Phases. A rank's step also splits into the phases `loom train` records in metrics.jsonl
+//   (phases_s), so a prediction can be read next to a measurement: a compute task counts in its
+//   own phase (F: forward, B: backward, the optimizer step: optimizer, the step's scalar
+//   all-reduces: other); a wait counts in the phase of what it waited for (a tp all-reduce: its
+//   pass's; a pp transfer and the bubble: pipeline_wait; a dp bucket: backward when a backward
+//   segment waits for it (CPU ranks), else gradients; ZeRO's gather: other before the step's first
+//   forward (ZeRO-3), optimizer after the step (ZeRO-1/2)); the time after a rank's last task until
+//   the step ends is gradients (the executor's first collective over all ranks after the backward
+//   passes: the gradient reduction or the norm's all-reduce). The phases add up to the step time.
+//
 // - Accounting. A compute stream that waits is charged to what it waited for: when a task starts
 //   after a gap, the part of the gap during which the predecessor that finished last (a
 //   communication task) ran is exposed communication of that task's kind (tp, pp, dp, zero: the
@@ -74,6 +84,7 @@
 // a second (bench/bench_simulate.cpp).
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <queue>
 #include <string>
@@ -134,6 +145,12 @@ constexpr int kStreamCount = 5;
 // "compute", "comm tp", "comm pp", "comm dp", "comm zero".
 const char* to_string(Stream stream);
 
+enum class Phase { kForward, kBackward, kPipelineWait, kGradients, kOptimizer, kOther };
+constexpr int kPhaseCount = 6;
+// "forward", "backward", "pipeline_wait", "gradients", "optimizer", "other": metrics.jsonl's
+// phases_s keys.
+const char* to_string(Phase phase);
+
 // One task as it ran on a representative rank.
 struct TraceSlice {
   int rank = 0;  // global rank of the representative (dp = tp = 0)
@@ -168,6 +185,8 @@ struct RankTimeline {
   double peak_activation_bytes = 0;
   double peak_memory_bytes = 0;      // static + peak activations
   std::vector<MemorySample> memory;  // starts at time 0 with the static bytes
+  // Seconds per Phase (index: static_cast<int>(Phase)); they add up to the step time.
+  std::array<double, kPhaseCount> phases_s{};
 };
 
 struct SimulationResult {

@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "costmodel/calibration.hpp"
+#include "costmodel/simulator.hpp"
 #include "planner/plan.hpp"
 #include "planner/report.hpp"
 #include "profiles/errors.hpp"
@@ -104,6 +105,18 @@ std::string tail_of(const fs::path& path, std::size_t lines) {
   return out;
 }
 
+// The simulator's phases of global rank `rank` (its pipeline stage's representative), keyed as
+// metrics.jsonl's phases_s.
+nlohmann::json predicted_phases(const costmodel::SimulationResult& simulation, int rank) {
+  nlohmann::json phases = nlohmann::json::object();
+  const costmodel::RankTimeline& t = simulation.timeline_of(rank);
+  for (int p = 0; p < costmodel::kPhaseCount; ++p) {
+    phases[costmodel::to_string(static_cast<costmodel::Phase>(p))] =
+        t.phases_s[static_cast<std::size_t>(p)];
+  }
+  return phases;
+}
+
 double relative_error(double predicted, double measured) {
   return measured > 0 ? (predicted - measured) / measured : 0;
 }
@@ -116,7 +129,8 @@ int run_validate(const ValidateArgs& a) {
                      "fewer warm-up steps than --steps (" + std::to_string(a.steps) + ")");
   }
   if (!a.profile.empty()) planner::apply_profiles(&plan, a.profile);
-  const costmodel::Prediction predicted = planner::simulate_plan(plan).prediction;
+  const costmodel::SimulationResult simulation = planner::simulate_plan(plan);
+  const costmodel::Prediction& predicted = simulation.prediction;
 
   // The run, in a temporary folder (or --keep).
   const int world = plan.strategy.world_size();
@@ -180,8 +194,10 @@ int run_validate(const ValidateArgs& a) {
   double step_time_s = 0;
   double peak_bytes = 0;
   nlohmann::json ranks = nlohmann::json::array();
+  nlohmann::json predicted_ranks = nlohmann::json::array();
   std::vector<planner::MeasuredSteps> per_rank;
   for (int r = 0; r < world; ++r) {
+    predicted_ranks.push_back({{"rank", r}, {"phases_s", predicted_phases(simulation, r)}});
     const fs::path metrics = dir / ("metrics." + std::to_string(r) + ".jsonl");
     const planner::MeasuredSteps m = planner::summarize_metrics(
         profiles::read_text_file(metrics.string()), metrics.string(), a.warmup);
@@ -200,6 +216,7 @@ int run_validate(const ValidateArgs& a) {
   if (a.json) {
     nlohmann::json doc;
     doc["predicted"] = costmodel::prediction_to_json(predicted);
+    doc["predicted"]["ranks"] = predicted_ranks;
     doc["measured"] = {{"step_time_s", step_time_s},
                        {"peak_memory_bytes", std::llround(peak_bytes)},
                        {"steps", a.steps},
@@ -229,17 +246,25 @@ int run_validate(const ValidateArgs& a) {
                   r["step_time_s"].get<double>(),
                   static_cast<double>(r["peak_memory_bytes"].get<std::int64_t>()) / (1 << 20));
     std::cout << line;
-    // Where the rank's step went (loom train's phases_s, medians in ms).
-    std::string where;
-    for (const auto& [name, seconds] :
-         per_rank[static_cast<std::size_t>(r["rank"].get<int>())].median_phases_s) {
-      std::string label = name;
-      std::replace(label.begin(), label.end(), '_', ' ');
-      std::snprintf(line, sizeof line, "%s %s %.1f", where.empty() ? "" : ",", label.c_str(),
-                    seconds * 1e3);
-      where += line;
+    // Where the rank's step went, predicted (the simulator's phases) and measured (loom train's
+    // phases_s, medians), in ms.
+    const auto rank = static_cast<std::size_t>(r["rank"].get<int>());
+    const auto& measured_phases = per_rank[rank].median_phases_s;
+    if (measured_phases.empty()) continue;
+    const nlohmann::json& predicted_phases_s = predicted_ranks[rank]["phases_s"];
+    std::string head = "    ms       ";
+    std::string ahead = "    predicted";
+    std::string seen = "    measured ";
+    for (const auto& [name, seconds] : measured_phases) {
+      std::string label = name == "pipeline_wait" ? "pipe wait" : name;
+      std::snprintf(line, sizeof line, " %9s", label.c_str());
+      head += line;
+      std::snprintf(line, sizeof line, " %9.1f", predicted_phases_s.value(name, 0.0) * 1e3);
+      ahead += line;
+      std::snprintf(line, sizeof line, " %9.1f", seconds * 1e3);
+      seen += line;
     }
-    if (!where.empty()) std::cout << "    ms:" << where << "\n";
+    std::cout << head << "\n" << ahead << "\n" << seen << "\n";
   }
   std::snprintf(line, sizeof line, "(median of steps %lld-%lld)\n",
                 static_cast<long long>(a.warmup + 1), static_cast<long long>(a.steps));

@@ -442,3 +442,69 @@ TEST_CASE("the simulator refuses what estimate() refuses", "[simulator]") {
   CHECK_THROWS_AS(simulate(cost, job_of(s, 512), s, even(cost, s)), std::invalid_argument);
   CHECK_THROWS_AS(simulate_schedule({{1, 2}}, 2, 4, Schedule::k1F1B, 1), std::invalid_argument);
 }
+
+TEST_CASE("a rank's step splits into loom train's phases", "[simulator][phases]") {
+  auto phase = [](const RankTimeline& t, Phase p) {
+    return t.phases_s[static_cast<std::size_t>(p)];
+  };
+  SECTION("1F1B, pp = 3, m = 4, F = 1, B = 2: busy 12 of 18 on every rank") {
+    // The last stage starts after two forwards and finishes 2 B before the step ends; the
+    // middle one 1 B before. What is not compute is waiting on the pipeline before a rank's
+    // last task, and the gradient phase's wait for the other ranks after it.
+    std::vector<StageTime> ranks(3, StageTime{1, 2});
+    SimulationResult r = simulate_schedule(ranks, 3, 4, Schedule::k1F1B, 1);
+    REQUIRE(r.step_time_s == 18);
+    const double gradients[] = {0, 2, 4};
+    for (int k = 0; k < 3; ++k) {
+      const RankTimeline& t = r.ranks[static_cast<std::size_t>(k)];
+      INFO("pipeline rank " << k);
+      CHECK(phase(t, Phase::kForward) == 4);
+      CHECK(phase(t, Phase::kBackward) == 8);
+      CHECK(phase(t, Phase::kGradients) == gradients[k]);
+      CHECK(phase(t, Phase::kPipelineWait) == 6 - gradients[k]);
+      CHECK(phase(t, Phase::kOptimizer) == 0);
+    }
+  }
+  SECTION("one replica: compute, its tp all-reduces and the optimizer step") {
+    CostModel cost(profiles::load_model("bert-large"), profiles::load_cluster("dgx-a100-80g"));
+    for (int tp : {1, 8}) {
+      Strategy s = make(1, tp, 1, 0, 4, 8);
+      Job job = job_of(s, 512);
+      Prediction e = cost.estimate(job, s, even(cost, s));
+      SimulationResult r = simulate(cost, job, s, even(cost, s));
+      const RankTimeline& t = r.ranks[0];
+      INFO("tp=" << tp);
+      CHECK(close(phase(t, Phase::kOptimizer), e.optimizer_s));
+      CHECK(phase(t, Phase::kPipelineWait) == 0);
+      CHECK(phase(t, Phase::kGradients) == 0);
+      CHECK(close(phase(t, Phase::kForward) + phase(t, Phase::kBackward) + phase(t, Phase::kOther),
+                  r.step_time_s - e.optimizer_s));
+      double forward_tp = 0;
+      double forward_compute = 0;
+      for (const TraceSlice& x : r.slices) {
+        if (x.name.rfind("allreduce tp F", 0) == 0) forward_tp += x.duration_s;
+        if (x.name.rfind("F ", 0) == 0) forward_compute += x.duration_s;
+      }
+      CHECK((tp == 1) == (forward_tp == 0));
+      CHECK(close(phase(t, Phase::kForward), forward_compute + forward_tp));
+    }
+  }
+  SECTION("every plan's phases add up to its step time") {
+    CostModel cost(profiles::load_model("bert-large"), profiles::load_cluster("dgx-a100-80g"));
+    for (const Strategy& s :
+         {make(4, 1, 2, 1, 8, 8), make(2, 2, 2, 3, 4, 4, Schedule::kGpipe),
+          make(1, 2, 4, 0, 2, 8, Schedule::kInterleaved, 2), make(8, 1, 1, 2, 8, 2)}) {
+      SimulationResult r = simulate(cost, job_of(s, 512), s, even(cost, s));
+      for (const RankTimeline& t : r.ranks) {
+        double sum = 0;
+        for (double x : t.phases_s) {
+          CHECK(x >= 0);
+          sum += x;
+        }
+        INFO(describe(s) << " rank " << t.rank);
+        CHECK(close(sum, r.step_time_s, 1e-9));
+      }
+      if (s.pp > 1) CHECK(phase(r.ranks[0], Phase::kPipelineWait) > 0);
+    }
+  }
+}

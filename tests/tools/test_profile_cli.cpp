@@ -161,10 +161,23 @@ TEST_CASE("loom validate prints predicted, measured and their relative error",
   const json two = json::parse(r.out);
   REQUIRE(two.at("measured").at("ranks").size() == 2);
   CHECK(two.at("calibration") == "roofline");
+  // The simulator's phases per rank, keyed as the measured ones, add up to the predicted step.
+  REQUIRE(two.at("predicted").at("ranks").size() == 2);
+  for (const json& rank : two.at("predicted").at("ranks")) {
+    const json& phases = rank.at("phases_s");
+    double sum = 0;
+    for (const auto& [name, seconds] : phases.items()) {
+      CHECK(two.at("measured").at("ranks")[0].at("phases_s").contains(name));
+      sum += seconds.get<double>();
+    }
+    CHECK(phases.size() == 6);
+    CHECK(sum == Approx(two.at("predicted").at("step_time_s").get<double>()));
+    CHECK(phases.at("gradients").get<double>() > 0);  // the dp all-reduce of the gradients
+  }
 
   // Text output names both figures.
   r = box.loom("validate one.json --steps 3 --warmup 1");
   CHECK(r.exit_code == 0);
   CHECK_THAT(r.out, Contains("predicted") && Contains("measured") && Contains("step time") &&
-                        Contains("peak memory"));
+                        Contains("peak memory") && Contains("pipe wait") && Contains("optimizer"));
 }
