@@ -193,6 +193,23 @@ print(f"\nmedian |error|: step time {100*t:.1f} %, peak memory {100*mem:.1f} % o
       f"(each figure the mean of {passes} passes)")
 d = statistics.median(abs(r[2]) for r in rows)
 print(f"median |error| of step time with the prediction scaled by the drift probe: {100*d:.1f} %")
+# Where the errors sit: each phase summed over every rank of every plan and pass, predicted (the
+# simulator's phases) against measured (the medians of loom train's phases_s).
+totals = {}
+for i in range(1, n + 1):
+    for k in range(1, passes + 1):
+        doc = load(k, i)
+        for p, m in zip(doc["predicted"]["ranks"], doc["measured"]["ranks"]):
+            for phase, seconds in m["phases_s"].items():
+                t = totals.setdefault(phase, [0.0, 0.0])
+                t[0] += p["phases_s"][phase]
+                t[1] += seconds
+print("\n| phase, all ranks of all plans | predicted ms | measured ms | predicted / measured |")
+print("|---|---|---|---|")
+for phase, (pt, mt) in totals.items():
+    ratio = f"{pt / mt:.2f}" if mt > 0 else "-"
+    print(f"| {phase} | {1e3 * pt / passes:.1f} | {1e3 * mt / passes:.1f} | {ratio} |")
+print(f"(per pass: sums over the passes divided by {passes})")
 for model in names:
     gaps, steady = [], []
     for k in range(1, passes + 1):
