@@ -1,6 +1,7 @@
 #include "executor/distributed.hpp"
 
 #include <algorithm>
+#include <mutex>
 #include <sstream>
 #include <thread>
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
@@ -160,30 +161,45 @@ c10::intrusive_ptr<c10d::Store> make_local_store() {
 // ---------------------------------------------------------------------------------------------
 // Pending operations
 
+// Gloo's worker thread drops its reference to a finished work a moment after completing it. If
+// that is the last one, the work's tensors are freed on the worker thread, where LibTorch's
+// allocator reports do not reach the rank's memory counter (which then never sees them leave).
+// So a finished Gloo work that the worker still holds goes to its group's list, and the group
+// drops it on the rank's own thread once it holds the last reference: at the group's next
+// operation (before that operation allocates anything) or at the group's end. The hot path never
+// waits for the worker.
+namespace {
+
+class FinishedWorks {
+ public:
+  void keep(c10::intrusive_ptr<c10d::Work> work) {
+    if (work.use_count() <= 1) return;  // the last reference: released here, now
+    const std::lock_guard<std::mutex> lock(mutex_);
+    works_.push_back(std::move(work));
+  }
+  // Drops the works that nothing else holds any more.
+  void sweep() {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    works_.erase(std::remove_if(works_.begin(), works_.end(),
+                                [](const auto& w) { return w.use_count() <= 1; }),
+                 works_.end());
+  }
+
+ private:
+  std::mutex mutex_;  // hooks of the backward pass may wait on another thread (CUDA autograd)
+  std::vector<c10::intrusive_ptr<c10d::Work>> works_;
+};
+
+}  // namespace
+
 struct PendingOperation::Impl {
   c10::intrusive_ptr<c10d::Work> work;
   std::chrono::milliseconds timeout{0};
   std::function<void(const std::string&)> on_failure;  // throws
   torch::Tensor keep_alive;
   bool done = false;
-  bool gloo = false;
+  FinishedWorks* finished = nullptr;  // Gloo: the group's list; the group outlives the operation
 };
-
-namespace {
-
-// Gloo's worker thread drops its reference to a finished work a moment after completing it. If
-// that is the last one, the work's tensors are freed on the worker thread, where LibTorch's
-// allocator reports do not reach the rank's memory counter (which then never sees them leave).
-// So the caller waits briefly (at most 5 ms) to hold the last reference and drops it itself.
-void release_on_this_thread(c10::intrusive_ptr<c10d::Work>& work) {
-  const auto give_up = std::chrono::steady_clock::now() + std::chrono::milliseconds(5);
-  while (work.use_count() > 1 && std::chrono::steady_clock::now() < give_up) {
-    std::this_thread::yield();
-  }
-  work.reset();
-}
-
-}  // namespace
 
 PendingOperation::PendingOperation(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 PendingOperation::PendingOperation(PendingOperation&&) noexcept = default;
@@ -211,13 +227,17 @@ void PendingOperation::wait() {
   }
   if (!completed) impl_->on_failure(what);
   impl_->keep_alive = torch::Tensor();
-  if (impl_->gloo) release_on_this_thread(impl_->work);
+  if (impl_->finished != nullptr) impl_->finished->keep(std::move(impl_->work));
+  impl_->work.reset();
 }
 
 // ---------------------------------------------------------------------------------------------
 // Groups
 
 struct ProcessGroup::Impl {
+  // Gloo works its worker still held when they were waited for. Declared before the backend, so
+  // destroyed after it, when Gloo's workers are joined and the list holds the last references.
+  FinishedWorks finished;
   c10::intrusive_ptr<compat::CollectiveBackend> backend;  // null for a group of one
   CommBackend kind = CommBackend::kGloo;
   int watch_world_size = 0;
@@ -322,7 +342,10 @@ constexpr std::int64_t kGlooPieceElements = std::int64_t{1} << 20;
 
 std::unique_ptr<PendingOperation::Impl> ProcessGroup::new_operation(std::string name) const {
   auto impl = std::make_unique<PendingOperation::Impl>();
-  impl->gloo = impl_->kind == CommBackend::kGloo;
+  if (impl_->kind == CommBackend::kGloo) {
+    impl_->finished.sweep();
+    impl->finished = &impl_->finished;
+  }
   impl->timeout = timeout_;
   impl->on_failure = [this, name = std::move(name)](const std::string& what) { fail(name, what); };
   return impl;
