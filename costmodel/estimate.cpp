@@ -147,12 +147,16 @@ DeviceRates scaled_rates(DeviceRates rates, int threads) {
 // calibration answers (calibration.hpp): measured or interpolated figures as they are; a scaled
 // answer multiplies the roofline and formula at the query by measured / modelled at the nearest
 // measured shape.
+struct CalibratedEntry {
+  Calibrated how = Calibrated::kRoofline;
+  bool tp_communication = false;  // the time includes the entry's tensor-parallel all-reduces
+};
+
 template <typename Roofline, typename Formula>
-Calibrated calibrate(const Calibration& calibration, const LayerQuery& query,
-                     const Roofline& roofline, const Formula& formula, LayerTime* time,
-                     double* activation_bytes, bool* tp_communication) {
+CalibratedEntry calibrate(const Calibration& calibration, const LayerQuery& query,
+                          const Roofline& roofline, const Formula& formula, LayerTime* time,
+                          double* activation_bytes) {
   const LayerAnswer a = calibration.layer(query);
-  *tp_communication = a.tp_communication;
   switch (a.how) {
     case Calibrated::kRoofline:
       break;
@@ -176,7 +180,7 @@ Calibrated calibrate(const Calibration& calibration, const LayerQuery& query,
       break;
     }
   }
-  return a.how;
+  return {a.how, a.tp_communication};
 }
 
 Terms compute_terms(const profiles::ModelSpec& m, const CostOptions& options,
@@ -213,34 +217,7 @@ Terms compute_terms(const profiles::ModelSpec& m, const CostOptions& options,
   t.head = head_time(m, shape, rates);
   const ParameterCounts params = count_parameters(m);
 
-  // Tensor parallelism: two collectives over the layer's activations forward (after attention and
-  // after the MLP) and two backward (Megatron's f and g), plus two more when full recomputation
-  // replays the forward pass. With sequence parallelism each all-reduce becomes a reduce-scatter
-  // and an all-gather of the same total size, which costs the same in the alpha-beta model.
-  const double act_bytes = b * seq * h * e;
-  double tp_ar = 0;
-  double tp_head_fwd = 0;
-  double tp_head_bwd = 0;
-  if (s.tp > 1) {
-    profiles::PathMetrics tp_link = links.group(world, s.tp, 1);
-    tp_ar = factor(Collective::kAllReduce) *
-            collective_time_s(Collective::kAllReduce, act_bytes, s.tp, tp_link);
-    if (!m.num_labels) {
-      // Vocab-parallel cross-entropy: max, sum-exp and target-logit reductions over b*s floats.
-      tp_head_fwd = 3 * factor(Collective::kAllReduce) *
-                    collective_time_s(Collective::kAllReduce, b * seq * 4, s.tp, tp_link);
-      tp_head_bwd = tp_ar;
-    }
-  }
-  if (s.tp > 1) {
-    t.layer_terms.forward_tp = {2, act_bytes};
-    t.layer_terms.backward_tp = {s.recompute == Recompute::kFull ? 4.0 : 2.0, act_bytes};
-    t.embed_terms.forward_tp = {1, act_bytes};
-    if (!m.num_labels) {
-      t.head_terms.forward_tp = {3, b * seq * 4};
-      t.head_terms.backward_tp = {1, act_bytes};
-    }
-  }
+  const double act_bytes = b * seq * h * e;  // one micro-batch's hidden states
   if (s.pp > 1) {
     t.p2p_bytes = act_bytes / s.tp;
     if (s.tp > 1 && !s.sequence_parallel) t.p2p_all_gather_bytes = act_bytes;
@@ -290,11 +267,11 @@ Terms compute_terms(const profiles::ModelSpec& m, const CostOptions& options,
     t.recompute_buffer = full - layer_act;
   }
 
-  // Measured times that already include a layer's tensor-parallel all-reduces (the tp ranks of
-  // the profile measured together) get none added.
-  bool layer_tp_included = false;
-  bool embed_tp_included = false;
-  bool head_tp_included = false;
+  // Measured times that already include an entry's tensor-parallel all-reduces (the tp ranks of
+  // the profile measured together) get none added below.
+  CalibratedEntry layer_cal;
+  CalibratedEntry embed_cal;
+  CalibratedEntry head_cal;
   if (calibration != nullptr) {
     const double formula_layer_act = layer_act;
     const int tpn = s.tp;
@@ -331,31 +308,53 @@ Terms compute_terms(const profiles::ModelSpec& m, const CostOptions& options,
     LayerQuery q = base;
     q.kind = m.family == Family::kEncoder ? profiles::LayerKind::kEncoderLayer
                                           : profiles::LayerKind::kDecoderLayer;
-    t.how_layer = calibrate(
+    layer_cal = calibrate(
         *calibration, q, [&](const LayerQuery& x) { return roofline(x, transformer_layer_time); },
-        layer_formula, &t.layer, &layer_act, &layer_tp_included);
+        layer_formula, &t.layer, &layer_act);
     q.kind = profiles::LayerKind::kEmbedding;
-    t.how_embedding = calibrate(
+    embed_cal = calibrate(
         *calibration, q, [&](const LayerQuery& x) { return roofline(x, embedding_time); },
-        embed_formula, &t.embed, &embed_act, &embed_tp_included);
+        embed_formula, &t.embed, &embed_act);
     q.kind = profiles::LayerKind::kHead;
-    t.how_head = calibrate(
+    head_cal = calibrate(
         *calibration, q, [&](const LayerQuery& x) { return roofline(x, head_time); }, head_formula,
-        &t.head, &head_act, &head_tp_included);
+        &t.head, &head_act);
     if (formula_layer_act > 0) t.recompute_buffer *= layer_act / formula_layer_act;
   }
-  const double layer_ar = layer_tp_included ? 0 : tp_ar;
-  const double embed_ar = embed_tp_included ? 0 : tp_ar;
-  if (layer_tp_included) {
-    t.layer_terms.forward_tp.count = 0;
-    t.layer_terms.backward_tp.count = 0;
-  }
-  if (embed_tp_included) t.embed_terms.forward_tp.count = 0;
-  if (head_tp_included) {
-    tp_head_fwd = 0;
-    tp_head_bwd = 0;
-    t.head_terms.forward_tp.count = 0;
-    t.head_terms.backward_tp.count = 0;
+  t.how_layer = layer_cal.how;
+  t.how_embedding = embed_cal.how;
+  t.how_head = head_cal.how;
+
+  // Tensor parallelism: two collectives over the layer's activations forward (after attention and
+  // after the MLP) and two backward (Megatron's f and g), plus two more when full recomputation
+  // replays the forward pass; the vocab-parallel embedding all-reduces its output. With sequence
+  // parallelism each all-reduce becomes a reduce-scatter and an all-gather of the same total size,
+  // which costs the same in the alpha-beta model.
+  double layer_ar = 0;
+  double embed_ar = 0;
+  double tp_head_fwd = 0;
+  double tp_head_bwd = 0;
+  if (s.tp > 1) {
+    const profiles::PathMetrics tp_link = links.group(world, s.tp, 1);
+    const double tp_ar = factor(Collective::kAllReduce) *
+                         collective_time_s(Collective::kAllReduce, act_bytes, s.tp, tp_link);
+    if (!layer_cal.tp_communication) {
+      layer_ar = tp_ar;
+      t.layer_terms.forward_tp = {2, act_bytes};
+      t.layer_terms.backward_tp = {s.recompute == Recompute::kFull ? 4.0 : 2.0, act_bytes};
+    }
+    if (!embed_cal.tp_communication) {
+      embed_ar = tp_ar;
+      t.embed_terms.forward_tp = {1, act_bytes};
+    }
+    if (!m.num_labels && !head_cal.tp_communication) {
+      // Vocab-parallel cross-entropy: max, sum-exp and target-logit reductions over b*s floats.
+      tp_head_fwd = 3 * factor(Collective::kAllReduce) *
+                    collective_time_s(Collective::kAllReduce, b * seq * 4, s.tp, tp_link);
+      tp_head_bwd = tp_ar;
+      t.head_terms.forward_tp = {3, b * seq * 4};
+      t.head_terms.backward_tp = {1, act_bytes};
+    }
   }
   t.layer_terms.forward_compute_s = t.layer.forward_s;
   t.layer_terms.backward_compute_s = t.layer.backward_s + t.layer.recompute_s;
