@@ -160,6 +160,34 @@ Batch make_batch(const std::vector<EncodedExample>& data, const std::vector<std:
   return {{ids.to(device), mask.to(device), types.to(device)}, labels.to(device)};
 }
 
+// A [rows, columns] integer tensor as nested JSON arrays.
+nlohmann::ordered_json rows_json(const torch::Tensor& t) {
+  const torch::Tensor c = t.to(torch::kCPU).to(torch::kLong).contiguous();
+  nlohmann::ordered_json rows = nlohmann::ordered_json::array();
+  const std::int64_t* data = c.data_ptr<std::int64_t>();
+  const std::int64_t width = c.dim() == 2 ? c.size(1) : 1;
+  for (std::int64_t r = 0; r < c.size(0); ++r) {
+    if (c.dim() == 1) {
+      rows.push_back(data[r]);
+      continue;
+    }
+    rows.push_back(std::vector<std::int64_t>(data + r * width, data + (r + 1) * width));
+  }
+  return rows;
+}
+
+// One line of TrainOptions::batches_path.
+nlohmann::ordered_json batch_json(std::int64_t step, std::int64_t micro_batch, const Batch& b) {
+  nlohmann::ordered_json line;
+  line["step"] = step;
+  line["micro_batch"] = micro_batch;
+  line["input_ids"] = rows_json(b.inputs.input_ids);
+  line["attention_mask"] = rows_json(b.inputs.attention_mask);
+  line["token_type_ids"] = rows_json(b.inputs.token_type_ids);
+  line["labels"] = rows_json(b.labels);
+  return line;
+}
+
 // ---------------------------------------------------------------------------------------------
 // Precision, memory, time
 
@@ -531,13 +559,14 @@ class ProgressBar {
 // limit) is cut back off the file and reported, so the file never ends in half a line.
 class MetricsWriter {
  public:
-  MetricsWriter(const std::string& path, bool append) : path_(path) {
+  MetricsWriter(const std::string& path, bool append, const char* what = "metrics")
+      : path_(path), what_(what) {
     if (path.empty()) return;
     fd_ =
         ::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | (append ? O_APPEND : O_TRUNC), 0644);
     if (fd_ < 0) {
       throw InputError(path, "",
-                       std::string("a writable metrics file (") + std::strerror(errno) + ")");
+                       std::string("a writable ") + what + " file (" + std::strerror(errno) + ")");
     }
   }
   ~MetricsWriter() {
@@ -559,7 +588,8 @@ class MetricsWriter {
         if (before >= 0 && ::ftruncate(fd_, before) != 0) {
           // Nothing more to do: the error below names the file.
         }
-        throw std::runtime_error("cannot write metrics " + path_ + ": " + std::strerror(error));
+        throw std::runtime_error("cannot write " + what_ + " " + path_ + ": " +
+                                 std::strerror(error));
       }
       done += static_cast<std::size_t>(n);
     }
@@ -567,6 +597,7 @@ class MetricsWriter {
 
  private:
   std::string path_;
+  std::string what_;
   int fd_ = -1;
 };
 
@@ -645,6 +676,67 @@ TrainSummary train_local_ranks(const TrainOptions& o, const std::vector<EncodedE
     if (e) std::rethrow_exception(e);
   }
   return summaries.front();
+}
+
+std::vector<std::vector<double>> classifier_logits(const LogitsRequest& r) {
+  parameter_table(r.model);  // refuses non-encoder specs with an InputError
+  const std::size_t count = r.input_ids.size();
+  if (count == 0) throw InputError(r.source, "$.input_ids", "at least one row of token ids");
+  for (const auto& [rows, field] : {std::pair{&r.attention_mask, "$.attention_mask"},
+                                    std::pair{&r.token_type_ids, "$.token_type_ids"}}) {
+    if (!rows->empty() && rows->size() != count) {
+      throw InputError(r.source, field, std::to_string(count) + " rows, as many as input_ids");
+    }
+  }
+  // The rows as examples (label 0), checked as training data is.
+  std::vector<EncodedExample> rows(count);
+  for (std::size_t i = 0; i < count; ++i) {
+    EncodedExample& e = rows[i];
+    e.input_ids = r.input_ids[i];
+    const std::size_t length = e.input_ids.size();
+    e.attention_mask =
+        r.attention_mask.empty() ? std::vector<std::int64_t>(length, 1) : r.attention_mask[i];
+    e.token_type_ids =
+        r.token_type_ids.empty() ? std::vector<std::int64_t>(length, 0) : r.token_type_ids[i];
+  }
+  std::size_t seq_len = 0;
+  check_data(rows, r.source, r.model, seq_len);
+  if (r.device == Device::kCuda && !compat::cuda_available()) {
+    throw InputError("--device", "", "cpu: this build of Loom or this machine has no CUDA");
+  }
+  const torch::Device device = r.device == Device::kCuda
+                                   ? torch::Device(torch::kCUDA, r.device_index)
+                                   : torch::Device(torch::kCPU);
+  const MixedPrecision mp = mixed_precision(r.device, r.precision);
+  if (r.device == Device::kCuda) {
+    at::globalContext().setAllowTF32CuBLAS(r.precision == Precision::kTf32);
+    at::globalContext().setAllowTF32CuDNN(r.precision == Precision::kTf32);
+  }
+  EncoderOptions options;
+  options.dropout = 0.0;
+  options.seed = r.seed;
+  options.device = device;
+  EncoderClassifier model(r.model, options);
+  if (!r.weights.empty()) model.load_safetensors(r.weights);
+  model.eval();
+  torch::NoGradGuard no_grad;
+  std::vector<std::int64_t> order(count);
+  std::iota(order.begin(), order.end(), 0);
+  const Batch batch = make_batch(rows, order, 0, static_cast<std::int64_t>(count), device);
+  torch::Tensor logits;
+  {
+    compat::AutocastGuard autocast(device.type(), mp.dtype, mp.autocast);
+    logits = model.forward(batch.inputs);
+  }
+  logits = logits.to(torch::kCPU).to(torch::kDouble).contiguous();
+  std::vector<std::vector<double>> out(count);
+  const double* data = logits.data_ptr<double>();
+  const std::int64_t labels = logits.size(1);
+  for (std::size_t i = 0; i < count; ++i) {
+    const double* row = data + static_cast<std::int64_t>(i) * labels;
+    out[i].assign(row, row + labels);
+  }
+  return out;
 }
 
 std::optional<std::string> latest_checkpoint(const std::string& checkpoint_dir) {
@@ -749,6 +841,7 @@ TrainSummary train_classifier(const TrainOptions& o, const std::vector<EncodedEx
   summary.steps = start_step;
 
   MetricsWriter metrics(o.metrics_path, checkpoint.has_value());
+  MetricsWriter batches(o.batches_path, checkpoint.has_value(), "batches");
   ProgressBar progress(o.progress, total_steps);
   // The peak is the training steps' (the model is built, sharded and loaded before this point:
   // a tensor-parallel rank's full-size initial weights are a transient of construction).
@@ -791,6 +884,7 @@ TrainSummary train_classifier(const TrainOptions& o, const std::vector<EncodedEx
     for (std::int64_t m = 0; m < o.num_micro_batches; ++m) {
       const Batch batch =
           make_batch(train_data, order, offset + m * o.micro_batch, o.micro_batch, device);
+      if (!o.batches_path.empty()) batches.write(batch_json(step + 1, m, batch));
       torch::Tensor logits;
       auto at = StepPhases::Clock::now();
       {
@@ -1359,6 +1453,9 @@ void check_parallel_options(const TrainOptions& o, ParallelGroups& groups) {
   }
   if (o.device == Device::kCuda && o.precision == Precision::kFp16) {
     throw InputError("--device", "", "bf16, tf32 or fp32 with many ranks on cuda (no fp16 yet)");
+  }
+  if (!o.batches_path.empty()) {
+    throw InputError("--dump-batches", "", "a one-rank plan (dp = tp = pp = 1)");
   }
   if (!o.stages.empty() && static_cast<int>(o.stages.size()) != o.pp * o.virtual_stages) {
     throw InputError("plan", "$.stages",

@@ -96,6 +96,10 @@ struct TrainOptions {
   std::int64_t eval_batch = 0;  // examples per evaluation batch; 0 = micro_batch
   std::uint64_t seed = 42;      // initialisation, data order and dropout
 
+  // "" = none. One rank only: every micro-batch of training as a JSONL line {"step", "micro_batch",
+  // "input_ids", "attention_mask", "token_type_ids", "labels"}, so another implementation can be
+  // fed exactly what Loom trained on (bench/gpu.sh's comparison with transformers).
+  std::string batches_path;
   std::string metrics_path;         // "" = no metrics file (many ranks: world rank 0 writes it)
   bool metrics_every_rank = false;  // many ranks: every rank writes metrics_path (its own file)
   std::int64_t log_every = 1;       // steps between metrics lines
@@ -191,6 +195,27 @@ TrainSummary train_classifier(const TrainOptions& options,
 TrainSummary train_local_ranks(const TrainOptions& options,
                                const std::vector<EncodedExample>& train_data,
                                const std::vector<EncodedExample>& validation_data);
+
+// Logits of a sequence classifier for given token ids, as `loom logits` prints them: the model
+// in eval mode (no dropout), fp32 weights, `precision`'s autocast on CUDA (fp32 on the CPU).
+struct LogitsRequest {
+  profiles::ModelSpec model;
+  std::string weights;  // safetensors file (Hugging Face names); "" = the seeded initialisation
+  std::uint64_t seed = 42;
+  std::string source;                                     // the file the ids came from, for errors
+  std::vector<std::vector<std::int64_t>> input_ids;       // rows of equal length
+  std::vector<std::vector<std::int64_t>> attention_mask;  // the same shape, or empty: all ones
+  std::vector<std::vector<std::int64_t>> token_type_ids;  // the same shape, or empty: all zeros
+  Device device = Device::kCpu;
+  int device_index = 0;
+  profiles::Precision precision = profiles::Precision::kFp32;
+};
+
+// [rows][num_labels]. Throws InputError (source: request.source) for rows of unequal length or
+// longer than the model's positions, ids outside the vocabulary, masks or types of another shape
+// or with values other than 0/1 (types: below the model's type vocabulary), naming the field
+// ("$.input_ids[2][7]"); InputError for an unreadable weights file or cuda without a GPU.
+std::vector<std::vector<double>> classifier_logits(const LogitsRequest& request);
 
 // The newest complete checkpoint folder (`step-NNNNNNNN` holding trainer_state.json) in
 // `checkpoint_dir`, or nullopt when there is none.

@@ -26,6 +26,7 @@ Runner add_launch_command(CLI::App& app);
 Runner add_slurm_command(CLI::App& app);
 Runner add_profile_command(CLI::App& app);
 Runner add_validate_command(CLI::App& app);
+Runner add_logits_command(CLI::App& app);
 
 // Checks of numeric flags that say what a good value is ("--steps: expected a number > 0, found
 // 0"). CLI11's PositiveNumber and NonNegativeNumber print their range instead, as "0.000000 to "

@@ -70,6 +70,7 @@ int main(int argc, char** argv) {
   runners["slurm"] = loom::tools::add_slurm_command(app);
   runners["profile"] = loom::tools::add_profile_command(app);
   runners["validate"] = loom::tools::add_validate_command(app);
+  runners["logits"] = loom::tools::add_logits_command(app);
 
   std::string sub = argc > 1 ? argv[1] : "";
   if (runners.count(sub) == 0) sub = "";

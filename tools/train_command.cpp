@@ -49,6 +49,7 @@ struct TrainArgs {
   std::int64_t checkpoint_every = 0;
   bool resume = false;
   std::string metrics;
+  std::string dump_batches;
   std::string device = "cpu";
   double comm_timeout_s = 300;
   bool json = false;
@@ -212,6 +213,7 @@ int run_train(const TrainArgs& a) {
     o.metrics_path = a.metrics.substr(0, at) + std::to_string(env.rank) + a.metrics.substr(at + 6);
     o.metrics_every_rank = true;
   }
+  o.batches_path = a.dump_batches;
   o.rank = env.rank;
   o.progress = !a.json;
   const auto device = executor::parse_device(a.device);
@@ -354,6 +356,8 @@ Runner add_train_command(CLI::App& app) {
   cmd->add_flag("--resume", args->resume, "continue from the latest checkpoint");
   cmd->add_option("--metrics", args->metrics,
                   "METRICS.jsonl to write (\"{rank}\" in the name: one file per rank)");
+  cmd->add_option("--dump-batches", args->dump_batches,
+                  "BATCHES.jsonl: every micro-batch's token ids and labels (one rank)");
   cmd->add_option("--device", args->device, "cpu | cuda");
   cmd->add_option("--comm-timeout", args->comm_timeout_s,
                   "seconds any collective may wait for a peer before failing (default 300)")

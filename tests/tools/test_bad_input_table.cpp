@@ -472,6 +472,17 @@ std::vector<Row> table(const Plans& plans) {
   add("launch flag: zero ranks", {},
       "launch --nproc 0 -- loom train plan.json --data synthetic --steps 5",
       {"--nproc", "expected a number > 0", "found 0"});
+  // --- loom logits: a checkpoint folder's config and the ids --------------------------------
+  const std::string hf_config = R"({"model_type": "bert", "num_hidden_layers": 1,
+    "hidden_size": 16, "num_attention_heads": 2, "intermediate_size": 32, "vocab_size": 100,
+    "max_position_embeddings": 64, "type_vocab_size": 2})";
+  add("logits flag: no checkpoint folder", {{"ids.json", R"({"input_ids": [[2, 3]]})"}},
+      "logits --init nowhere --ids ids.json", {"--init", "nowhere/config.json", "does not exist"});
+  add("logits ids: not rows of integers",
+      {{"hf/config.json", hf_config},
+       {"hf/model.safetensors", "x"},
+       {"ids.json", R"({"input_ids": [[2, "a", 3]]})"}},
+      "logits --init hf --ids ids.json", {"ids.json", "$.input_ids[0][1]", "an integer"});
   add("top level: unknown subcommand", {}, "frobnicate",
       {"\"frobnicate\" is not a subcommand", "expected one of", "plan", "train"});
   return rows;
@@ -480,8 +491,8 @@ std::vector<Row> table(const Plans& plans) {
 // "loom <subcommand>: error: " for the subcommand the row runs; "loom: error: " for none.
 std::string error_prefix(const std::string& args) {
   const std::string first = args.substr(0, args.find(' '));
-  for (const char* sub :
-       {"plan", "simulate", "report", "train", "launch", "slurm", "demo", "profile", "validate"}) {
+  for (const char* sub : {"plan", "simulate", "report", "train", "launch", "slurm", "demo",
+                          "profile", "validate", "logits"}) {
     if (first == sub) return "loom " + first + ": error: ";
   }
   return "loom: error: ";

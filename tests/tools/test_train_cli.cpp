@@ -396,3 +396,97 @@ TEST_CASE("loom train refuses an unusable --init checkpoint", "[tools][cli][trai
                           Contains("32") && Contains("another model"));
   }
 }
+
+TEST_CASE("loom train --dump-batches writes each micro-batch; loom logits scores its checkpoint",
+          "[tools][cli][train][logits]") {
+  TrainSandbox box;
+  box.plan();
+  const nlohmann::json summary = parse_summary(box.loom(
+      train_args("--steps 3 --dump-batches batches.jsonl --checkpoint ck --json --seed 5")));
+  CHECK(summary.at("steps") == 3);
+  // 3 steps of 2 micro-batches of 4 sequences of 32 tokens, in training order.
+  std::vector<nlohmann::json> lines;
+  std::istringstream in(file_text(box.work() / "batches.jsonl"));
+  for (std::string line; std::getline(in, line);) lines.push_back(nlohmann::json::parse(line));
+  REQUIRE(lines.size() == 6);
+  for (std::size_t i = 0; i < lines.size(); ++i) {
+    const nlohmann::json& b = lines[i];
+    CHECK(b.at("step") == static_cast<int>(i / 2 + 1));
+    CHECK(b.at("micro_batch") == static_cast<int>(i % 2));
+    REQUIRE(b.at("input_ids").size() == 4);
+    CHECK(b.at("input_ids")[3].size() == 32);
+    CHECK(b.at("attention_mask")[0][0] == 1);
+    CHECK(b.at("token_type_ids")[1].size() == 32);
+    REQUIRE(b.at("labels").size() == 4);
+    for (const auto& label : b.at("labels")) CHECK((label == 0 || label == 1));
+  }
+  CHECK(lines[0].at("input_ids") != lines[1].at("input_ids"));
+
+  // The final checkpoint as a Hugging Face folder: its weights and the model's config.json.
+  fs::create_directories(box.work() / "hf");
+  fs::copy_file(box.work() / "ck/step-00000003/model.safetensors",
+                box.work() / "hf/model.safetensors");
+  box.write("hf/config.json", R"({"model_type": "bert", "num_hidden_layers": 1, "hidden_size": 16,
+    "num_attention_heads": 2, "intermediate_size": 32, "vocab_size": 100,
+    "max_position_embeddings": 64, "type_vocab_size": 2, "num_labels": 2})");
+  // A row of the first micro-batch, with its padding (mask 0) and cut to its real tokens: the
+  // padding must not change the logits.
+  const nlohmann::json& first = lines[0];
+  std::size_t row = 0;
+  std::int64_t real = 32;
+  for (std::size_t r = 0; r < 4 && real == 32; ++r) {
+    real = 0;
+    for (const auto& m : first.at("attention_mask")[r]) real += m.get<std::int64_t>();
+    row = r;
+  }
+  REQUIRE(real < 32);  // synthetic reviews are shorter than 32 tokens
+  const nlohmann::json padded = {
+      {"input_ids", {first.at("input_ids")[row], first.at("input_ids")[row]}},
+      {"attention_mask", {first.at("attention_mask")[row], first.at("attention_mask")[row]}}};
+  std::vector<std::int64_t> cut = first.at("input_ids")[row];
+  cut.resize(static_cast<std::size_t>(real));
+  box.write("padded.json", padded.dump());
+  box.write("cut.json", nlohmann::json{{"input_ids", {cut}}}.dump());
+  TrainRun r = box.loom("logits --init hf --ids padded.json -o padded-logits.json");
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  r = box.loom("logits --init hf --ids cut.json");
+  REQUIRE(r.exit_code == 0);
+  const nlohmann::json a = nlohmann::json::parse(file_text(box.work() / "padded-logits.json"));
+  const nlohmann::json b = nlohmann::json::parse(r.out);
+  CHECK(a.at("format") == "loom-logits/1");
+  CHECK(a.at("precision") == "fp32");
+  REQUIRE(a.at("logits").size() == 2);
+  REQUIRE(b.at("logits").size() == 1);
+  for (int k = 0; k < 2; ++k) {
+    const double x = a.at("logits")[0][k].get<double>();
+    CHECK(x == a.at("logits")[1][k].get<double>());
+    CHECK(x == Approx(b.at("logits")[0][k].get<double>()).margin(1e-5));
+  }
+  // The checkpoint's weights count: after one step instead of three, other logits.
+  parse_summary(box.loom(train_args("--steps 1 --checkpoint ck1 --json --seed 5")));
+  fs::copy_file(box.work() / "ck1/step-00000001/model.safetensors",
+                box.work() / "hf/model.safetensors", fs::copy_options::overwrite_existing);
+  r = box.loom("logits --init hf --ids cut.json");
+  REQUIRE(r.exit_code == 0);
+  CHECK(nlohmann::json::parse(r.out).at("logits") != b.at("logits"));
+
+  // Bad ids: one line naming the file and what was expected, exit 2.
+  box.write("bad.json", R"({"input_ids": [[2, 100, 3]]})");
+  r = box.loom("logits --init hf --ids bad.json");
+  CHECK(r.exit_code == 2);
+  CHECK(r.out.empty());
+  CHECK_THAT(r.err,
+             StartsWith("loom logits: error: ") && Contains("bad.json") && Contains("[0, 100)"));
+  box.write("bad.json", R"({"input_ids": [[2, 5, 3]], "attention_mask": [[1, 1]]})");
+  r = box.loom("logits --init hf --ids bad.json");
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.err, Contains("bad.json") && Contains("common length"));
+  box.write("bad.json", R"({"ids": [[2, 5, 3]]})");
+  r = box.loom("logits --init hf --ids bad.json");
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.err, Contains("bad.json") && Contains("$.input_ids"));
+  r = box.loom("logits --init nowhere --ids cut.json");
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.err, Contains("--init") && Contains("config.json"));
+}

@@ -1,0 +1,225 @@
+#!/usr/bin/env bash
+# Issue 8's checks on one GPU (an H100 or H200 lent through the device tool), each stage's logs
+# under $OUT, a table of every figure at the end ($OUT/table.md). CI has no GPU and never runs
+# this; it needs the GPU machine's CUDA PyTorch (its LibTorch builds Loom), transformers, and the
+# Debian packages of Loom's header-only dependencies carried in .devdeps/ (see
+# ../shared/gpu-build.md; here: EXTRA_DEBS="libutf8proc-dev libutf8proc2" ../shared/gpu-deps.sh).
+#
+# Usage: bench/gpu.sh [STAGE...]      (default: all of them, in this order)
+#   env         the machine: GPU, driver, CUDA, torch (and its C++ ABI), transformers, compilers
+#   build       configures build-gpu/ against the CUDA LibTorch and builds loom
+#   logits      tiny random BERT and RoBERTa made with transformers: loom logits against
+#               transformers' (fp32 within 1e-4 relative, bf16 within 2e-2)
+#   losses      the tiny BERT's first 5 training steps, fp32, no dropout, the batches loom trained
+#               on replayed by transformers (within 1e-3)
+#   throughput  BERT-base and BERT-large, seq 128 and 512, bf16: loom train against transformers
+#               eager (autocast) and torch.compile, samples/s side by side, and loom's MFU
+#   profile     loom profile --device cuda of bert-base and bert-large at seq 128
+#               (profiles/measured/<gpu>-<model>.json)
+#   validate    loom validate of single-GPU plans (micro-batch and recompute variants) with them
+# A machine call is at most 10 minutes: run the stages over several calls (build products stay
+# on a warm machine), e.g. `bench/gpu.sh env build logits losses`, then `bench/gpu.sh throughput`,
+# then `bench/gpu.sh profile validate`.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+OUT=${OUT:-/tmp/loom-gpu}
+mkdir -p "$OUT"
+BUILD=${BUILD:-build-gpu}
+LOOM="$ROOT/$BUILD/tools/loom"
+PY=${PYTHON:-python3}
+REF="$ROOT/bench/hf_reference.py"
+STAGES=("$@")
+[ ${#STAGES[@]} -gt 0 ] || STAGES=(env build logits losses throughput profile validate)
+TABLE="$OUT/table.md"
+[ -f "$TABLE" ] || printf '| check | result | target | verdict |\n|---|---|---|---|\n' >"$TABLE"
+
+say() { echo "== $*" >&2; }
+row() { printf '| %s | %s | %s | %s |\n' "$1" "$2" "$3" "$4" >>"$TABLE"; }
+need_loom() { [ -x "$LOOM" ] || { say "no $LOOM: run the build stage first"; return 1; }; }
+
+stage_env() {
+  {
+    nvidia-smi || true
+    nproc
+    "$PY" -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda,
+"cxx11 abi", torch._C._GLIBCXX_USE_CXX11_ABI, "prefix", torch.utils.cmake_prefix_path)'
+    "$PY" -c 'import transformers; print("transformers", transformers.__version__)'
+    "$PY" -c 'import nvidia.nccl, os; print("nccl", list(nvidia.nccl.__path__))' || true
+    cmake --version | head -1
+    c++ --version | head -1
+    ls "$("$PY" -c 'import torch, os; print(os.path.dirname(torch.__file__))')/include" | head -50
+  } >"$OUT/env.txt" 2>&1
+  say "machine: $OUT/env.txt"
+  head -20 "$OUT/env.txt" >&2
+}
+
+stage_build() {
+  local dd=/tmp/loom-devdeps
+  mkdir -p "$dd"
+  for f in .devdeps/*.deb; do dpkg -x "$f" "$dd"; done
+  local torch_cmake nccl_include utf8proc
+  torch_cmake=$("$PY" -c 'import torch; print(torch.utils.cmake_prefix_path)')
+  nccl_include=$("$PY" -c 'import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], "include"))' 2>/dev/null || true)
+  utf8proc=$(ls "$dd"/usr/lib/x86_64-linux-gnu/libutf8proc.a 2>/dev/null ||
+             ls "$dd"/usr/lib/x86_64-linux-gnu/libutf8proc.so* 2>/dev/null | head -1)
+  export CMAKE_PREFIX_PATH="$torch_cmake:$dd/usr:$dd/usr/lib/x86_64-linux-gnu/cmake:$dd/usr/share/cmake:$dd/usr/lib/cmake"
+  export CPATH="$dd/usr/include${nccl_include:+:$nccl_include}"
+  export LD_LIBRARY_PATH="$dd/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  local generator=()
+  command -v ninja >/dev/null && generator=(-G Ninja)
+  say "configuring $BUILD (log: $OUT/build.log)"
+  if cmake -S . -B "$BUILD" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release -DLOOM_BUILD_TESTS=OFF \
+       -DUTF8PROC_INCLUDE_DIR="$dd/usr/include" -DUTF8PROC_LIBRARY="$utf8proc" >"$OUT/build.log" 2>&1 &&
+     cmake --build "$BUILD" --target loom -j "$(nproc)" >>"$OUT/build.log" 2>&1; then
+    row "CUDA build against $("$PY" -c 'import torch; print(torch.__version__)')" "built" "builds" "met"
+    "$LOOM" --version >&2 || true
+  else
+    tail -40 "$OUT/build.log" >&2
+    row "CUDA build" "failed: $OUT/build.log" "builds" "NOT MET"
+    return 1
+  fi
+}
+
+# Logits of the tiny random checkpoints: transformers against loom logits, fp32 and bf16.
+stage_logits() {
+  need_loom || return 1
+  local dir="$OUT/hf"
+  [ -f "$dir/ids.json" ] || "$PY" "$REF" make "$dir" || { row "random checkpoints" "failed" "-" "NOT MET"; return 1; }
+  local model precision tolerance verdict result
+  for model in bert roberta; do
+    for precision in fp32 bf16; do
+      tolerance=1e-4
+      [ "$precision" = bf16 ] && tolerance=2e-2
+      "$PY" "$REF" logits "$dir/$model" "$dir/ids.json" $precision >"$dir/$model-$precision-hf.json" &&
+        "$LOOM" logits --init "$dir/$model" --ids "$dir/ids.json" --device cuda \
+          --precision $precision -o "$dir/$model-$precision-loom.json" 2>"$dir/$model-$precision.err"
+      result=$("$PY" "$REF" compare-logits "$dir/$model-$precision-hf.json" \
+                 "$dir/$model-$precision-loom.json" $tolerance 2>&1)
+      verdict=$([ $? -eq 0 ] && echo met || echo "NOT MET")
+      row "logits, random $model, $precision" "$result" "<= $tolerance relative" "$verdict"
+    done
+  done
+}
+
+# The first 5 steps of the tiny BERT, fp32 without dropout: loom's losses against transformers'
+# on the batches loom trained on.
+stage_losses() {
+  need_loom || return 1
+  local dir="$OUT/hf"
+  [ -f "$dir/ids.json" ] || "$PY" "$REF" make "$dir" || return 1
+  "$LOOM" plan --model "$dir/bert/config.json" --cluster h100-x1 --global-batch 8 --seq-len 32 \
+    --precision fp32 --dp 1 --tp 1 --pp 1 --micro-batch 4 -o "$dir/plan-losses.json" >/dev/null &&
+    "$LOOM" train "$dir/plan-losses.json" --init "$dir/bert" --data "$dir/reviews.csv" --steps 5 \
+      --dropout 0 --lr 1e-3 --device cuda --dump-batches "$dir/batches.jsonl" \
+      --metrics "$dir/losses-loom.jsonl" --json >"$dir/train-losses.json" 2>"$dir/train-losses.err" ||
+    { tail -5 "$dir/train-losses.err" >&2; row "losses, 5 steps" "loom train failed" "1e-3" "NOT MET"; return 1; }
+  "$PY" "$REF" losses "$dir/bert" "$dir/batches.jsonl" "$dir/losses-loom.jsonl" 1e-3 0.01 0 5 1.0 \
+    | tee "$dir/losses.txt" >&2
+  local worst
+  worst=$(tail -1 "$dir/losses.txt" | "$PY" -c 'import json,sys; print(json.load(sys.stdin)["max_loss_difference"])')
+  row "losses, first 5 steps, fp32" "max difference $worst" "<= 1e-3" \
+    "$("$PY" -c "print('met' if $worst <= 1e-3 else 'NOT MET')")"
+}
+
+# Samples/s side by side, in turn: loom train (bf16), transformers eager, transformers compiled.
+stage_throughput() {
+  need_loom || return 1
+  local dir="$OUT/throughput"
+  mkdir -p "$dir"
+  local steps=${STEPS:-20}
+  local peak_tflops
+  # The GPU's measured dense bf16 matrix rate, for MFU (a 8192^3 matmul, median of 20).
+  peak_tflops=$("$PY" - <<'PY'
+import torch, time
+a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+b = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+for _ in range(5): a @ b
+times = []
+for _ in range(20):
+    torch.cuda.synchronize(); t = time.perf_counter(); a @ b; torch.cuda.synchronize()
+    times.append(time.perf_counter() - t)
+times.sort()
+print(f"{2 * 8192**3 / times[10] / 1e12:.1f}")
+PY
+)
+  row "measured bf16 matmul rate" "$peak_tflops TFLOP/s" "-" "-"
+  # name | loom model | seq | batch (BATCHES overrides: "base128=256 base512=64 ...")
+  local configs=("bert-base-uncased|bert-base|128|${B_BASE128:-256}" "bert-base-uncased|bert-base|512|${B_BASE512:-64}"
+                 "bert-large-uncased|bert-large|128|${B_LARGE128:-128}" "bert-large-uncased|bert-large|512|${B_LARGE512:-32}")
+  local c hf model seq batch loom_sps eager_sps compiled_sps ratio
+  for c in "${configs[@]}"; do
+    IFS='|' read -r hf model seq batch <<<"$c"
+    "$LOOM" plan --model $model --cluster h100-x1 --global-batch "$batch" --seq-len "$seq" \
+      --precision bf16 --dp 1 --tp 1 --pp 1 --micro-batch "$batch" -o "$dir/plan-$model-$seq.json" >/dev/null
+    "$LOOM" train "$dir/plan-$model-$seq.json" --data synthetic:$((batch * 4)) --steps "$steps" \
+      --device cuda --json >"$dir/loom-$model-$seq.json" 2>"$dir/loom-$model-$seq.err"
+    loom_sps=$("$PY" -c "import json; print(round(json.load(open('$dir/loom-$model-$seq.json'))['samples_per_s'], 1))" 2>/dev/null || echo failed)
+    "$PY" "$REF" throughput "$hf" "$seq" "$batch" "$steps" >"$dir/eager-$model-$seq.json" 2>"$dir/eager-$model-$seq.err"
+    eager_sps=$("$PY" -c "import json; print(round(json.load(open('$dir/eager-$model-$seq.json'))['samples_per_s'], 1))" 2>/dev/null || echo failed)
+    "$PY" "$REF" throughput "$hf" "$seq" "$batch" "$steps" compile >"$dir/compiled-$model-$seq.json" 2>"$dir/compiled-$model-$seq.err"
+    compiled_sps=$("$PY" -c "import json; print(round(json.load(open('$dir/compiled-$model-$seq.json'))['samples_per_s'], 1))" 2>/dev/null || echo failed)
+    ratio=$("$PY" -c "print(f'{$loom_sps / $eager_sps:.2f}')" 2>/dev/null || echo "-")
+    row "$model seq $seq b=$batch bf16: loom / eager / compiled samples/s" \
+      "$loom_sps / $eager_sps / $compiled_sps (loom/eager $ratio)" ">= 1.2x eager" \
+      "$("$PY" -c "print('met' if $loom_sps >= 1.2 * $eager_sps else 'NOT MET')" 2>/dev/null || echo "NOT MET")"
+  done
+}
+
+stage_profile() {
+  need_loom || return 1
+  local gpu model
+  gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | tr 'A-Z ' 'a-z-' | tr -cd 'a-z0-9-')
+  mkdir -p profiles/measured
+  for model in bert-base bert-large; do
+    "$LOOM" profile --device cuda --model $model --seq-len 128 --micro-batch 4 8 16 32 \
+      --precision bf16 --recompute none selective full --repeats 10 \
+      -o "profiles/measured/$gpu-$model.json" >"$OUT/profile-$model.log" 2>&1 &&
+      cp "profiles/measured/$gpu-$model.json" "$OUT/" &&
+      row "loom profile --device cuda, $model" "profiles/measured/$gpu-$model.json" "written" "met" ||
+      row "loom profile --device cuda, $model" "failed: $OUT/profile-$model.log" "written" "NOT MET"
+  done
+}
+
+stage_validate() {
+  need_loom || return 1
+  local gpu dir="$OUT/validate" model b r
+  gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | tr 'A-Z ' 'a-z-' | tr -cd 'a-z0-9-')
+  mkdir -p "$dir"
+  for model in bert-base bert-large; do
+    for b in 8 32; do
+      for r in none full; do
+        "$LOOM" plan --model $model --cluster h100-x1 --global-batch 64 --seq-len 128 \
+          --precision bf16 --dp 1 --tp 1 --pp 1 --micro-batch $b --recompute $r \
+          --profile "profiles/measured/$gpu-$model.json" -o "$dir/plan-$model-$b-$r.json" >/dev/null &&
+          "$LOOM" validate "$dir/plan-$model-$b-$r.json" --device cuda --steps 12 --warmup 4 --json \
+            >"$dir/validate-$model-$b-$r.json" 2>"$dir/validate-$model-$b-$r.err"
+      done
+    done
+  done
+  "$PY" - "$dir" <<'PY' | tee -a "$TABLE" >&2
+import glob, json, statistics, sys
+rows = []
+for path in sorted(glob.glob(f"{sys.argv[1]}/validate-*.json")):
+    try:
+        d = json.load(open(path))
+    except ValueError:
+        continue
+    rows.append((path.split("validate-")[1][:-5], d["relative_error"]["step_time"],
+                 d["relative_error"]["peak_memory"]))
+for name, t, m in rows:
+    print(f"| validate {name} | step time {100*t:+.1f} %, peak memory {100*m:+.1f} % | - | - |")
+if rows:
+    t = statistics.median(abs(r[1]) for r in rows)
+    m = statistics.median(abs(r[2]) for r in rows)
+    print(f"| validate, median abs error over {len(rows)} plans | step time {100*t:.1f} %, "
+          f"peak memory {100*m:.1f} % | <= 5 % each | {'met' if max(t, m) <= 0.05 else 'NOT MET'} |")
+PY
+}
+
+for s in "${STAGES[@]}"; do
+  say "stage $s"
+  "stage_$s" || say "stage $s failed (continuing)"
+done
+echo
+cat "$TABLE"
