@@ -73,7 +73,7 @@ def make(out):
                       pad_token_id=1, bos_token_id=0, eos_token_id=2, **sizes))
     for name, model in (("bert", bert), ("roberta", roberta)):
         folder = os.path.join(out, name)
-        model.save_pretrained(folder, safe_serialization=True)
+        model.save_pretrained(folder)  # safetensors, transformers' default since 4.35
         with open(os.path.join(folder, "vocab.txt"), "w") as f:
             f.write("\n".join(vocab) + "\n")
     # Ids for logits: 4 rows of 16, two of them padded (BERT's [PAD] is 0; RoBERTa's is 1, but the

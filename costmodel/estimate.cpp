@@ -143,15 +143,15 @@ DeviceRates scaled_rates(DeviceRates rates, int threads) {
   return rates;
 }
 
-// Replaces the roofline time and the formula's activation bytes of one entry kind by what the
-// calibration answers (calibration.hpp): measured or interpolated figures as they are; a scaled
-// answer multiplies the roofline and formula at the query by measured / modelled at the nearest
-// measured shape.
 struct CalibratedEntry {
   Calibrated how = Calibrated::kRoofline;
   bool tp_communication = false;  // the time includes the entry's tensor-parallel all-reduces
 };
 
+// Replaces the roofline time and the formula's activation bytes of one entry kind by what the
+// calibration answers (calibration.hpp): measured or interpolated figures as they are; a scaled
+// answer multiplies the roofline and formula at the query by measured / modelled at the nearest
+// measured shape.
 template <typename Roofline, typename Formula>
 CalibratedEntry calibrate(const Calibration& calibration, const LayerQuery& query,
                           const Roofline& roofline, const Formula& formula, LayerTime* time,

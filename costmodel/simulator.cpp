@@ -798,9 +798,11 @@ class StepBuilder {
       int seg = compute(r, Phase::kBackward, c.backward_s * bytes / total, true, what);
       engine_.depend(last, seg);
       if (j == 0) ot.first = seg;
-      int bucket = flow(r, Stream::kDataParallel, Phase::kGradients,
-                        comms_->collective(Collective::kAllReduce, Group::kData, r, bytes),
-                        "allreduce dp " + bytes_text(bytes));
+      // ZeRO-2/3's executor reduces each micro-batch's buckets inside its backward pass.
+      int bucket =
+          flow(r, Stream::kDataParallel, spec_.zero >= 2 ? Phase::kBackward : Phase::kGradients,
+               comms_->collective(Collective::kAllReduce, Group::kData, r, bytes),
+               "allreduce dp " + bytes_text(bytes));
       engine_.depend(seg, bucket);
       last = seg;
     }

@@ -62,8 +62,9 @@
 //   (phases_s), so a prediction can be read next to a measurement: a compute task counts in its
 //   own phase (F: forward, B: backward, the optimizer step: optimizer, the step's scalar
 //   all-reduces: other); a wait counts in the phase of what it waited for (a tp all-reduce: its
-//   pass's; a pp transfer and the bubble: pipeline_wait; a dp bucket: backward when a backward
-//   segment waits for it (CPU ranks), else gradients; ZeRO's gather: other before the step's first
+//   pass's; a pp transfer and the bubble: pipeline_wait; a dp bucket: backward with ZeRO-2/3 (the
+//   executor reduces them inside the backward pass) or when a backward segment waits for it (CPU
+//   ranks), else gradients; ZeRO's gather: other before the step's first
 //   forward (ZeRO-3), optimizer after the step (ZeRO-1/2)); the time after a rank's last task until
 //   the step ends is gradients (the executor's first collective over all ranks after the backward
 //   passes: the gradient reduction or the norm's all-reduce). The phases add up to the step time.

@@ -164,17 +164,25 @@ c10::intrusive_ptr<c10d::Store> make_local_store() {
 // Gloo's worker thread drops its reference to a finished work a moment after completing it. If
 // that is the last one, the work's tensors are freed on the worker thread, where LibTorch's
 // allocator reports do not reach the rank's memory counter (which then never sees them leave).
-// So a finished Gloo work that the worker still holds goes to its group's list, and the group
-// drops it on the rank's own thread once it holds the last reference: at the group's next
-// operation (before that operation allocates anything) or at the group's end. The hot path never
-// waits for the worker.
+// So the waiting rank thread gives the worker a moment (FinishedWorks::kGrace) to let go and drops
+// the work itself; a work still held after that goes to its group's list, which drops what nothing
+// else holds at the group's next operation and at the group's end. The hot path never waits longer
+// than the grace, and the list is bounded (the oldest entries are dropped, wherever they free).
 namespace {
 
 class FinishedWorks {
  public:
+  static constexpr auto kGrace = std::chrono::microseconds(500);
+  static constexpr std::size_t kMostKept = 64;
+
   void keep(c10::intrusive_ptr<c10d::Work> work) {
+    const auto give_up = std::chrono::steady_clock::now() + kGrace;
+    while (work.use_count() > 1 && std::chrono::steady_clock::now() < give_up) {
+      std::this_thread::yield();
+    }
     if (work.use_count() <= 1) return;  // the last reference: released here, now
     const std::lock_guard<std::mutex> lock(mutex_);
+    if (works_.size() >= kMostKept) works_.erase(works_.begin());
     works_.push_back(std::move(work));
   }
   // Drops the works that nothing else holds any more.

@@ -211,10 +211,11 @@ struct LogitsRequest {
   profiles::Precision precision = profiles::Precision::kFp32;
 };
 
-// [rows][num_labels]. Throws InputError (source: request.source) for rows of unequal length or
-// longer than the model's positions, ids outside the vocabulary, masks or types of another shape
-// or with values other than 0/1 (types: below the model's type vocabulary), naming the field
-// ("$.input_ids[2][7]"); InputError for an unreadable weights file or cuda without a GPU.
+// [rows][num_labels]. Throws InputError (source: request.source) for no rows, mask or type lists
+// with another number of rows ("$.attention_mask"), and, naming the row ("example 2"), rows of
+// unequal length or longer than the model's positions, ids outside the vocabulary, masks other
+// than 0/1 or starting with padding, types outside the model's type vocabulary; InputError for an
+// unreadable weights file or cuda without a GPU.
 std::vector<std::vector<double>> classifier_logits(const LogitsRequest& request);
 
 // The newest complete checkpoint folder (`step-NNNNNNNN` holding trainer_state.json) in
