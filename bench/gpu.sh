@@ -16,8 +16,8 @@
 #               eager (autocast) and torch.compile, samples/s side by side, and loom's MFU (the
 #               plan's model FLOPs per step over the measured step, against the measured bf16
 #               matmul rate). Batches: B_BASE128, B_BASE512, B_LARGE128, B_LARGE512 (default 256,
-#               64, 128, 32). Loom trains on synthetic reviews padded to the sequence length,
-#               transformers on full-length random ids.
+#               64, 128, 32). Both sides train on full-length sequences (no padding): Loom on
+#               long reviews (hf_reference.py reviews), transformers on random ids.
 #   profile     loom profile --device cuda of bert-base and bert-large at seq 128
 #               (profiles/measured/<gpu>-<model>.json)
 #   validate    loom validate of single-GPU plans (micro-batch and recompute variants) with them
@@ -163,6 +163,7 @@ print(f"{2 * 8192**3 / times[10] / 1e12:.1f}")
 PY
 )
   row "measured bf16 matmul rate" "$peak_tflops TFLOP/s" "-" "-"
+  [ -f "$dir/data/long.csv" ] || "$PY" "$REF" reviews "$dir/data" 2048 600
   # transformers config | loom model | seq | batch
   local configs=("bert-base-uncased|bert-base|128|${B_BASE128:-256}" "bert-base-uncased|bert-base|512|${B_BASE512:-64}"
                  "bert-large-uncased|bert-large|128|${B_LARGE128:-128}" "bert-large-uncased|bert-large|512|${B_LARGE512:-32}")
@@ -171,8 +172,9 @@ PY
     IFS='|' read -r hf model seq batch <<<"$c"
     "$LOOM" plan --model $model --cluster h100-x1 --global-batch "$batch" --seq-len "$seq" \
       --precision bf16 --dp 1 --tp 1 --pp 1 --micro-batch "$batch" -o "$dir/plan-$model-$seq.json" >/dev/null
-    "$LOOM" train "$dir/plan-$model-$seq.json" --data synthetic:$((batch * 4)) --steps "$steps" \
-      --device cuda --json >"$dir/loom-$model-$seq.json" 2>"$dir/loom-$model-$seq.err"
+    "$LOOM" train "$dir/plan-$model-$seq.json" --data "$dir/data/long.csv" \
+      --tokenizer "$dir/data/vocab.txt" --steps "$steps" --device cuda --json \
+      >"$dir/loom-$model-$seq.json" 2>"$dir/loom-$model-$seq.err"
     loom_sps=$("$PY" -c "import json; print(round(json.load(open('$dir/loom-$model-$seq.json'))['samples_per_s'], 1))" 2>/dev/null || echo failed)
     "$PY" "$REF" throughput "$hf" "$seq" "$batch" "$steps" >"$dir/eager-$model-$seq.json" 2>"$dir/eager-$model-$seq.err"
     eager_sps=$("$PY" -c "import json; print(round(json.load(open('$dir/eager-$model-$seq.json'))['samples_per_s'], 1))" 2>/dev/null || echo failed)

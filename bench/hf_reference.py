@@ -9,6 +9,9 @@ GPU machine's Python); Loom's side never imports this.
       model.safetensors and vocab.txt (a WordPiece vocabulary of the words of DIR/reviews.csv, a
       Kaggle-style `review,sentiment` file for loom train), and DIR/ids.json (token ids with
       padding, for loom logits).
+  hf_reference.py reviews DIR N WORDS
+      N reviews of WORDS words each (DIR/long.csv) and their vocabulary (DIR/vocab.txt): data
+      without padding at any sequence length up to WORDS + 2 tokens, for the throughput runs.
   hf_reference.py logits CHECKPOINT IDS.json PRECISION
       transformers' logits for IDS.json (PRECISION fp32 or bf16: torch.autocast), as JSON.
   hf_reference.py compare-logits REFERENCE.json LOOM.json RELATIVE_TOLERANCE
@@ -86,6 +89,20 @@ def make(out):
         mask.append([1] * length + [0] * (16 - length))
     with open(os.path.join(out, "ids.json"), "w") as f:
         json.dump({"input_ids": ids, "attention_mask": mask}, f)
+
+
+def reviews(out, n, words):
+    import random
+
+    os.makedirs(out, exist_ok=True)
+    random.seed(11)
+    with open(os.path.join(out, "long.csv"), "w") as f:
+        f.write("review,sentiment\n")
+        for i in range(int(n)):
+            text = " ".join(random.choice(WORDS) for _ in range(int(words)))
+            f.write(f'"{text}",{"positive" if i % 2 else "negative"}\n')
+    with open(os.path.join(out, "vocab.txt"), "w") as f:
+        f.write("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + sorted(set(WORDS))) + "\n")
 
 
 def load(checkpoint):
@@ -217,6 +234,8 @@ def main(argv):
     command, args = argv[1], argv[2:]
     if command == "make" and len(args) == 1:
         make(*args)
+    elif command == "reviews" and len(args) == 3:
+        reviews(*args)
     elif command == "logits" and len(args) == 3:
         logits(*args)
     elif command == "compare-logits" and len(args) == 3:

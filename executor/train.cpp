@@ -149,6 +149,7 @@ Batch make_batch(const std::vector<EncodedExample>& data, const std::vector<std:
   torch::Tensor types = torch::empty({count, seq}, options);
   torch::Tensor labels = torch::empty({count}, options);
   const std::size_t row_bytes = static_cast<std::size_t>(seq) * sizeof(std::int64_t);
+  bool padded = false;
   for (std::int64_t r = 0; r < count; ++r) {
     const EncodedExample& e =
         data[static_cast<std::size_t>(order[static_cast<std::size_t>(begin + r)])];
@@ -156,8 +157,14 @@ Batch make_batch(const std::vector<EncodedExample>& data, const std::vector<std:
     std::memcpy(mask.data_ptr<std::int64_t>() + r * seq, e.attention_mask.data(), row_bytes);
     std::memcpy(types.data_ptr<std::int64_t>() + r * seq, e.token_type_ids.data(), row_bytes);
     labels.data_ptr<std::int64_t>()[r] = e.label;
+    padded = padded || std::find(e.attention_mask.begin(), e.attention_mask.end(), 0) !=
+                           e.attention_mask.end();
   }
-  return {{ids.to(device), mask.to(device), types.to(device)}, labels.to(device)};
+  // A batch without padding carries no mask (EncoderInputs: undefined = no padding), so attention
+  // may use the kernels that take none (flash attention on CUDA); known here on the host, so no
+  // device synchronisation (transformers checks the mask on the device for the same purpose).
+  return {{ids.to(device), padded ? mask.to(device) : torch::Tensor(), types.to(device)},
+          labels.to(device)};
 }
 
 // A [rows, columns] integer tensor as nested JSON arrays.
@@ -182,7 +189,9 @@ nlohmann::ordered_json batch_json(std::int64_t step, std::int64_t micro_batch, c
   line["step"] = step;
   line["micro_batch"] = micro_batch;
   line["input_ids"] = rows_json(b.inputs.input_ids);
-  line["attention_mask"] = rows_json(b.inputs.attention_mask);
+  line["attention_mask"] =
+      rows_json(b.inputs.attention_mask.defined() ? b.inputs.attention_mask
+                                                  : torch::ones_like(b.inputs.input_ids));
   line["token_type_ids"] = rows_json(b.inputs.token_type_ids);
   line["labels"] = rows_json(b.labels);
   return line;
