@@ -41,6 +41,10 @@ WORDS = ("good great fine superb moving bad awful dull boring weak plot actor fi
          "really quite rather some").split()
 
 
+# A WordPiece vocabulary of WORDS: BERT's special tokens first ([PAD] 0, [CLS] 2, [SEP] 3).
+VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + sorted(set(WORDS))
+
+
 def make(out):
     import random
 
@@ -64,27 +68,25 @@ def make(out):
         f.write("review,sentiment\n")
         for text, sentiment in rows:
             f.write(f'"{text}",{sentiment}\n')
-    specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
-    vocab = specials + sorted(set(WORDS))
     sizes = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
                  intermediate_size=128, hidden_dropout_prob=0.0,
                  attention_probs_dropout_prob=0.0, num_labels=2)
     bert = BertForSequenceClassification(
-        BertConfig(vocab_size=len(vocab), max_position_embeddings=64, **sizes))
+        BertConfig(vocab_size=len(VOCAB), max_position_embeddings=64, **sizes))
     roberta = RobertaForSequenceClassification(
-        RobertaConfig(vocab_size=len(vocab), max_position_embeddings=66, type_vocab_size=1,
+        RobertaConfig(vocab_size=len(VOCAB), max_position_embeddings=66, type_vocab_size=1,
                       pad_token_id=1, bos_token_id=0, eos_token_id=2, **sizes))
     for name, model in (("bert", bert), ("roberta", roberta)):
         folder = os.path.join(out, name)
         model.save_pretrained(folder)  # safetensors, transformers' default since 4.35
         with open(os.path.join(folder, "vocab.txt"), "w") as f:
-            f.write("\n".join(vocab) + "\n")
+            f.write("\n".join(VOCAB) + "\n")
     # Ids for logits: 4 rows of 16, two of them padded (BERT's [PAD] is 0; RoBERTa's is 1, but the
     # mask decides, and both checks use the same ids).
     ids, mask = [], []
     for r in range(4):
         length = 16 if r < 2 else 9 + r
-        row = [2] + [random.randrange(5, len(vocab)) for _ in range(length - 2)] + [3]
+        row = [2] + [random.randrange(5, len(VOCAB)) for _ in range(length - 2)] + [3]
         ids.append(row + [0] * (16 - length))
         mask.append([1] * length + [0] * (16 - length))
     with open(os.path.join(out, "ids.json"), "w") as f:
@@ -102,7 +104,7 @@ def reviews(out, n, words):
             text = " ".join(random.choice(WORDS) for _ in range(int(words)))
             f.write(f'"{text}",{"positive" if i % 2 else "negative"}\n')
     with open(os.path.join(out, "vocab.txt"), "w") as f:
-        f.write("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + sorted(set(WORDS))) + "\n")
+        f.write("\n".join(VOCAB) + "\n")
 
 
 def load(checkpoint):

@@ -141,7 +141,6 @@ a, b = (json.load(open(p)) for p in sys.argv[1:3])
 sys.exit(0 if (a["strategy"], a.get("stages")) == (b["strategy"], b.get("stages")) else 1)
 PY
   then
-    echo same >"side/$name-same.txt"
     continue
   fi
   for ((r = 1; r <= ROUNDS; r++)); do
@@ -156,7 +155,7 @@ PY
 done
 
 python3 - "$i" "$PASSES" "$ROUNDS" "${NAMES[@]}" <<'PY'
-import json, os, statistics, sys
+import json, statistics, sys
 n, passes, rounds, names = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4:]
 
 def load(k, plan_id):
@@ -253,7 +252,7 @@ for model in names:
           f"{100*statistics.mean(gaps):.1f} % on average over {passes} passes "
           f"({100*statistics.mean(steady):.1f} % with measurements divided by their drift probe)")
     fastest = int(open(f"side/fastest-{model}.txt").read())
-    if os.path.exists(f"side/{model}-same.txt"):
+    if same_strategy(passes, f"best-{model}", fastest):
         print(f"{model}, side by side: the planner's first plan is '{labels[fastest][0]}', the "
               f"fastest pinned plan, itself (same strategy and stages): +0.0 %")
         continue

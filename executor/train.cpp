@@ -20,6 +20,7 @@
 #include <sstream>
 #include <thread>
 
+#include "costmodel/simulator.hpp"
 #include "executor/distributed.hpp"
 #include "executor/flat_adamw.hpp"
 #include "executor/model.hpp"
@@ -167,17 +168,14 @@ Batch make_batch(const std::vector<EncodedExample>& data, const std::vector<std:
           labels.to(device)};
 }
 
-// A [rows, columns] integer tensor as nested JSON arrays.
+// An integer tensor as JSON: [n] as a list, [rows, columns] as a list of rows.
 nlohmann::ordered_json rows_json(const torch::Tensor& t) {
   const torch::Tensor c = t.to(torch::kCPU).to(torch::kLong).contiguous();
-  nlohmann::ordered_json rows = nlohmann::ordered_json::array();
   const std::int64_t* data = c.data_ptr<std::int64_t>();
-  const std::int64_t width = c.dim() == 2 ? c.size(1) : 1;
+  if (c.dim() == 1) return std::vector<std::int64_t>(data, data + c.size(0));
+  nlohmann::ordered_json rows = nlohmann::ordered_json::array();
+  const std::int64_t width = c.size(1);
   for (std::int64_t r = 0; r < c.size(0); ++r) {
-    if (c.dim() == 1) {
-      rows.push_back(data[r]);
-      continue;
-    }
     rows.push_back(std::vector<std::int64_t>(data + r * width, data + (r + 1) * width));
   }
   return rows;
@@ -217,6 +215,20 @@ struct RunShape {
   torch::Device device = torch::kCPU;
 };
 
+// The torch device that `device` names (CUDA: GPU `device_index`), or an InputError for cuda
+// without a GPU. On CUDA it also sets LibTorch's global TF32 switches: on for tf32, off for every
+// other precision (fp32 stays exact fp32, as in torch.backends with allow_tf32 = False).
+torch::Device prepare_device(Device device, int device_index, Precision precision) {
+  if (device != Device::kCuda) return torch::kCPU;
+  if (!compat::cuda_available()) {
+    throw InputError("--device", "",
+                     "cuda needs a CUDA build of LibTorch and a visible GPU; use --device cpu");
+  }
+  at::globalContext().setAllowTF32CuBLAS(precision == Precision::kTf32);
+  at::globalContext().setAllowTF32CuDNN(precision == Precision::kTf32);
+  return {torch::kCUDA, static_cast<c10::DeviceIndex>(device_index)};
+}
+
 RunShape run_shape(const TrainOptions& o, std::size_t train_examples) {
   RunShape r;
   r.global_batch = o.dp * o.micro_batch * o.num_micro_batches;
@@ -228,13 +240,7 @@ RunShape run_shape(const TrainOptions& o, std::size_t train_examples) {
   }
   r.steps_per_epoch = train_count / r.global_batch;
   r.total_steps = o.steps > 0 ? o.steps : o.epochs * r.steps_per_epoch;
-  if (o.device == Device::kCuda && !compat::cuda_available()) {
-    throw InputError("--device", "",
-                     "cuda needs a CUDA build of LibTorch and a visible GPU; use --device cpu");
-  }
-  if (o.device == Device::kCuda) {
-    r.device = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(o.device_index));
-  }
+  r.device = prepare_device(o.device, o.device_index, o.precision);
   return r;
 }
 
@@ -321,13 +327,15 @@ struct StepPhases {
   }
   nlohmann::ordered_json to_json(double step_time_s) const {
     const double known = forward_s + backward_s + pipeline_wait_s + gradients_s + optimizer_s;
+    // Keyed as the simulator names its predicted phases, so loom validate can pair them.
+    using costmodel::Phase;
     nlohmann::ordered_json j;
-    j["forward"] = forward_s;
-    j["backward"] = backward_s;
-    j["pipeline_wait"] = pipeline_wait_s;
-    j["gradients"] = gradients_s;
-    j["optimizer"] = optimizer_s;
-    j["other"] = std::max(0.0, step_time_s - known);
+    j[to_string(Phase::kForward)] = forward_s;
+    j[to_string(Phase::kBackward)] = backward_s;
+    j[to_string(Phase::kPipelineWait)] = pipeline_wait_s;
+    j[to_string(Phase::kGradients)] = gradients_s;
+    j[to_string(Phase::kOptimizer)] = optimizer_s;
+    j[to_string(Phase::kOther)] = std::max(0.0, step_time_s - known);
     return j;
   }
 };
@@ -710,17 +718,8 @@ std::vector<std::vector<double>> classifier_logits(const LogitsRequest& r) {
   }
   std::size_t seq_len = 0;
   check_data(rows, r.source, r.model, seq_len);
-  if (r.device == Device::kCuda && !compat::cuda_available()) {
-    throw InputError("--device", "", "cpu: this build of Loom or this machine has no CUDA");
-  }
-  const torch::Device device = r.device == Device::kCuda
-                                   ? torch::Device(torch::kCUDA, r.device_index)
-                                   : torch::Device(torch::kCPU);
+  const torch::Device device = prepare_device(r.device, r.device_index, r.precision);
   const MixedPrecision mp = mixed_precision(r.device, r.precision);
-  if (r.device == Device::kCuda) {
-    at::globalContext().setAllowTF32CuBLAS(r.precision == Precision::kTf32);
-    at::globalContext().setAllowTF32CuDNN(r.precision == Precision::kTf32);
-  }
   EncoderOptions options;
   options.dropout = 0.0;
   options.seed = r.seed;
@@ -789,10 +788,6 @@ TrainSummary train_classifier(const TrainOptions& o, const std::vector<EncodedEx
   const int device_index = o.device_index;
   const torch::Device device = run.device;
   const MixedPrecision mp = mixed_precision(o.device, o.precision);
-  if (o.device == Device::kCuda) {
-    at::globalContext().setAllowTF32CuBLAS(o.precision == Precision::kTf32);
-    at::globalContext().setAllowTF32CuDNN(o.precision == Precision::kTf32);
-  }
 
   torch::manual_seed(o.seed);  // dropout draws from LibTorch's default generators
   EncoderOptions model_options;
