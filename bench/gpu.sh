@@ -15,17 +15,20 @@
 #   throughput  BERT-base and BERT-large, seq 128 and 512, bf16: loom train against transformers
 #               eager (autocast) and torch.compile, samples/s side by side, and loom's MFU (the
 #               plan's model FLOPs per step over the measured step, against the measured bf16
-#               matmul rate). Batches: B_BASE128, B_BASE512, B_LARGE128, B_LARGE512 (default 256,
-#               64, 128, 32). Both sides train on full-length sequences (no padding): Loom on
-#               long reviews (hf_reference.py reviews), transformers on random ids.
+#               matmul rate). Batches: B_BASE128, B_BASE512, B_LARGE128, B_LARGE512, by default
+#               the largest power of two that the planner predicts to fit without recomputation,
+#               halved while either side runs out of memory. Both sides train on full-length
+#               sequences (no padding): Loom on long reviews (hf_reference.py reviews),
+#               transformers on random ids. THROUGHPUT="bert-base-128 bert-large-512" runs some.
 #   profile     loom profile --device cuda of bert-base and bert-large at seq 128
 #               (profiles/measured/<gpu>-<model>.json)
 #   validate    loom validate of single-GPU plans (micro-batch and recompute variants) with them
 # A machine call is at most 10 minutes: run the stages over several calls (build products stay
-# on a warm machine), e.g. `bench/gpu.sh env build logits losses`, then `bench/gpu.sh throughput`,
-# then `bench/gpu.sh profile validate`.
+# on a warm machine), e.g. `bench/gpu.sh env build logits losses`, then
+# `THROUGHPUT="bert-base-128 bert-base-512" bench/gpu.sh throughput` and the same for bert-large
+# (torch.compile takes a minute or two per model), then `bench/gpu.sh profile validate`.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 2
 ROOT=$PWD
 OUT=${OUT:-/tmp/loom-gpu}
 mkdir -p "$OUT"
@@ -40,6 +43,17 @@ TABLE="$OUT/table.md"
 
 say() { echo "== $*" >&2; }
 row() { printf '| %s | %s | %s | %s |\n' "$1" "$2" "$3" "$4" >>"$TABLE"; }
+# The built-in cluster of this GPU (one H100 or one H200).
+cluster() {
+  case "$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)" in
+    *H200*) echo h200-x1 ;;
+    *) echo h100-x1 ;;
+  esac
+}
+# sps FILE: samples/s from a JSON result, or "failed".
+sps() { "$PY" -c "import json; print(round(json.load(open('$1'))['samples_per_s'], 1))" 2>/dev/null || echo failed; }
+# oom FILE: true when a run's stderr says it ran out of GPU memory.
+oom() { grep -qi "out of memory" "$1" 2>/dev/null; }
 need_loom() { [ -x "$LOOM" ] || { say "no $LOOM: run the build stage first"; return 1; }; }
 
 stage_env() {
@@ -62,18 +76,18 @@ stage_build() {
   local dd=/tmp/loom-devdeps
   mkdir -p "$dd"
   for f in .devdeps/*.deb; do dpkg -x "$f" "$dd"; done
-  local torch_cmake nccl_include utf8proc
-  torch_cmake=$("$PY" -c 'import torch; print(torch.utils.cmake_prefix_path)')
+  local nccl_include utf8proc
   nccl_include=$("$PY" -c 'import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], "include"))' 2>/dev/null || true)
   utf8proc=$(ls "$dd"/usr/lib/x86_64-linux-gnu/libutf8proc.a 2>/dev/null ||
              ls "$dd"/usr/lib/x86_64-linux-gnu/libutf8proc.so* 2>/dev/null | head -1)
-  export CMAKE_PREFIX_PATH="$torch_cmake:$dd/usr:$dd/usr/lib/x86_64-linux-gnu/cmake:$dd/usr/share/cmake:$dd/usr/lib/cmake"
+  export CMAKE_PREFIX_PATH="$dd/usr:$dd/usr/lib/x86_64-linux-gnu/cmake:$dd/usr/share/cmake:$dd/usr/lib/cmake"
   export CPATH="$dd/usr/include${nccl_include:+:$nccl_include}"
   export LD_LIBRARY_PATH="$dd/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   local generator=()
   command -v ninja >/dev/null && generator=(-G Ninja)
   say "configuring $BUILD (log: $OUT/build.log)"
   if cmake -S . -B "$BUILD" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release -DLOOM_BUILD_TESTS=OFF \
+       -DLOOM_CUDA=ON -DPython3_EXECUTABLE="$(command -v "$PY")" \
        -DUTF8PROC_INCLUDE_DIR="$dd/usr/include" -DUTF8PROC_LIBRARY="$utf8proc" >"$OUT/build.log" 2>&1 &&
      cmake --build "$BUILD" --target loom -j "$(nproc)" >>"$OUT/build.log" 2>&1; then
     row "CUDA build against $("$PY" -c 'import torch; print(torch.__version__)')" "built" "builds" "met"
@@ -123,7 +137,7 @@ stage_losses() {
   need_loom || return 1
   local dir="$OUT/hf"
   [ -f "$dir/ids.json" ] || "$PY" "$REF" make "$dir" || return 1
-  "$LOOM" plan --model "$dir/bert/config.json" --cluster h100-x1 --global-batch 8 --seq-len 32 \
+  "$LOOM" plan --model "$dir/bert/config.json" --cluster "$(cluster)" --global-batch 8 --seq-len 32 \
     --precision fp32 --dp 1 --tp 1 --pp 1 --micro-batch 4 -o "$dir/plan-losses.json" >/dev/null &&
     "$LOOM" train "$dir/plan-losses.json" --init "$dir/bert" --data "$dir/reviews.csv" --steps 5 \
       --dropout 0 --lr 1e-3 --device cuda --dump-batches "$dir/batches.jsonl" \
@@ -164,27 +178,50 @@ PY
 )
   row "measured bf16 matmul rate" "$peak_tflops TFLOP/s" "-" "-"
   [ -f "$dir/data/long.csv" ] || "$PY" "$REF" reviews "$dir/data" 2048 600
-  # transformers config | loom model | seq | batch
-  local configs=("bert-base-uncased|bert-base|128|${B_BASE128:-256}" "bert-base-uncased|bert-base|512|${B_BASE512:-64}"
-                 "bert-large-uncased|bert-large|128|${B_LARGE128:-128}" "bert-large-uncased|bert-large|512|${B_LARGE512:-32}")
-  local c hf model seq batch loom_sps eager_sps compiled_sps ratio mfu
+  # transformers config | loom model | seq | batch (empty: the largest that fits both)
+  local configs=("bert-base-uncased|bert-base|128|${B_BASE128:-}" "bert-base-uncased|bert-base|512|${B_BASE512:-}"
+                 "bert-large-uncased|bert-large|128|${B_LARGE128:-}" "bert-large-uncased|bert-large|512|${B_LARGE512:-}")
+  local c hf model seq batch fixed name loom_sps eager_sps compiled_sps ratio mfu
   for c in "${configs[@]}"; do
     IFS='|' read -r hf model seq batch <<<"$c"
-    "$LOOM" plan --model $model --cluster h100-x1 --global-batch "$batch" --seq-len "$seq" \
-      --precision bf16 --dp 1 --tp 1 --pp 1 --micro-batch "$batch" -o "$dir/plan-$model-$seq.json" >/dev/null
-    "$LOOM" train "$dir/plan-$model-$seq.json" --data "$dir/data/long.csv" \
-      --tokenizer "$dir/data/vocab.txt" --steps "$steps" --device cuda --json \
-      >"$dir/loom-$model-$seq.json" 2>"$dir/loom-$model-$seq.err"
-    loom_sps=$("$PY" -c "import json; print(round(json.load(open('$dir/loom-$model-$seq.json'))['samples_per_s'], 1))" 2>/dev/null || echo failed)
-    "$PY" "$REF" throughput "$hf" "$seq" "$batch" "$steps" >"$dir/eager-$model-$seq.json" 2>"$dir/eager-$model-$seq.err"
-    eager_sps=$("$PY" -c "import json; print(round(json.load(open('$dir/eager-$model-$seq.json'))['samples_per_s'], 1))" 2>/dev/null || echo failed)
-    "$PY" "$REF" throughput "$hf" "$seq" "$batch" "$steps" compile >"$dir/compiled-$model-$seq.json" 2>"$dir/compiled-$model-$seq.err"
-    compiled_sps=$("$PY" -c "import json; print(round(json.load(open('$dir/compiled-$model-$seq.json'))['samples_per_s'], 1))" 2>/dev/null || echo failed)
+    name="$model-$seq"
+    [ -n "${THROUGHPUT:-}" ] && [[ " $THROUGHPUT " != *" $name "* ]] && continue
+    fixed=$batch
+    if [ -z "$batch" ]; then
+      # The largest power of two the planner predicts to fit without recomputation (HF eager
+      # recomputes nothing either), then halved while either side runs out of memory.
+      batch=1024
+      while ((batch > 1)) && ! "$LOOM" plan --model $model --cluster "$(cluster)" --global-batch $batch \
+          --seq-len "$seq" --precision bf16 --dp 1 --tp 1 --pp 1 --micro-batch $batch \
+          --recompute none -o "$dir/plan-fit.json" >/dev/null 2>&1; do
+        batch=$((batch / 2))
+      done
+    fi
+    while :; do
+      "$LOOM" plan --model $model --cluster "$(cluster)" --global-batch "$batch" --seq-len "$seq" \
+        --precision bf16 --dp 1 --tp 1 --pp 1 --micro-batch "$batch" --recompute none \
+        -o "$dir/plan-$name.json" >/dev/null 2>"$dir/plan-$name.err"
+      "$LOOM" train "$dir/plan-$name.json" --data "$dir/data/long.csv" \
+        --tokenizer "$dir/data/vocab.txt" --steps "$steps" --device cuda --json \
+        >"$dir/loom-$name.json" 2>"$dir/loom-$name.err"
+      "$PY" "$REF" throughput "$hf" "$seq" "$batch" "$steps" >"$dir/eager-$name.json" 2>"$dir/eager-$name.err"
+      if [ -z "$fixed" ] && ((batch > 1)) && { oom "$dir/loom-$name.err" || oom "$dir/eager-$name.err"; }; then
+        say "$name: out of memory at batch $batch, halving"
+        batch=$((batch / 2))
+        continue
+      fi
+      break
+    done
+    loom_sps=$(sps "$dir/loom-$name.json")
+    eager_sps=$(sps "$dir/eager-$name.json")
+    "$PY" "$REF" throughput "$hf" "$seq" "$batch" "$steps" compile >"$dir/compiled-$name.json" 2>"$dir/compiled-$name.err"
+    compiled_sps=$(sps "$dir/compiled-$name.json")
+    oom "$dir/compiled-$name.err" && compiled_sps="out of memory"
     ratio=$("$PY" -c "print(f'{$loom_sps / $eager_sps:.2f}')" 2>/dev/null || echo "-")
     # MFU: the plan's model FLOPs per step (its predicted model TFLOP/s times its predicted step)
     # over the measured step time, against the measured matmul rate.
     mfu=$("$PY" -c "import json
-p = json.load(open('$dir/plan-$model-$seq.json'))['predicted']
+p = json.load(open('$dir/plan-$name.json'))['predicted']
 flops = p['model_tflops_per_gpu'] * p['step_time_s']
 print(f'{100 * flops * $loom_sps / $batch / $peak_tflops:.1f} %')" 2>/dev/null || echo "-")
     row "$model seq $seq b=$batch bf16: loom / eager / compiled samples/s" \
@@ -216,7 +253,7 @@ stage_validate() {
   for model in bert-base bert-large; do
     for b in 8 32; do
       for r in none full; do
-        "$LOOM" plan --model $model --cluster h100-x1 --global-batch 64 --seq-len 128 \
+        "$LOOM" plan --model $model --cluster "$(cluster)" --global-batch 64 --seq-len 128 \
           --precision bf16 --dp 1 --tp 1 --pp 1 --micro-batch $b --recompute $r \
           --profile "profiles/measured/$gpu-$model.json" -o "$dir/plan-$model-$b-$r.json" >/dev/null &&
           "$LOOM" validate "$dir/plan-$model-$b-$r.json" --device cuda --steps 12 --warmup 4 --json \
