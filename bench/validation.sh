@@ -8,15 +8,16 @@
 # for each job against the fastest measured plan of that job.
 #
 # This VM's speed drifts by 10-25 % over minutes (other guests on the host), so the whole
-# sequence runs PASSES times, the plans in alternating order, and a plan's figures are the means
-# over the passes. Each pass first profiles everything (the planner's choices come from these
-# profiles); then every pinned plan is profiled again just before it runs (only the points it
-# uses, and the links for two ranks), planned again with that profile, and measured: the
-# prediction that counts is the one a user gets who profiles, plans and trains in a row. The
-# prediction from the pass's profile, taken minutes earlier, is printed next to it. The ranking
-# is checked in every pass and then side by side (the planner's first plan of the last pass and
-# the pinned plan measured fastest over the passes run in turn ROUNDS times, default 3: the figure
-# that counts, since one plan measured twice in one pass has differed by 26 %).
+# sequence runs PASSES times, the plans in alternating order, and a plan's figures are the
+# medians over the passes (its error: the median of the passes' errors). Each pass first profiles
+# everything (the planner's choices come from these profiles); then every pinned plan is profiled
+# again just before it runs (only the points it uses, and the links for two ranks), planned again
+# with that profile, and measured: the prediction that counts is the one a user gets who
+# profiles, plans and trains in a row. The prediction from the pass's profile, taken minutes
+# earlier, is printed next to it. The ranking is checked in every pass and then side by side (the
+# planner's first plan of the last pass and the pinned plan measured fastest over the passes run
+# in turn ROUNDS times, default 3: the figure that counts, since one plan measured twice in one
+# pass has differed by 26 %).
 #
 # Usage: bench/validation.sh [STEPS]       (default 14 steps, the first 5 left out: Gloo's first
 #                                           collectives are slow; 2 passes of
@@ -201,14 +202,19 @@ def pass_predicted_s(k, plan_id):
     return json.load(open(f"pass-{k}/plan-{plan_id}-pass.json"))["predicted"]["step_time_s"]
 
 def figures(plan_id):
-    """Means over the passes: predicted and measured step time and peak memory, and the step time
-    predicted from the pass's profile."""
+    """Medians over the passes: predicted and measured step time and peak memory, and the step time
+    predicted from the pass's profile; then the errors, each the median of the passes' errors (a
+    prediction and its measurement taken side by side, one pair per pass)."""
     runs = [load(k, plan_id) for k in range(1, passes + 1)]
-    mean = lambda f: statistics.mean(f(r) for r in runs)
-    early = statistics.mean(pass_predicted_s(k, plan_id) for k in range(1, passes + 1))
-    return (mean(lambda r: r["predicted"]["step_time_s"]), mean(lambda r: r["measured"]["step_time_s"]),
-            mean(lambda r: r["predicted"]["peak_memory_bytes"]),
-            mean(lambda r: r["measured"]["peak_memory_bytes"]), early)
+    early = [pass_predicted_s(k, plan_id) for k in range(1, passes + 1)]
+    med = statistics.median
+    pt = [r["predicted"]["step_time_s"] for r in runs]
+    mt = [r["measured"]["step_time_s"] for r in runs]
+    pm = [r["predicted"]["peak_memory_bytes"] for r in runs]
+    mm = [r["measured"]["peak_memory_bytes"] for r in runs]
+    error = lambda p, m: med(a / b - 1 for a, b in zip(p, m))
+    return (med(pt), med(mt), med(pm), med(mm), med(early),
+            error(pt, mt), error(pm, mm), error(early, mt))
 
 rows = []
 print("| # | plan | model | predicted s | measured s | error | predicted MiB | measured MiB | error "
@@ -218,15 +224,14 @@ labels = {}
 for i in range(1, n + 1):
     label, model = open(f"pass-1/label-{i}.txt").read().strip().split("|")
     labels[i] = (label, model)
-    pt, mt, pm, mm, early = figures(i)
-    et, em, ed = pt / mt - 1, pm / mm - 1, early / mt - 1
+    pt, mt, pm, mm, early, et, em, ed = figures(i)
     rows.append((et, em, ed))
     print(f"| {i} | {label} | {model} | {pt:.4f} | {mt:.4f} | {100*et:+.1f} % | "
           f"{pm/2**20:.1f} | {mm/2**20:.1f} | {100*em:+.1f} % | {early:.4f} | {100*ed:+.1f} % |")
 t = statistics.median(abs(r[0]) for r in rows)
 mem = statistics.median(abs(r[1]) for r in rows)
 print(f"\nmedian |error|: step time {100*t:.1f} %, peak memory {100*mem:.1f} % over {n} plans "
-      f"(each figure the mean of {passes} passes)")
+      f"(each figure the median of {passes} passes)")
 d = statistics.median(abs(r[2]) for r in rows)
 print(f"median |error| of step time predicted from the pass's profile instead: {100*d:.1f} %")
 # Where the errors sit: each phase summed over every rank of every plan and pass, predicted (the
