@@ -37,33 +37,6 @@ double median_of(std::vector<double> v) {
   return n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
-// Bytes in use and the peak since the last reset, from the device's allocator.
-class MemoryProbe {
- public:
-  MemoryProbe(Device device, int device_index, compat::CpuMemoryCounter& cpu)
-      : device_(device), index_(device_index), cpu_(cpu) {}
-  std::int64_t current() const {
-    return device_ == Device::kCuda ? compat::cuda_allocated_bytes(index_)
-                                    : cpu_.process_current_bytes();
-  }
-  std::int64_t peak() const {
-    return device_ == Device::kCuda ? compat::cuda_peak_allocated_bytes(index_)
-                                    : cpu_.process_peak_bytes();
-  }
-  void reset_peak() {
-    if (device_ == Device::kCuda) {
-      compat::cuda_reset_peak(index_);
-    } else {
-      cpu_.reset_peak();
-    }
-  }
-
- private:
-  Device device_;
-  int index_;
-  compat::CpuMemoryCounter& cpu_;
-};
-
 struct Sample {
   double forward_s = 0;
   double backward_s = 0;
@@ -105,7 +78,8 @@ void measure(const ProfileOptions& o, LayerKind kind, std::int64_t batch, int tp
   }
 
   compat::CpuMemoryScope cpu_memory;
-  MemoryProbe memory(o.device, o.device_index, cpu_memory.counter());
+  compat::DeviceMemory memory(o.device == Device::kCuda, o.device_index, cpu_memory.counter(),
+                              false);
   EncoderClassifier stage(spec, eo, context);
   stage.train();
   std::int64_t parameter_bytes = 0;
@@ -136,7 +110,7 @@ void measure(const ProfileOptions& o, LayerKind kind, std::int64_t batch, int tp
   Sample last_sample;
   for (int i = 0; i < o.warmup + repeats; ++i) {
     sync();
-    const std::int64_t before = memory.current();
+    const std::int64_t before = memory.current_bytes();
     const auto t0 = Clock::now();
     torch::Tensor out;
     {
@@ -146,9 +120,9 @@ void measure(const ProfileOptions& o, LayerKind kind, std::int64_t batch, int tp
     }
     sync();
     const auto t1 = Clock::now();
-    const std::int64_t kept = memory.current() - before;
+    const std::int64_t kept = memory.current_bytes() - before;
     memory.reset_peak();
-    const std::int64_t base = memory.current();
+    const std::int64_t base = memory.current_bytes();
     if (kind == LayerKind::kHead) {
       out.backward();
     } else {
@@ -156,7 +130,7 @@ void measure(const ProfileOptions& o, LayerKind kind, std::int64_t batch, int tp
     }
     sync();
     const auto t2 = Clock::now();
-    const std::int64_t temporary = memory.peak() - base;
+    const std::int64_t temporary = memory.peak_bytes() - base;
     out = torch::Tensor();
     if (hidden.defined()) hidden.mutable_grad() = torch::Tensor();
     if (i >= o.warmup) {

@@ -327,6 +327,34 @@ class CpuMemoryScope {
   c10::DebugInfoGuard guard_;
 };
 
+// A rank's tensor bytes on its device behind one interface: the CUDA caching allocator's figures
+// on a GPU; on CPUs a CpuMemoryCounter's, the whole process's (one rank in the process) or, with
+// `own_thread`, the calling thread's alone (several ranks share the process).
+class DeviceMemory {
+ public:
+  DeviceMemory(bool cuda, int device_index, CpuMemoryCounter& cpu, bool own_thread)
+      : cuda_(cuda), index_(device_index), cpu_(cpu), own_thread_(own_thread) {}
+  std::int64_t current_bytes() const {
+    if (cuda_) return cuda_allocated_bytes(index_);
+    return own_thread_ ? cpu_.current_bytes() : cpu_.process_current_bytes();
+  }
+  std::int64_t peak_bytes() const {
+    if (cuda_) return cuda_peak_allocated_bytes(index_);
+    return own_thread_ ? cpu_.peak_bytes() : cpu_.process_peak_bytes();
+  }
+  // Starts a new peak from the bytes in use now.
+  void reset_peak() {
+    if (cuda_) cuda_reset_peak(index_);
+    cpu_.reset_peak();
+  }
+
+ private:
+  bool cuda_;
+  int index_;
+  CpuMemoryCounter& cpu_;
+  bool own_thread_;
+};
+
 // ---------------------------------------------------------------------------------------------
 // Autograd
 

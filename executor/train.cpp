@@ -282,16 +282,6 @@ struct LossScaler {
   }
 };
 
-// Peak bytes of this rank's tensors: the CUDA caching allocator's peak on GPUs, the CPU
-// allocator's reports to this thread's counter on CPUs (what the cost model predicts: parameters,
-// gradients, optimizer states, activations and buffers; not the process's code and libraries):
-// the whole process's tracked tensors when this rank is alone in it, else the thread's own.
-std::int64_t peak_memory_bytes(const TrainOptions& o, int device_index,
-                               const compat::CpuMemoryCounter& counter) {
-  if (o.device == Device::kCuda) return compat::cuda_peak_allocated_bytes(device_index);
-  return o.ranks_in_process > 1 ? counter.peak_bytes() : counter.process_peak_bytes();
-}
-
 // The process's peak resident set (code, libraries and allocator slack included).
 std::int64_t peak_rss_bytes() {
   rusage usage{};
@@ -847,10 +837,13 @@ TrainSummary train_classifier(const TrainOptions& o, const std::vector<EncodedEx
   MetricsWriter metrics(o.metrics_path, checkpoint.has_value());
   MetricsWriter batches(o.batches_path, checkpoint.has_value(), "batches");
   ProgressBar progress(o.progress, total_steps);
-  // The peak is the training steps' (the model is built, sharded and loaded before this point:
-  // a tensor-parallel rank's full-size initial weights are a transient of construction).
-  if (o.device == Device::kCuda) compat::cuda_reset_peak(device_index);
-  memory.counter().reset_peak();
+  // Peak bytes of this rank's tensors (what the cost model predicts: parameters, gradients,
+  // optimizer states, activations and buffers; not the process's code and libraries), the
+  // training steps' alone: the model is built, sharded and loaded before this point (a
+  // tensor-parallel rank's full-size initial weights are a transient of construction).
+  compat::DeviceMemory device_memory(o.device == Device::kCuda, device_index, memory.counter(),
+                                     o.ranks_in_process > 1);
+  device_memory.reset_peak();
   const std::int64_t eval_batch = o.eval_batch > 0 ? o.eval_batch : o.micro_batch;
   std::vector<double> step_times_s;
   std::int64_t cached_epoch = -1;
@@ -938,7 +931,7 @@ TrainSummary train_classifier(const TrainOptions& o, const std::vector<EncodedEx
       line["lr"] = lr;
       line["samples_per_s"] = static_cast<double>(global_batch) / step_time_s;
       line["step_time_s"] = step_time_s;
-      line["peak_memory_bytes"] = peak_memory_bytes(o, device_index, memory.counter());
+      line["peak_memory_bytes"] = device_memory.peak_bytes();
       line["rank"] = o.rank;
       line["time"] = utc_now_iso8601();
       line["peak_rss_bytes"] = peak_rss_bytes();       // an extension: code and libraries included
@@ -986,7 +979,7 @@ TrainSummary train_classifier(const TrainOptions& o, const std::vector<EncodedEx
   summary.samples_per_s = summary.median_step_time_s > 0.0
                               ? static_cast<double>(global_batch) / summary.median_step_time_s
                               : 0.0;
-  summary.peak_memory_bytes = peak_memory_bytes(o, device_index, memory.counter());
+  summary.peak_memory_bytes = device_memory.peak_bytes();
   return summary;
 }
 
@@ -1634,10 +1627,13 @@ TrainSummary train_classifier(const TrainOptions& o, const std::vector<EncodedEx
       groups.world_rank() == 0 || o.metrics_every_rank ? o.metrics_path : std::string(),
       checkpoint.has_value());
   ProgressBar progress(o.progress && groups.world_rank() == 0, total_steps);
-  // The peak is the training steps' (the model is built, sharded and loaded before this point:
-  // a tensor-parallel rank's full-size initial weights are a transient of construction).
-  if (o.device == Device::kCuda) compat::cuda_reset_peak(device_index);
-  memory.counter().reset_peak();
+  // Peak bytes of this rank's tensors (what the cost model predicts: parameters, gradients,
+  // optimizer states, activations and buffers; not the process's code and libraries), the
+  // training steps' alone: the model is built, sharded and loaded before this point (a
+  // tensor-parallel rank's full-size initial weights are a transient of construction).
+  compat::DeviceMemory device_memory(o.device == Device::kCuda, device_index, memory.counter(),
+                                     o.ranks_in_process > 1);
+  device_memory.reset_peak();
   const std::int64_t eval_batch = o.eval_batch > 0 ? o.eval_batch : o.micro_batch;
   std::vector<double> step_times_s;
   std::int64_t cached_epoch = -1;
@@ -1846,7 +1842,7 @@ TrainSummary train_classifier(const TrainOptions& o, const std::vector<EncodedEx
       line["lr"] = lr;
       line["samples_per_s"] = static_cast<double>(global_batch) / step_time_s;
       line["step_time_s"] = step_time_s;
-      line["peak_memory_bytes"] = peak_memory_bytes(o, device_index, memory.counter());
+      line["peak_memory_bytes"] = device_memory.peak_bytes();
       line["rank"] = groups.world_rank();
       line["time"] = utc_now_iso8601();
       line["peak_rss_bytes"] = peak_rss_bytes();       // an extension: code and libraries included
@@ -1889,7 +1885,7 @@ TrainSummary train_classifier(const TrainOptions& o, const std::vector<EncodedEx
   summary.samples_per_s = summary.median_step_time_s > 0.0
                               ? static_cast<double>(global_batch) / summary.median_step_time_s
                               : 0.0;
-  summary.peak_memory_bytes = peak_memory_bytes(o, device_index, memory.counter());
+  summary.peak_memory_bytes = device_memory.peak_bytes();
   return summary;
 }
 
