@@ -168,30 +168,29 @@ Batch make_batch(const std::vector<EncodedExample>& data, const std::vector<std:
           labels.to(device)};
 }
 
-// An integer tensor as JSON: [n] as a list, [rows, columns] as a list of rows.
-nlohmann::ordered_json rows_json(const torch::Tensor& t) {
-  const torch::Tensor c = t.to(torch::kCPU).to(torch::kLong).contiguous();
-  const std::int64_t* data = c.data_ptr<std::int64_t>();
-  if (c.dim() == 1) return std::vector<std::int64_t>(data, data + c.size(0));
-  nlohmann::ordered_json rows = nlohmann::ordered_json::array();
-  const std::int64_t width = c.size(1);
-  for (std::int64_t r = 0; r < c.size(0); ++r) {
-    rows.push_back(std::vector<std::int64_t>(data + r * width, data + (r + 1) * width));
-  }
-  return rows;
-}
-
-// One line of TrainOptions::batches_path.
-nlohmann::ordered_json batch_json(std::int64_t step, std::int64_t micro_batch, const Batch& b) {
+// One line of TrainOptions::batches_path: the micro-batch of `count` examples from position
+// `begin` of `order`, as make_batch builds it, written from the host's examples (no copy back from
+// the device, so no synchronisation inside the step).
+nlohmann::ordered_json batch_json(std::int64_t step, std::int64_t micro_batch,
+                                  const std::vector<EncodedExample>& data,
+                                  const std::vector<std::int64_t>& order, std::int64_t begin,
+                                  std::int64_t count) {
   nlohmann::ordered_json line;
   line["step"] = step;
   line["micro_batch"] = micro_batch;
-  line["input_ids"] = rows_json(b.inputs.input_ids);
-  line["attention_mask"] =
-      rows_json(b.inputs.attention_mask.defined() ? b.inputs.attention_mask
-                                                  : torch::ones_like(b.inputs.input_ids));
-  line["token_type_ids"] = rows_json(b.inputs.token_type_ids);
-  line["labels"] = rows_json(b.labels);
+  for (const char* key : {"input_ids", "attention_mask", "token_type_ids"}) {
+    line[key] = nlohmann::ordered_json::array();
+  }
+  std::vector<std::int64_t> labels;
+  for (std::int64_t r = 0; r < count; ++r) {
+    const EncodedExample& e =
+        data[static_cast<std::size_t>(order[static_cast<std::size_t>(begin + r)])];
+    line["input_ids"].push_back(e.input_ids);
+    line["attention_mask"].push_back(e.attention_mask);
+    line["token_type_ids"].push_back(e.token_type_ids);
+    labels.push_back(e.label);
+  }
+  line["labels"] = labels;
   return line;
 }
 
@@ -879,9 +878,11 @@ TrainSummary train_classifier(const TrainOptions& o, const std::vector<EncodedEx
     double step_loss = 0.0;
     StepPhases phases;
     for (std::int64_t m = 0; m < o.num_micro_batches; ++m) {
-      const Batch batch =
-          make_batch(train_data, order, offset + m * o.micro_batch, o.micro_batch, device);
-      if (!o.batches_path.empty()) batches.write(batch_json(step + 1, m, batch));
+      const std::int64_t begin = offset + m * o.micro_batch;
+      const Batch batch = make_batch(train_data, order, begin, o.micro_batch, device);
+      if (!o.batches_path.empty()) {
+        batches.write(batch_json(step + 1, m, train_data, order, begin, o.micro_batch));
+      }
       torch::Tensor logits;
       auto at = StepPhases::Clock::now();
       {
