@@ -248,6 +248,7 @@ struct ProcessGroup::Impl {
   FinishedWorks finished;
   c10::intrusive_ptr<compat::CollectiveBackend> backend;  // null for a group of one
   CommBackend kind = CommBackend::kGloo;
+  int device_index = 0;  // NCCL: this rank's CUDA device
   int watch_world_size = 0;
 };
 
@@ -266,6 +267,7 @@ ProcessGroup::ProcessGroup(const c10::intrusive_ptr<c10d::Store>& store, std::st
   }
   rank_ = static_cast<int>(found - members_.begin());
   impl_->kind = options.backend;
+  impl_->device_index = options.device_index;
   impl_->watch_world_size = options.watch_world_size;
   if (members_.size() == 1) return;
   try {
@@ -281,7 +283,14 @@ ProcessGroup::ProcessGroup(const c10::intrusive_ptr<c10d::Store>& store, std::st
   }
 }
 
-ProcessGroup::~ProcessGroup() = default;
+ProcessGroup::~ProcessGroup() {
+  if (impl_->backend && impl_->kind == CommBackend::kNccl) {
+    try {
+      compat::shutdown_nccl_backend(impl_->backend);
+    } catch (...) {  // NOLINT(bugprone-empty-catch): a destructor must not throw
+    }
+  }
+}
 
 void ProcessGroup::fail(const std::string& operation, const std::string& what) const {
   std::ostringstream message;
@@ -354,7 +363,7 @@ std::unique_ptr<PendingOperation::Impl> ProcessGroup::new_operation(std::string 
     impl_->finished.sweep();
     impl->finished = &impl_->finished;
   }
-  impl->timeout = timeout_;
+  impl->timeout = compat::wait_timeout(impl_->kind == CommBackend::kNccl, timeout_);
   impl->on_failure = [this, name = std::move(name)](const std::string& what) { fail(name, what); };
   return impl;
 }
@@ -523,6 +532,9 @@ void ProcessGroup::barrier() {
   auto impl = new_operation("barrier");
   c10d::BarrierOptions options;
   options.timeout = timeout_;
+  // NCCL's barrier is an all-reduce on a device: this rank's, not one guessed from its rank in
+  // the group (which differs from the local device in groups across nodes).
+  if (impl_->kind == CommBackend::kNccl) options.device_ids = {impl_->device_index};
   try {
     impl->work = impl_->backend->barrier(options);
   } catch (const std::exception& e) {

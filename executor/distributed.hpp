@@ -79,6 +79,7 @@ struct GroupOptions {
   CommBackend backend = CommBackend::kGloo;  // kNccl only in a CUDA build, for CUDA tensors
   std::string host = "127.0.0.1";            // address Gloo binds to ("" = this host's name)
   std::string interface;                     // network interface for Gloo (wins over host)
+  int device_index = 0;                      // NCCL: this rank's CUDA device
   // On a failure, the world ranks 0..watch_world_size-1 whose silence names them lost; 0 = the
   // group's own members.
   int watch_world_size = 0;

@@ -499,7 +499,11 @@ JobGroup join_job(Device device, double timeout_s, const std::string& name) {
   groups.interface = env.gloo_interface;
   const bool local = env.master_addr == "127.0.0.1" || env.master_addr == "localhost";
   groups.host = local ? "127.0.0.1" : "";
-  if (device == Device::kCuda) groups.backend = CommBackend::kNccl;
+  if (device == Device::kCuda) {
+    groups.backend = CommBackend::kNccl;
+    groups.device_index = env.local_rank;
+    compat::cuda_set_device(env.local_rank);
+  }
   const auto store = connect_store(env, groups.timeout);
   std::vector<int> members(static_cast<std::size_t>(env.world_size));
   for (int r = 0; r < env.world_size; ++r) members[static_cast<std::size_t>(r)] = r;

@@ -21,14 +21,23 @@
 #include <cstdint>
 #include <limits>
 #include <string>
-#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 #include <torch/csrc/distributed/c10d/Work.hpp>
+
+// Gloo: Debian's LibTorch and most pip wheels ship its headers; a CUDA build without them uses
+// NCCL alone (CPU tensors then cannot be communicated). A CPU build needs Gloo.
+#if defined(USE_C10D_GLOO) && __has_include(<gloo/algorithm.h>)
+#define LOOM_HAS_GLOO 1
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#elif !defined(LOOM_TORCH_CUDA)
+#error "Loom's CPU build needs LibTorch's Gloo (USE_C10D_GLOO and the gloo headers: libgloo-dev)"
+#endif
 
 #if defined(LOOM_TORCH_CUDA)
 #include <ATen/cuda/CUDAContext.h>
 #include <ATen/cuda/CUDAGeneratorImpl.h>
 #include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAFunctions.h>
 
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #endif
@@ -195,6 +204,16 @@ inline std::string cuda_device_name(int device_index) {
 inline void cuda_reset_peak(int device_index) {
 #if defined(LOOM_TORCH_CUDA)
   c10::cuda::CUDACachingAllocator::resetPeakStats(static_cast<c10::DeviceIndex>(device_index));
+#else
+  (void)device_index;
+#endif
+}
+
+// Makes `device_index` the calling thread's current CUDA device (NCCL's barrier and kernels
+// launched without an explicit device use it); no-op without CUDA.
+inline void cuda_set_device(int device_index) {
+#if defined(LOOM_TORCH_CUDA)
+  c10::cuda::set_device(static_cast<c10::DeviceIndex>(device_index));
 #else
   (void)device_index;
 #endif
@@ -388,7 +407,8 @@ using CollectiveBackend = c10d::ProcessGroup;
 
 // A Gloo group over `store` with one TCP device bound to `interface` when given, else to
 // `host` when given, else to this machine's hostname; every operation times out after `timeout`.
-// Blocks until all `size` members have joined.
+// Blocks until all `size` members have joined. Throws std::runtime_error in a build without Gloo.
+#if defined(LOOM_HAS_GLOO)
 inline c10::intrusive_ptr<CollectiveBackend> make_gloo_backend(
     const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
     std::chrono::milliseconds timeout, const std::string& host, const std::string& interface) {
@@ -403,6 +423,16 @@ inline c10::intrusive_ptr<CollectiveBackend> make_gloo_backend(
   options->threads = 2;
   return c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, size, options);
 }
+#else
+inline c10::intrusive_ptr<CollectiveBackend> make_gloo_backend(
+    const c10::intrusive_ptr<c10d::Store>& /*store*/, int /*rank*/, int /*size*/,
+    std::chrono::milliseconds /*timeout*/, const std::string& /*host*/,
+    const std::string& /*interface*/) {
+  throw std::runtime_error(
+      "this build of Loom has no Gloo (its LibTorch ships no gloo headers): CPU tensors cannot be "
+      "communicated; use --device cuda (NCCL)");
+}
+#endif
 
 // Whether this build has NCCL (a CUDA build whose LibTorch was compiled with it).
 #if defined(LOOM_TORCH_CUDA) && defined(USE_C10D_NCCL)
@@ -415,6 +445,15 @@ inline c10::intrusive_ptr<CollectiveBackend> make_nccl_backend(
   options->timeout = timeout;
   return c10::make_intrusive<c10d::ProcessGroupNCCL>(store, rank, size, options);
 }
+// Ends an NCCL group's communicators before it is destroyed (2.4 and later warn, and may hang
+// other ranks, when a group is destroyed without it). Every rank calls it, in the same order.
+inline void shutdown_nccl_backend(const c10::intrusive_ptr<CollectiveBackend>& backend) {
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
+  static_cast<c10d::ProcessGroupNCCL&>(*backend).shutdown();
+#else
+  (void)backend;
+#endif
+}
 #else
 inline constexpr bool kHasNccl = false;
 inline c10::intrusive_ptr<CollectiveBackend> make_nccl_backend(
@@ -422,6 +461,14 @@ inline c10::intrusive_ptr<CollectiveBackend> make_nccl_backend(
     std::chrono::milliseconds /*timeout*/) {
   throw std::runtime_error("this build of Loom has no NCCL (a CPU LibTorch): use Gloo");
 }
+inline void shutdown_nccl_backend(const c10::intrusive_ptr<CollectiveBackend>& /*backend*/) {}
 #endif
+
+// How long waiting for a work may block the host: the group's timeout for Gloo (the wait is
+// where it fails); none for NCCL, whose wait with a timeout blocks the host until the kernels end
+// (2.x) and whose own watchdog enforces the group's timeout. 0 is c10d's kNoTimeout.
+inline std::chrono::milliseconds wait_timeout(bool nccl, std::chrono::milliseconds timeout) {
+  return nccl ? std::chrono::milliseconds(0) : timeout;
+}
 
 }  // namespace loom::executor::compat

@@ -223,6 +223,7 @@ torch::Device prepare_device(Device device, int device_index, Precision precisio
     throw InputError("--device", "",
                      "cuda needs a CUDA build of LibTorch and a visible GPU; use --device cpu");
   }
+  compat::cuda_set_device(device_index);
   at::globalContext().setAllowTF32CuBLAS(precision == Precision::kTf32);
   at::globalContext().setAllowTF32CuDNN(precision == Precision::kTf32);
   return {torch::kCUDA, static_cast<c10::DeviceIndex>(device_index)};

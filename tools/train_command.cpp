@@ -276,6 +276,7 @@ int run_train(const TrainArgs& a) {
     groups_options.host = local ? "127.0.0.1" : "";
     if (o.device == executor::Device::kCuda) {
       groups_options.backend = executor::CommBackend::kNccl;
+      groups_options.device_index = env.local_rank;
       o.device_index = env.local_rank;
     }
     const auto store = executor::connect_store(env, groups_options.timeout);
