@@ -4,7 +4,7 @@ BUILD ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: all deps configure build demo test bench format tidy clean fuzz fuzz-build fuzz-smoke
+.PHONY: all deps configure build demo test test-torch2 bench format tidy clean fuzz fuzz-build fuzz-smoke
 
 all: build
 
@@ -23,6 +23,11 @@ demo: build
 test: build
 	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 	@$(MAKE) --no-print-directory fuzz-smoke
+
+# The same build and tests against LibTorch 2.x (Debian 13's 2.6, in a debootstrapped root; needs
+# root and the Debian mirror; not part of make test or CI).
+test-torch2:
+	@tools/check-torch2.sh
 
 bench: build
 	@$(BUILD)/bench/bench_estimate

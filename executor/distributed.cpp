@@ -145,7 +145,16 @@ c10::intrusive_ptr<c10d::Store> connect_store(const RankEnvironment& environment
   options.waitWorkers = true;
   options.timeout = timeout;
   try {
-    return c10::make_intrusive<c10d::TCPStore>(environment.master_addr, options);
+    try {
+      return c10::make_intrusive<c10d::TCPStore>(environment.master_addr, options);
+    } catch (const std::exception& e) {
+      // A LibTorch without libuv: the classic backend instead (every rank decides alike).
+      if (error_text(e).find("libuv") == std::string::npos ||
+          !compat::use_classic_tcp_store(options)) {
+        throw;
+      }
+      return c10::make_intrusive<c10d::TCPStore>(environment.master_addr, options);
+    }
   } catch (const std::exception& e) {
     throw CollectiveError("rank " + std::to_string(environment.rank) + ": rendezvous at " +
                           environment.master_addr + ":" + std::to_string(environment.master_port) +

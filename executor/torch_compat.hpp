@@ -22,6 +22,7 @@
 #include <limits>
 #include <string>
 #include <torch/csrc/distributed/c10d/Store.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
 // Gloo: Debian's LibTorch and most pip wheels ship its headers; a CUDA build without them uses
@@ -463,6 +464,21 @@ inline c10::intrusive_ptr<CollectiveBackend> make_nccl_backend(
 }
 inline void shutdown_nccl_backend(const c10::intrusive_ptr<CollectiveBackend>& /*backend*/) {}
 #endif
+
+// TCPStore's server backend: LibTorch 2.4 and later ask for the libuv one by default, which a
+// LibTorch built without libuv refuses (Debian 13's 2.6: "use_libuv was requested but PyTorch was
+// build without libuv support"). Switches `options` to the classic backend and returns true, or
+// returns false when there is nothing to switch (1.13 and 2.0-2.3 use the classic one).
+inline bool use_classic_tcp_store(c10d::TCPStoreOptions& options) {
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
+  if (!options.useLibUV) return false;
+  options.useLibUV = false;
+  return true;
+#else
+  (void)options;
+  return false;
+#endif
+}
 
 // How long waiting for a work may block the host: the group's timeout for Gloo (the wait is
 // where it fails); none for NCCL, whose wait with a timeout blocks the host until the kernels end
