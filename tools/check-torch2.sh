@@ -4,7 +4,14 @@
 # This script makes a trixie root with debootstrap (once, in TORCH2_ROOT), installs Loom's
 # dependencies there from trixie's packages, binds this checkout into it and runs cmake, ninja and
 # ctest in build-torch2/ of the checkout. Needs root and Debian's package mirror; CI does not run
-# it (make test stays on Debian 12's 1.13). Usage: tools/check-torch2.sh [CTEST_ARGS...]
+# it (make test stays on Debian 12's 1.13).
+#
+# Usage: tools/check-torch2.sh [CTEST_ARGS...]      build, then ctest (e.g. -R launch)
+#        tools/check-torch2.sh --run COMMAND [ARGS...]
+#                                                   build, then COMMAND in the checkout inside the
+#                                                   root, with BUILD=build-torch2 (e.g. --run
+#                                                   bench/train_vs_python.sh: LibTorch 2.6's C++
+#                                                   against its python3-torch)
 #
 # Trixie's catch2 is 3.x, which has no single header; the tests use Catch2 2 (Debian 12's
 # package), so that .deb is unpacked into the root at /opt/catch2.
@@ -29,6 +36,8 @@ cleanup() {
   for ((i = ${#mounted[@]} - 1; i >= 0; i--)); do umount -l "${mounted[i]}" 2>/dev/null || true; done
 }
 trap cleanup EXIT
+trap 'exit 143' TERM
+trap 'exit 130' INT
 bind() {
   mkdir -p "$root$2"
   mount --bind "$1" "$root$2"
@@ -44,9 +53,10 @@ cp /etc/resolv.conf "$root/etc/resolv.conf"
 
 in_root() { chroot "$root" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root LANG=C.UTF-8 "$@"; }
 
-# Loom's dependencies (tools/install-deps.sh's list less the fuzzing compilers), only if missing.
+# Loom's dependencies (tools/install-deps.sh's list less the fuzzing compilers, plus python3-torch
+# for bench/), only if missing.
 pkgs=(cmake ninja-build g++ libtorch-dev libgloo-dev libboost-graph-dev nlohmann-json3-dev
-      libcli11-dev libutf8proc-dev chromium)
+      libcli11-dev libutf8proc-dev chromium libopenblas0-openmp python3-torch)
 missing=()
 for p in "${pkgs[@]}"; do
   in_root dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -72,4 +82,9 @@ echo "check-torch2: LibTorch $(in_root dpkg-query -W -f='${Version}' libtorch-de
 in_root cmake -S /loom -B /loom/build-torch2 -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -DCMAKE_PREFIX_PATH=/opt/catch2/usr >&2
 in_root cmake --build /loom/build-torch2 -j "$jobs" >&2
-in_root /bin/sh -c 'cd /loom/build-torch2 && exec ctest --output-on-failure -j "$0" "$@"' "$jobs" "$@"
+if [ "${1:-}" = --run ]; then
+  shift
+  in_root /bin/sh -c 'cd /loom && exec env BUILD=build-torch2 "$@"' sh "$@"
+else
+  in_root /bin/sh -c 'cd /loom/build-torch2 && exec ctest --output-on-failure -j "$0" "$@"' "$jobs" "$@"
+fi

@@ -166,7 +166,7 @@ TEST_CASE("writes that run out of space fail cleanly and leave no partial file",
   REQUIRE_FALSE(metrics.empty());
   CHECK(metrics.back() == '\n');
   std::istringstream lines(metrics);
-  for (std::string line; std::getline(lines, line);) CHECK_NOTHROW((void)json::parse(line));
+  for (std::string line; std::getline(lines, line);) CHECK(json::accept(line));
 }
 
 TEST_CASE("a 4-rank checkpoint resumes in a 4-rank run with the uninterrupted losses",

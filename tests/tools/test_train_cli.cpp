@@ -229,7 +229,7 @@ TEST_CASE("loom train runs a one-rank plan and writes the metrics of spec/format
   INFO("stderr: " << text.err);
   CHECK(text.exit_code == 0);
   CHECK_THAT(text.out, Contains("trained 2 steps") && Contains("validation accuracy"));
-  CHECK_THROWS((void)nlohmann::json::parse(text.out));
+  CHECK_FALSE(nlohmann::json::accept(text.out));
 }
 
 TEST_CASE("loom train --epochs runs whole passes over the training reviews",
