@@ -23,6 +23,9 @@
 #   profile     loom profile --device cuda of bert-base and bert-large at seq 128
 #               (profiles/measured/<gpu>-<model>.json)
 #   validate    loom validate of single-GPU plans (micro-batch and recompute variants) with them
+# DEVICE=cpu runs the logits and losses stages on the CPU (transformers' side too): the same
+# correctness checks on a machine without a GPU, e.g. inside tools/check-torch2.sh's Debian sid root,
+# which has transformers: TORCH2_SUITE=sid tools/check-torch2.sh --run bench/gpu.sh logits losses.
 # A machine call is at most 10 minutes: run the stages over several calls (build products stay
 # on a warm machine), e.g. `bench/gpu.sh env build logits losses`, then
 # `THROUGHPUT="bert-base-128 bert-base-512" bench/gpu.sh throughput` and the same for bert-large
@@ -35,6 +38,7 @@ mkdir -p "$OUT"
 BUILD=${BUILD:-build-gpu}
 LOOM="$ROOT/$BUILD/tools/loom"
 PY=${PYTHON:-python3}
+export DEVICE=${DEVICE:-cuda}
 REF="$ROOT/bench/hf_reference.py"
 STAGES=("$@")
 [ ${#STAGES[@]} -gt 0 ] || STAGES=(env build logits losses throughput profile validate)
@@ -103,10 +107,12 @@ stage_build() {
 stage_logits() {
   need_loom || return 1
   local dir="$OUT/hf"
+  row "logits and losses on" "$DEVICE" "-" "-"
   [ -f "$dir/ids.json" ] || "$PY" "$REF" make "$dir" || { row "random checkpoints" "failed" "-" "NOT MET"; return 1; }
-  local model precision tolerance verdict result
+  local model precision tolerance verdict result precisions=(fp32 bf16)
+  [ "$DEVICE" = cpu ] && precisions=(fp32)  # loom computes in fp32 on CPUs
   for model in bert roberta; do
-    for precision in fp32 bf16; do
+    for precision in "${precisions[@]}"; do
       tolerance=1e-4
       [ "$precision" = bf16 ] && tolerance=2e-2
       rm -f "$dir/$model-$precision-hf.json" "$dir/$model-$precision-loom.json"
@@ -116,7 +122,7 @@ stage_logits() {
           "<= $tolerance relative" "NOT MET"
         continue
       fi
-      if ! "$LOOM" logits --init "$dir/$model" --ids "$dir/ids.json" --device cuda \
+      if ! "$LOOM" logits --init "$dir/$model" --ids "$dir/ids.json" --device "$DEVICE" \
              --precision $precision -o "$dir/$model-$precision-loom.json" 2>"$dir/$model-$precision.err"; then
         row "logits, random $model, $precision" "loom failed: $(tail -1 "$dir/$model-$precision.err")" \
           "<= $tolerance relative" "NOT MET"
@@ -140,7 +146,7 @@ stage_losses() {
   "$LOOM" plan --model "$dir/bert/config.json" --cluster "$(cluster)" --global-batch 8 --seq-len 32 \
     --precision fp32 --dp 1 --tp 1 --pp 1 --micro-batch 4 -o "$dir/plan-losses.json" >/dev/null &&
     "$LOOM" train "$dir/plan-losses.json" --init "$dir/bert" --data "$dir/reviews.csv" --steps 5 \
-      --dropout 0 --lr 1e-3 --device cuda --dump-batches "$dir/batches.jsonl" \
+      --dropout 0 --lr 1e-3 --device "$DEVICE" --dump-batches "$dir/batches.jsonl" \
       --metrics "$dir/losses-loom.jsonl" --json >"$dir/train-losses.json" 2>"$dir/train-losses.err" ||
     { tail -5 "$dir/train-losses.err" >&2; row "losses, 5 steps" "loom train failed" "1e-3" "NOT MET"; return 1; }
   "$PY" "$REF" losses "$dir/bert" "$dir/batches.jsonl" "$dir/losses-loom.jsonl" 1e-3 0.01 0 5 1.0 \

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """The Hugging Face side of bench/gpu.sh (issue 8): transformers' figures for the same models,
 ids and batches that Loom runs, on the same GPU. Needs torch, transformers and safetensors (the
-GPU machine's Python); Loom's side never imports this.
+GPU machine's Python); Loom's side never imports this. DEVICE=cpu runs logits and losses on the
+CPU (the GPU is the default).
 
   hf_reference.py make DIR
       Small random BERT and RoBERTa sequence classifiers made with transformers and saved with
@@ -29,6 +30,11 @@ import math
 import os
 import sys
 import time
+
+
+# Where transformers runs: the GPU unless DEVICE says otherwise (DEVICE=cpu: fp32 and bf16 autocast
+# on the CPU, for the correctness checks on a machine without a GPU).
+DEVICE = os.environ.get("DEVICE", "cuda")
 
 
 def die(message):
@@ -113,7 +119,7 @@ def load(checkpoint):
 
     model = AutoModelForSequenceClassification.from_pretrained(checkpoint,
                                                                torch_dtype=torch.float32)
-    return model.cuda()
+    return model.to(DEVICE)
 
 
 def logits(checkpoint, ids_path, precision):
@@ -123,9 +129,10 @@ def logits(checkpoint, ids_path, precision):
     torch.backends.cudnn.allow_tf32 = False
     model = load(checkpoint).eval()
     doc = json.load(open(ids_path))
-    ids = torch.tensor(doc["input_ids"]).cuda()
-    mask = torch.tensor(doc.get("attention_mask", [[1] * len(r) for r in doc["input_ids"]])).cuda()
-    with torch.no_grad(), torch.autocast("cuda", dtype=torch.bfloat16,
+    ids = torch.tensor(doc["input_ids"]).to(DEVICE)
+    mask = torch.tensor(doc.get("attention_mask", [[1] * len(r) for r in doc["input_ids"]]))
+    mask = mask.to(DEVICE)
+    with torch.no_grad(), torch.autocast(DEVICE, dtype=torch.bfloat16,
                                          enabled=precision == "bf16"):
         out = model(input_ids=ids, attention_mask=mask).logits.float()
     print(json.dumps({"logits": out.cpu().tolist()}))
@@ -176,11 +183,11 @@ def losses(checkpoint, batches_path, metrics_path, lr, weight_decay, warmup, tot
         optimizer.zero_grad()
         loss_sum = 0.0
         for b in micro:
-            out = model(input_ids=torch.tensor(b["input_ids"]).cuda(),
-                        attention_mask=torch.tensor(b["attention_mask"]).cuda(),
-                        token_type_ids=torch.tensor(b["token_type_ids"]).cuda())
-            loss = torch.nn.functional.cross_entropy(out.logits.float(),
-                                                     torch.tensor(b["labels"]).cuda()) / len(micro)
+            out = model(input_ids=torch.tensor(b["input_ids"]).to(DEVICE),
+                        attention_mask=torch.tensor(b["attention_mask"]).to(DEVICE),
+                        token_type_ids=torch.tensor(b["token_type_ids"]).to(DEVICE))
+            labels = torch.tensor(b["labels"]).to(DEVICE)
+            loss = torch.nn.functional.cross_entropy(out.logits.float(), labels) / len(micro)
             loss.backward()
             loss_sum += loss.item()
         if clip > 0:

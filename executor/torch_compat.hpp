@@ -24,6 +24,7 @@
 #include <torch/csrc/distributed/c10d/Store.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #include <torch/csrc/distributed/c10d/Work.hpp>
+#include <utility>
 
 // Gloo: Debian's LibTorch and most pip wheels ship its headers; a CUDA build without them uses
 // NCCL alone (CPU tensors then cannot be communicated). A CPU build needs Gloo.
@@ -382,10 +383,14 @@ class DeviceMemory {
 // c10d's Reducer hooks). Returns the accumulator node: keep it alive as long as the hook should
 // fire (autograd holds it only weakly between backward passes). Call after the parameter's last
 // set_data with a new dtype or device.
-inline std::shared_ptr<torch::autograd::Node> add_gradient_ready_hook(
-    const torch::Tensor& parameter, std::function<void()> ready) {
-  std::shared_ptr<torch::autograd::Node> accumulator =
-      torch::autograd::impl::grad_accumulator(parameter);
+// The owning pointer to an autograd node: std::shared_ptr up to some 2.x, c10::intrusive_ptr in
+// newer ones (2.14 has it).
+using NodePointer =
+    decltype(torch::autograd::impl::grad_accumulator(std::declval<const torch::Tensor&>()));
+
+inline NodePointer add_gradient_ready_hook(const torch::Tensor& parameter,
+                                           std::function<void()> ready) {
+  NodePointer accumulator = torch::autograd::impl::grad_accumulator(parameter);
   accumulator->add_post_hook(std::make_unique<torch::autograd::utils::LambdaPostHook>(
       [ready = std::move(ready)](const torch::autograd::variable_list& outputs,
                                  const torch::autograd::variable_list& /*inputs*/) {

@@ -1427,7 +1427,7 @@ class FlatParameters {
   torch::Tensor exp_avg_sq_;
   std::int64_t step_ = 0;
   std::vector<Bucket> buckets_;
-  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;
+  std::vector<compat::NodePointer> accumulators_;
   std::vector<PendingOperation> pending_;
   std::size_t next_bucket_ = 0;
   bool armed_ = false;

@@ -11,6 +11,7 @@
 
 #include "profiles/errors.hpp"
 #include "tools/commands.hpp"
+#include "tools/stderr_filter.hpp"
 
 // Training (loom train, loom demo) allocates the same activations, gradients and optimizer
 // temporaries every step. By default glibc hands freed blocks above its mmap threshold (and a large
@@ -57,6 +58,8 @@ int main(int argc, char** argv) {
   // A rank whose peer died writes to a closed socket: that must be an error Gloo reports (and the
   // collective's failure names the lost rank), not a silent death by SIGPIPE.
   std::signal(SIGPIPE, SIG_IGN);
+  // Newer Gloo writes an INFO line to std::cerr per connected group (tools/stderr_filter.hpp).
+  const loom::tools::GlooInfoFilter gloo_info_filter(std::cerr);
   CLI::App app{"loom: plans, simulates and runs parallel training of transformer models", "loom"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "loom 0.1.0");

@@ -16,6 +16,7 @@
 
 #include "profiles/loader.hpp"
 #include "tests/tools/cli_sandbox.hpp"
+#include "tools/stderr_filter.hpp"
 
 namespace fs = std::filesystem;
 using Catch::Contains;
@@ -304,4 +305,29 @@ TEST_CASE("loom simulate plays a plan and writes a Chrome trace", "[tools][cli]"
   RunResult bad = box.loom("simulate bad.json");
   CHECK(bad.exit_code == 2);
   CHECK_THAT(bad.err, StartsWith("loom simulate: error: bad.json: $.loom_version"));
+}
+
+// Gloo's per-group INFO line (verbatim from Debian's libgloo 2025-09) is dropped; everything else,
+// its warnings and loom's own "[rank N]" lines included, passes unchanged and in order, and a
+// progress line rewritten with '\r' passes at once, before its line ends.
+TEST_CASE("the stderr filter drops Gloo's INFO lines and nothing else", "[tools][cli]") {
+  std::ostringstream err;
+  {
+    const loom::tools::GlooInfoFilter filter(err);
+    err << "[./gloo/transport/tcp/context.cc:243] INFO Rank 0 is connected to 1. Expected "
+           "number of connected peers is: 1\n";
+    err << "\r[#####] step 3/10" << std::flush;
+    CHECK(err.str() == "\r[#####] step 3/10");
+    err << "\n[rank 1] loom train: error: lost rank 0\n";
+    err << "[gloo/transport/tcp/pair.cc:538] WARN Read error\n";
+    err << "[./gloo/transport/tcp/context.cc:243] INFO Rank 1 is connected to 1.\n";
+    err << "[held";
+    CHECK(err.str().find("[held") == std::string::npos);
+  }
+  CHECK(err.str() ==
+        "\r[#####] step 3/10\n[rank 1] loom train: error: lost rank 0\n"
+        "[gloo/transport/tcp/pair.cc:538] WARN Read error\n[held");
+  CHECK(loom::tools::GlooInfoFilter::is_gloo_info("[gloo/x.cc:1] INFO y"));
+  CHECK_FALSE(loom::tools::GlooInfoFilter::is_gloo_info("[rank 0] gloo/x.cc INFO y"));
+  CHECK_FALSE(loom::tools::GlooInfoFilter::is_gloo_info("[gloo/x.cc:1] ERROR y"));
 }
