@@ -117,8 +117,11 @@ def load(checkpoint):
     import torch
     from transformers import AutoModelForSequenceClassification
 
-    model = AutoModelForSequenceClassification.from_pretrained(checkpoint,
-                                                               torch_dtype=torch.float32)
+    try:  # `dtype` from transformers 4.56; `torch_dtype` before (deprecated in 5)
+        model = AutoModelForSequenceClassification.from_pretrained(checkpoint, dtype=torch.float32)
+    except TypeError:
+        model = AutoModelForSequenceClassification.from_pretrained(checkpoint,
+                                                                   torch_dtype=torch.float32)
     return model.to(DEVICE)
 
 
@@ -144,10 +147,11 @@ def compare_logits(reference, loom, tolerance):
     if len(a) != len(b):
         print(f"logits: {len(b)} values from loom, {len(a)} from transformers")
         sys.exit(1)
+    tolerance = float(tolerance)
     scale = max(abs(x) for x in a) or 1.0
     error = max(abs(x - y) for x, y in zip(a, b)) / scale
     print(f"max relative difference {error:.3e} (tolerance {tolerance:g})")
-    sys.exit(0 if error <= float(tolerance) else 1)
+    sys.exit(0 if error <= tolerance else 1)
 
 
 def losses(checkpoint, batches_path, metrics_path, lr, weight_decay, warmup, total, clip):
