@@ -74,7 +74,7 @@ if [ ${#missing[@]} -gt 0 ]; then
     "${missing[@]}" >&2
 fi
 if ! in_root dpkg-query -W -f='${Status}' python3-transformers 2>/dev/null | grep -q "install ok" &&
-  in_root apt-cache show python3-transformers >/dev/null 2>&1; then
+  in_root apt-cache policy python3-transformers 2>/dev/null | grep -q "Candidate: [0-9]"; then
   in_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
     python3-transformers >&2
 fi
