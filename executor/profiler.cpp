@@ -31,6 +31,15 @@ class ShardOnlyComm final : public TensorParallelComm {
   int size_;
 };
 
+// The thread counts to measure with: --threads on the CPU, else the threads `loom train` gives a
+// CPU rank that runs alone on this machine (its cores; LibTorch's own default can be fewer, e.g.
+// 1 on a 2-core VM); on a GPU, LibTorch's current setting (host threads only launch kernels).
+std::vector<int> thread_counts_of(const ProfileOptions& o) {
+  if (o.device == Device::kCuda) return {at::get_num_threads()};
+  if (!o.threads.empty()) return o.threads;
+  return {static_cast<int>(std::max(1U, std::thread::hardware_concurrency()))};
+}
+
 double median_of(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   const std::size_t n = v.size();
@@ -205,8 +214,7 @@ std::vector<profiles::LayerMeasurement> profile_layers(const ProfileOptions& o) 
   if (o.warmup < 0 || o.repeats < 1) throw InputError("--repeats", "", "at least 1");
 
   const int threads_before = at::get_num_threads();
-  std::vector<int> thread_counts = o.threads;
-  if (thread_counts.empty() || o.device == Device::kCuda) thread_counts = {threads_before};
+  const std::vector<int> thread_counts = thread_counts_of(o);
   for (int t : thread_counts) {
     if (t < 1) throw InputError("--threads", "", "positive thread counts");
   }
@@ -335,8 +343,7 @@ std::vector<profiles::OptimizerMeasurement> profile_optimizer(const ProfileOptio
     return std::chrono::duration<double>(Clock::now() - t0).count();
   };
   const int threads_before = at::get_num_threads();
-  std::vector<int> thread_counts = o.threads;
-  if (thread_counts.empty() || o.device == Device::kCuda) thread_counts = {threads_before};
+  const std::vector<int> thread_counts = thread_counts_of(o);
   std::vector<profiles::OptimizerMeasurement> out;
   for (int threads : thread_counts) {
     at::set_num_threads(threads);

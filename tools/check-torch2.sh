@@ -13,7 +13,8 @@
 #                                                   root, with BUILD=build-torch2-SUITE (e.g.
 #                                                   bench/train_vs_python.sh: the C++ against the
 #                                                   same LibTorch's python3-torch; or, on sid,
-#                                                   DEVICE=cpu bench/gpu.sh logits losses)
+#                                                   env DEVICE=cpu bench/gpu.sh logits losses:
+#                                                   the root starts from an empty environment)
 #
 # The newer suites' catch2 is 3.x, which has no single header; the tests use Catch2 2 (Debian
 # 12's package), so that .deb is unpacked into the root at /opt/catch2.

@@ -139,7 +139,8 @@ Runner add_profile_command(CLI::App& app) {
                   "recomputation variants of the transformer layer (default none)")
       ->check(CLI::IsMember({"none", "selective", "full"}));
   cmd->add_option("--threads", args->threads,
-                  "CPU thread counts to measure with (default: LibTorch's current one)")
+                  "CPU thread counts to measure with (default: this machine's cores, the threads "
+                  "loom train gives a rank that runs alone)")
       ->check(kPositiveNumber);
   cmd->add_option("--repeats", args->repeats,
                   "timed runs per point, after 2 warm-up runs (default 10)")

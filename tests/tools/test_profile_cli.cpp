@@ -3,7 +3,9 @@
 // refuses a profile of another model, and validate reports predicted against measured with the
 // relative error of spec/cli.md.
 #include <catch2/catch.hpp>
+#include <algorithm>
 #include <cmath>
+#include <thread>
 #include <nlohmann/json.hpp>
 
 #include "costmodel/layers.hpp"
@@ -76,6 +78,24 @@ TEST_CASE("loom profile measures each layer kind of the model", "[tools][profile
   CHECK(static_cast<double>(plain->activation_bytes) == Approx(formula).epsilon(0.3));
   CHECK(full->activation_bytes >= 4 * 16 * h * 4);
   CHECK(full->activation_bytes <= 4 * 16 * h * 4 + 8192);
+}
+
+TEST_CASE("loom profile measures on the CPU with the threads loom train gives a lone rank",
+          "[tools][profile]") {
+  // LibTorch's own default can be fewer threads than cores (1 on a 2-core VM), which made a
+  // default profile predict a one-rank plan twice as fast as it trained.
+  CliSandbox box("profile_threads");
+  const CliResult r =
+      box.loom("profile --model tiny-bert --seq-len 16 --micro-batch 1 --repeats 1 -o prof.json");
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  const loom::profiles::Profile p =
+      loom::profiles::load_profile((box.work() / "prof.json").string());
+  const int cores = static_cast<int>(std::max(1U, std::thread::hardware_concurrency()));
+  REQUIRE(p.layers.size() == 3);
+  for (const auto& m : p.layers) CHECK(m.threads == cores);
+  REQUIRE_FALSE(p.optimizer.empty());
+  for (const auto& m : p.optimizer) CHECK(m.threads == cores);
 }
 
 TEST_CASE("loom profile --links measures collectives inside a launched group",
