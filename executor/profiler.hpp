@@ -45,7 +45,7 @@ struct ProfileOptions {
   std::vector<int> tp = {1};
   std::vector<costmodel::Recompute> recompute = {costmodel::Recompute::kNone};
   std::vector<int> threads;  // CPU threads to measure with; empty = this machine's cores (what
-                            // loom train gives a CPU rank that runs alone)
+                             // loom train gives a CPU rank that runs alone)
   double dropout = 0.1;
   int warmup = 2;
   int repeats = 5;

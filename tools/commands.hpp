@@ -48,6 +48,12 @@ inline const CLI::Validator kNonNegativeNumber(
 // `loom slurm` and `loom validate` run.
 std::string self_executable();
 
+// The LibTorch threads of a CPU rank when no CPU cluster says otherwise: this machine's cores
+// shared by the ranks `loom launch` started on it (LOCAL_WORLD_SIZE; 1 outside a launch), at
+// least 1. What `loom train` runs a GPU cluster's plan with on CPUs, and what `loom profile`
+// measures with by default.
+int local_cpu_threads();
+
 // The human-readable summary of a plan: model, cluster, job, strategy, prediction, memory per
 // stage and the reasons (`loom plan`, `loom simulate`).
 void print_plan(std::ostream& out, const planner::Plan& plan);

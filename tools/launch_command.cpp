@@ -11,6 +11,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -22,6 +23,7 @@
 #include <set>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "planner/plan.hpp"
@@ -317,6 +319,13 @@ std::string self_executable() {
   std::error_code error;
   const fs::path self = fs::read_symlink("/proc/self/exe", error);
   return error ? std::string("loom") : self.string();
+}
+
+int local_cpu_threads() {
+  const int cores = static_cast<int>(std::max(1U, std::thread::hardware_concurrency()));
+  const char* local = std::getenv("LOCAL_WORLD_SIZE");
+  const int local_ranks = std::max(1, local != nullptr ? std::atoi(local) : 1);
+  return std::max(1, cores / local_ranks);
 }
 
 Runner add_launch_command(CLI::App& app) {

@@ -89,6 +89,7 @@ int run_profile(const ProfileArgs& a) {
       o.recompute.push_back(*parsed);
     }
     o.threads = a.threads;
+    if (o.threads.empty() && *device == executor::Device::kCpu) o.threads = {local_cpu_threads()};
     o.repeats = a.repeats;
     if (progress) o.progress = [](const std::string& line) { std::cerr << line << "\n"; };
     // Inside a launched group every rank measures at once (so each sees its neighbours' load on
@@ -139,8 +140,8 @@ Runner add_profile_command(CLI::App& app) {
                   "recomputation variants of the transformer layer (default none)")
       ->check(CLI::IsMember({"none", "selective", "full"}));
   cmd->add_option("--threads", args->threads,
-                  "CPU thread counts to measure with (default: this machine's cores, the threads "
-                  "loom train gives a rank that runs alone)")
+                  "CPU thread counts to measure with (default: this machine's cores shared by the "
+                  "launched ranks on it, as loom train runs them)")
       ->check(kPositiveNumber);
   cmd->add_option("--repeats", args->repeats,
                   "timed runs per point, after 2 warm-up runs (default 10)")

@@ -120,12 +120,10 @@ void check_init_config(const planner::Plan& plan, const std::string& init) {
 // node's cores shared by its ranks), else this machine's cores shared by the local ranks; at most
 // this machine's cores.
 int cpu_threads(const planner::Plan& plan, int world_size) {
-  const int cores = std::max(1U, std::thread::hardware_concurrency());
-  const char* local = std::getenv("LOCAL_WORLD_SIZE");
-  const int local_ranks = std::max(1, local != nullptr ? std::atoi(local) : 1);
+  const int cores = static_cast<int>(std::max(1U, std::thread::hardware_concurrency()));
   const int threads = plan.cluster.device.kind == profiles::DeviceKind::kCpu
                           ? costmodel::threads_per_rank(plan.cluster, world_size)
-                          : cores / local_ranks;
+                          : local_cpu_threads();
   return std::clamp(threads, 1, cores);
 }
 

@@ -2,11 +2,11 @@
 // valid loom-profile/1 for its model, links are measured inside a launched group, the planner
 // refuses a profile of another model, and validate reports predicted against measured with the
 // relative error of spec/cli.md.
-#include <catch2/catch.hpp>
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <cmath>
-#include <thread>
 #include <nlohmann/json.hpp>
+#include <thread>
 
 #include "costmodel/layers.hpp"
 #include "profiles/errors.hpp"
@@ -96,6 +96,16 @@ TEST_CASE("loom profile measures on the CPU with the threads loom train gives a 
   for (const auto& m : p.layers) CHECK(m.threads == cores);
   REQUIRE_FALSE(p.optimizer.empty());
   for (const auto& m : p.optimizer) CHECK(m.threads == cores);
+  // Two launched ranks share the cores, as loom train shares them.
+  const CliResult two = box.loom("launch --nproc 2 --master-port " + port(2) +
+                                 " -- loom profile --model tiny-bert --seq-len 16 --micro-batch 1 "
+                                 "--repeats 1 -o two.json");
+  INFO(two.err);
+  REQUIRE(two.exit_code == 0);
+  const loom::profiles::Profile q =
+      loom::profiles::load_profile((box.work() / "two.json").string());
+  REQUIRE(q.layers.size() == 3);
+  for (const auto& m : q.layers) CHECK(m.threads == std::max(1, cores / 2));
 }
 
 TEST_CASE("loom profile --links measures collectives inside a launched group",
