@@ -23,9 +23,17 @@
 #   profile     loom profile --device cuda of bert-base and bert-large at seq 128
 #               (profiles/measured/<gpu>-<model>.json)
 #   validate    loom validate of single-GPU plans (micro-batch and recompute variants) with them
-# DEVICE=cpu runs the logits and losses stages on the CPU (transformers' side too): the same
-# correctness checks on a machine without a GPU, e.g. inside tools/check-torch2.sh's Debian sid root,
-# which has transformers: TORCH2_SUITE=sid tools/check-torch2.sh --run bench/gpu.sh logits losses.
+# DEVICE=cpu runs the stages on the CPU (transformers' side too), e.g. inside tools/check-torch2.sh's
+# Debian sid root, which has transformers (that script clears the environment: set it after --run):
+#   TORCH2_SUITE=sid tools/check-torch2.sh --run env DEVICE=cpu bench/gpu.sh logits losses
+# logits and losses are then the same correctness checks as on the GPU (fp32 only). throughput,
+# profile and validate are a dry run of this script's plumbing, not figures: give them small sizes,
+# e.g. DEVICE=cpu STEPS=3 B_BASE128=2 THROUGHPUT=bert-base-128 MODELS=tiny-bert MICRO_BATCHES="2 4"
+# VALIDATE_BATCHES="2 4" bench/gpu.sh throughput profile validate (profiles then go to $OUT/profiles,
+# not into the checkout).
+# MODELS (default "bert-base bert-large"), MICRO_BATCHES ("4 8 16 32"), REPEATS (10),
+# VALIDATE_BATCHES ("8 32"), VALIDATE_STEPS (12) and VALIDATE_WARMUP (4) choose what profile and
+# validate run.
 # A machine call is at most 10 minutes: run the stages over several calls (build products stay
 # on a warm machine), e.g. `bench/gpu.sh env build logits losses`, then
 # `THROUGHPUT="bert-base-128 bert-base-512" bench/gpu.sh throughput` and the same for bert-large
@@ -39,6 +47,9 @@ BUILD=${BUILD:-build-gpu}
 LOOM="$ROOT/$BUILD/tools/loom"
 PY=${PYTHON:-python3}
 export DEVICE=${DEVICE:-cuda}
+# Loom trains in bf16 on GPUs and in fp32 on CPUs (its profiles and plans follow).
+PRECISION=bf16
+[ "$DEVICE" = cpu ] && PRECISION=fp32
 REF="$ROOT/bench/hf_reference.py"
 STAGES=("$@")
 [ ${#STAGES[@]} -gt 0 ] || STAGES=(env build logits losses throughput profile validate)
@@ -47,6 +58,13 @@ TABLE="$OUT/table.md"
 
 say() { echo "== $*" >&2; }
 row() { printf '| %s | %s | %s | %s |\n' "$1" "$2" "$3" "$4" >>"$TABLE"; }
+# The GPU's name as a file name (profiles/measured/<gpu>-<model>.json); "cpu" with DEVICE=cpu.
+gpu_name() {
+  if [ "$DEVICE" = cpu ]; then echo cpu; return; fi
+  nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | tr 'A-Z ' 'a-z-' | tr -cd 'a-z0-9-'
+}
+# Where the profile stage writes and the validate stage reads: the shipped profiles on a GPU.
+profiles_dir() { [ "$DEVICE" = cpu ] && echo "$OUT/profiles" || echo profiles/measured; }
 # The built-in cluster of this GPU (one H100 or one H200).
 cluster() {
   case "$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)" in
@@ -170,16 +188,19 @@ stage_throughput() {
   local peak_tflops
   # The GPU's measured dense bf16 matrix rate, for MFU (a 8192^3 matmul, median of 20).
   peak_tflops=$("$PY" - <<'PY'
-import torch, time
-a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
-b = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+import os, time, torch
+device = os.environ["DEVICE"]
+n = 8192 if device == "cuda" else 1024
+sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+a = torch.randn(n, n, device=device, dtype=torch.bfloat16)
+b = torch.randn(n, n, device=device, dtype=torch.bfloat16)
 for _ in range(5): a @ b
 times = []
 for _ in range(20):
-    torch.cuda.synchronize(); t = time.perf_counter(); a @ b; torch.cuda.synchronize()
+    sync(); t = time.perf_counter(); a @ b; sync()
     times.append(time.perf_counter() - t)
 times.sort()
-print(f"{2 * 8192**3 / times[10] / 1e12:.1f}")
+print(f"{2 * n**3 / times[10] / 1e12:.3f}")
 PY
 )
   row "measured bf16 matmul rate" "$peak_tflops TFLOP/s" "-" "-"
@@ -198,17 +219,17 @@ PY
       # recomputes nothing either), then halved while either side runs out of memory.
       batch=1024
       while ((batch > 1)) && ! "$LOOM" plan --model $model --cluster "$(cluster)" --global-batch $batch \
-          --seq-len "$seq" --precision bf16 --dp 1 --tp 1 --pp 1 --micro-batch $batch \
+          --seq-len "$seq" --precision $PRECISION --dp 1 --tp 1 --pp 1 --micro-batch $batch \
           --recompute none -o "$dir/plan-fit.json" >/dev/null 2>&1; do
         batch=$((batch / 2))
       done
     fi
     while :; do
       "$LOOM" plan --model $model --cluster "$(cluster)" --global-batch "$batch" --seq-len "$seq" \
-        --precision bf16 --dp 1 --tp 1 --pp 1 --micro-batch "$batch" --recompute none \
+        --precision $PRECISION --dp 1 --tp 1 --pp 1 --micro-batch "$batch" --recompute none \
         -o "$dir/plan-$name.json" >/dev/null 2>"$dir/plan-$name.err"
       "$LOOM" train "$dir/plan-$name.json" --data "$dir/data/long.csv" \
-        --tokenizer "$dir/data/vocab.txt" --steps "$steps" --device cuda --json \
+        --tokenizer "$dir/data/vocab.txt" --steps "$steps" --device "$DEVICE" --json \
         >"$dir/loom-$name.json" 2>"$dir/loom-$name.err"
       "$PY" "$REF" throughput "$hf" "$seq" "$batch" "$steps" >"$dir/eager-$name.json" 2>"$dir/eager-$name.err"
       if [ -z "$fixed" ] && ((batch > 1)) && { oom "$dir/loom-$name.err" || oom "$dir/eager-$name.err"; }; then
@@ -230,7 +251,7 @@ PY
 p = json.load(open('$dir/plan-$name.json'))['predicted']
 flops = p['model_tflops_per_gpu'] * p['step_time_s']
 print(f'{100 * flops * $loom_sps / $batch / $peak_tflops:.1f} %')" 2>/dev/null || echo "-")
-    row "$model seq $seq b=$batch bf16: loom / eager / compiled samples/s" \
+    row "$model seq $seq b=$batch $PRECISION: loom / eager / compiled samples/s" \
       "$loom_sps / $eager_sps / $compiled_sps (loom/eager $ratio, loom MFU $mfu)" ">= 1.2x eager" \
       "$("$PY" -c "print('met' if $loom_sps >= 1.2 * $eager_sps else 'NOT MET')" 2>/dev/null || echo "NOT MET")"
   done
@@ -239,30 +260,30 @@ print(f'{100 * flops * $loom_sps / $batch / $peak_tflops:.1f} %')" 2>/dev/null |
 stage_profile() {
   need_loom || return 1
   local gpu model
-  gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | tr 'A-Z ' 'a-z-' | tr -cd 'a-z0-9-')
-  mkdir -p profiles/measured
-  for model in bert-base bert-large; do
-    "$LOOM" profile --device cuda --model $model --seq-len 128 --micro-batch 4 8 16 32 \
-      --precision bf16 --recompute none selective full --repeats 10 \
-      -o "profiles/measured/$gpu-$model.json" >"$OUT/profile-$model.log" 2>&1 &&
-      cp "profiles/measured/$gpu-$model.json" "$OUT/" &&
-      row "loom profile --device cuda, $model" "profiles/measured/$gpu-$model.json" "written" "met" ||
-      row "loom profile --device cuda, $model" "failed: $OUT/profile-$model.log" "written" "NOT MET"
+  gpu=$(gpu_name)
+  mkdir -p "$(profiles_dir)"
+  for model in ${MODELS:-bert-base bert-large}; do
+    "$LOOM" profile --device "$DEVICE" --model $model --seq-len 128 --micro-batch ${MICRO_BATCHES:-4 8 16 32} \
+      --precision $PRECISION --recompute none selective full --repeats ${REPEATS:-10} \
+      -o "$(profiles_dir)/$gpu-$model.json" >"$OUT/profile-$model.log" 2>&1 &&
+      cp "$(profiles_dir)/$gpu-$model.json" "$OUT/" &&
+      row "loom profile --device $DEVICE, $model" "$(profiles_dir)/$gpu-$model.json" "written" "met" ||
+      row "loom profile --device $DEVICE, $model" "failed: $OUT/profile-$model.log" "written" "NOT MET"
   done
 }
 
 stage_validate() {
   need_loom || return 1
   local gpu dir="$OUT/validate" model b r
-  gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | tr 'A-Z ' 'a-z-' | tr -cd 'a-z0-9-')
+  gpu=$(gpu_name)
   mkdir -p "$dir"
-  for model in bert-base bert-large; do
-    for b in 8 32; do
+  for model in ${MODELS:-bert-base bert-large}; do
+    for b in ${VALIDATE_BATCHES:-8 32}; do
       for r in none full; do
         "$LOOM" plan --model $model --cluster "$(cluster)" --global-batch 64 --seq-len 128 \
-          --precision bf16 --dp 1 --tp 1 --pp 1 --micro-batch $b --recompute $r \
-          --profile "profiles/measured/$gpu-$model.json" -o "$dir/plan-$model-$b-$r.json" >/dev/null &&
-          "$LOOM" validate "$dir/plan-$model-$b-$r.json" --device cuda --steps 12 --warmup 4 --json \
+          --precision $PRECISION --dp 1 --tp 1 --pp 1 --micro-batch $b --recompute $r \
+          --profile "$(profiles_dir)/$gpu-$model.json" -o "$dir/plan-$model-$b-$r.json" >/dev/null &&
+          "$LOOM" validate "$dir/plan-$model-$b-$r.json" --device "$DEVICE" --steps ${VALIDATE_STEPS:-12} --warmup ${VALIDATE_WARMUP:-4} --json \
             >"$dir/validate-$model-$b-$r.json" 2>"$dir/validate-$model-$b-$r.err"
       done
     done

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """The Hugging Face side of bench/gpu.sh (issue 8): transformers' figures for the same models,
 ids and batches that Loom runs, on the same GPU. Needs torch, transformers and safetensors (the
-GPU machine's Python); Loom's side never imports this. DEVICE=cpu runs logits and losses on the
-CPU (the GPU is the default).
+GPU machine's Python); Loom's side never imports this. DEVICE=cpu runs them on the CPU (the GPU
+is the default).
 
   hf_reference.py make DIR
       Small random BERT and RoBERTa sequence classifiers made with transformers and saved with
@@ -215,30 +215,32 @@ def throughput(name, seq, batch, steps, compiled):
     config = BertConfig(vocab_size=30522, hidden_size=hidden, num_hidden_layers=layers,
                         num_attention_heads=heads, intermediate_size=ffn,
                         max_position_embeddings=512, num_labels=2)
-    model = BertForSequenceClassification(config).cuda().train()
+    model = BertForSequenceClassification(config).to(DEVICE).train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=2e-5, weight_decay=0.01)
     step_model = torch.compile(model) if compiled else model
-    ids = torch.randint(5, 30522, (batch, seq), device="cuda")
+    ids = torch.randint(5, 30522, (batch, seq), device=DEVICE)
     mask = torch.ones_like(ids)
-    labels = torch.randint(0, 2, (batch,), device="cuda")
+    labels = torch.randint(0, 2, (batch,), device=DEVICE)
+    cuda = DEVICE == "cuda"
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
     times = []
     for i in range(steps + 3):
-        torch.cuda.synchronize()
+        sync()
         start = time.perf_counter()
-        with torch.autocast("cuda", dtype=torch.bfloat16):
+        with torch.autocast(DEVICE, dtype=torch.bfloat16):
             loss = step_model(input_ids=ids, attention_mask=mask, labels=labels).loss
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
-        torch.cuda.synchronize()
+        sync()
         if i >= 3:
             times.append(time.perf_counter() - start)
     times.sort()
     median = times[len(times) // 2]
     print(json.dumps({"model": name, "seq": seq, "batch": batch, "compiled": compiled,
                       "median_step_s": median, "samples_per_s": batch / median,
-                      "peak_memory_bytes": torch.cuda.max_memory_allocated()}))
+                      "peak_memory_bytes": torch.cuda.max_memory_allocated() if cuda else 0}))
 
 
 def main(argv):
