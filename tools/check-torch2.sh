@@ -15,6 +15,13 @@
 #                                                   same LibTorch's python3-torch; or, on sid,
 #                                                   env DEVICE=cpu bench/gpu.sh logits losses:
 #                                                   the root starts from an empty environment)
+#        tools/check-torch2.sh --cuda-syntax         build, then compile every LibTorch translation
+#                                                   unit again with LOOM_TORCH_CUDA and USE_C10D_NCCL
+#                                                   (-fsyntax-only) against the suite's CUDA LibTorch
+#                                                   headers (contrib's libtorch-cuda-dev, non-free's
+#                                                   nvidia-cuda-dev, libnccl-dev, libcu++-dev,
+#                                                   unpacked, not installed): the CUDA-only code
+#                                                   checked by a compiler on a machine without a GPU
 #
 # The newer suites' catch2 is 3.x, which has no single header; the tests use Catch2 2 (Debian
 # 12's package), so that .deb is unpacked into the root at /opt/catch2.
@@ -94,7 +101,57 @@ echo "check-torch2: LibTorch $(in_root dpkg-query -W -f='${Version}' libtorch-de
 in_root cmake -S /loom -B "/loom/$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -DCMAKE_PREFIX_PATH=/opt/catch2/usr >&2
 in_root cmake --build "/loom/$build" -j "$jobs" >&2
-if [ "${1:-}" = --run ]; then
+if [ "${1:-}" = --cuda-syntax ]; then
+  headers=/opt/loom-cuda-headers
+  if [ ! -d "$root$headers/usr/include/nv" ]; then
+    echo "check-torch2: fetching $suite's CUDA LibTorch, CUDA, NCCL and libcu++ headers" >&2
+    list="$root/etc/apt/sources.list.d/loom-cuda.list"
+    echo "deb $mirror $suite contrib non-free" >"$list"
+    in_root apt-get update -qq >&2
+    rm -rf "$root/var/cache/loom-cuda" && mkdir -p "$root/var/cache/loom-cuda"
+    in_root sh -c 'cd /var/cache/loom-cuda &&
+      apt-get download libtorch-cuda-dev nvidia-cuda-dev libnccl-dev libcu++-dev' >&2
+    rm -f "$list"
+    in_root apt-get update -qq >&2
+    rm -rf "$root$headers.tmp" && mkdir -p "$root$headers.tmp"
+    for deb in "$root"/var/cache/loom-cuda/*.deb; do dpkg -x "$deb" "$root$headers.tmp"; done
+    rm -rf "$root/var/cache/loom-cuda" "$root$headers" && mv "$root$headers.tmp" "$root$headers"
+  fi
+  echo "check-torch2: CUDA LibTorch $(grep -h 'define TORCH_VERSION_[A-Z]* ' \
+    "$root$headers"/usr/include/torch/csrc/api/include/torch/version.h | awk '{print $3}' |
+    paste -sd.); compiling the LibTorch translation units with LOOM_TORCH_CUDA" >&2
+  # Each LibTorch unit's own command from the build, with the CUDA headers first, NCCL and the
+  # CUDA code on, and no object written.
+  in_root python3 - "/loom/$build/compile_commands.json" "$headers/usr/include" <<'PY' >"$root/tmp/loom-cuda-syntax.txt"
+import json, shlex, sys
+units, include = json.load(open(sys.argv[1])), sys.argv[2]
+for unit in units:
+    args = shlex.split(unit["command"])
+    if "/usr/include/torch/csrc/api/include" not in args:
+        continue
+    out, skip = [], False
+    for a in args:
+        if skip:
+            skip = False
+        elif a == "-o":
+            skip = True
+        elif a == "-c":
+            pass
+        elif a == "/usr/include/torch/csrc/api/include":
+            out += [include, "-isystem", include + "/torch/csrc/api/include"]
+        elif a != "-DUSE_C10D_MPI":
+            out.append(a)
+    out[1:1] = ["-DUSE_C10D_NCCL", "-DLOOM_TORCH_CUDA=1", "-fsyntax-only"]
+    print(unit["directory"] + "\t" + shlex.join(out))
+PY
+  failed=0
+  while IFS=$'\t' read -r dir command; do
+    echo "$command" | grep -o '/loom/[^ ]*\.cpp$' >&2
+    in_root sh -c "cd $dir && $command" >&2 || failed=$((failed + 1))
+  done <"$root/tmp/loom-cuda-syntax.txt"
+  echo "check-torch2: $(wc -l <"$root/tmp/loom-cuda-syntax.txt") units, $failed failed" >&2
+  exit $((failed > 0))
+elif [ "${1:-}" = --run ]; then
   shift
   in_root /bin/sh -c 'cd /loom && exec env BUILD="$0" "$@"' "$build" "$@"
 else
