@@ -15,13 +15,13 @@
 #                                                   same LibTorch's python3-torch; or, on sid,
 #                                                   env DEVICE=cpu bench/gpu.sh logits losses:
 #                                                   the root starts from an empty environment)
-#        tools/check-torch2.sh --cuda-syntax         build, then compile every LibTorch translation
+#        tools/check-torch2.sh --cuda                build, then compile every LibTorch translation
 #                                                   unit again with LOOM_TORCH_CUDA and USE_C10D_NCCL
-#                                                   (-fsyntax-only) against the suite's CUDA LibTorch
-#                                                   headers (contrib's libtorch-cuda-dev, non-free's
-#                                                   nvidia-cuda-dev, libnccl-dev, libcu++-dev,
-#                                                   unpacked, not installed): the CUDA-only code
-#                                                   checked by a compiler on a machine without a GPU
+#                                                   against the suite's CUDA LibTorch (contrib's
+#                                                   libtorch-cuda-dev, non-free's nvidia-cuda-dev,
+#                                                   libnccl-dev, libcu++-dev: unpacked, not
+#                                                   installed) and link loom against it: the
+#                                                   CUDA-only code checked on a machine without a GPU
 #
 # The newer suites' catch2 is 3.x, which has no single header; the tests use Catch2 2 (Debian
 # 12's package), so that .deb is unpacked into the root at /opt/catch2.
@@ -101,29 +101,31 @@ echo "check-torch2: LibTorch $(in_root dpkg-query -W -f='${Version}' libtorch-de
 in_root cmake -S /loom -B "/loom/$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -DCMAKE_PREFIX_PATH=/opt/catch2/usr >&2
 in_root cmake --build "/loom/$build" -j "$jobs" >&2
-if [ "${1:-}" = --cuda-syntax ]; then
-  headers=/opt/loom-cuda-headers
-  if [ ! -d "$root$headers/usr/include/nv" ]; then
-    echo "check-torch2: fetching $suite's CUDA LibTorch, CUDA, NCCL and libcu++ headers" >&2
+if [ "${1:-}" = --cuda ]; then
+  cuda=/opt/loom-cuda
+  if [ ! -d "$root$cuda/usr/include/nv" ]; then
+    echo "check-torch2: fetching $suite's CUDA LibTorch, CUDA, NCCL and libcu++ packages" >&2
     list="$root/etc/apt/sources.list.d/loom-cuda.list"
     echo "deb $mirror $suite contrib non-free" >"$list"
     in_root apt-get update -qq >&2
     rm -rf "$root/var/cache/loom-cuda" && mkdir -p "$root/var/cache/loom-cuda"
-    in_root sh -c 'cd /var/cache/loom-cuda &&
-      apt-get download libtorch-cuda-dev nvidia-cuda-dev libnccl-dev libcu++-dev' >&2
+    in_root chown _apt /var/cache/loom-cuda 2>/dev/null || true
+    in_root sh -c 'cd /var/cache/loom-cuda && apt-get download libtorch-cuda-dev \
+      "$(apt-cache depends libtorch-cuda-dev | sed -n "s/.*Depends: \(libtorch-cuda-[0-9.]*\)$/\1/p")" \
+      nvidia-cuda-dev libnccl-dev libcu++-dev' >&2
     rm -f "$list"
     in_root apt-get update -qq >&2
-    rm -rf "$root$headers.tmp" && mkdir -p "$root$headers.tmp"
-    for deb in "$root"/var/cache/loom-cuda/*.deb; do dpkg -x "$deb" "$root$headers.tmp"; done
-    rm -rf "$root/var/cache/loom-cuda" "$root$headers" && mv "$root$headers.tmp" "$root$headers"
+    rm -rf "$root$cuda.tmp" && mkdir -p "$root$cuda.tmp"
+    for deb in "$root"/var/cache/loom-cuda/*.deb; do dpkg -x "$deb" "$root$cuda.tmp"; done
+    rm -rf "$root/var/cache/loom-cuda" "$root$cuda" && mv "$root$cuda.tmp" "$root$cuda"
   fi
+  include=$cuda/usr/include
   echo "check-torch2: CUDA LibTorch $(grep -h 'define TORCH_VERSION_[A-Z]* ' \
-    "$root$headers"/usr/include/torch/csrc/api/include/torch/version.h | awk '{print $3}' |
-    paste -sd.); compiling the LibTorch translation units with LOOM_TORCH_CUDA" >&2
+    "$root$include"/torch/csrc/api/include/torch/version.h | awk '{print $3}' | paste -sd.)" >&2
   # Each LibTorch unit's own command from the build, with the CUDA headers first, NCCL and the
-  # CUDA code on, and no object written.
-  in_root python3 - "/loom/$build/compile_commands.json" "$headers/usr/include" <<'PY' >"$root/tmp/loom-cuda-syntax.txt"
-import json, shlex, sys
+  # CUDA code on, -O0 (only errors matter), its object in /tmp/loom-cuda.
+  in_root python3 - "/loom/$build/compile_commands.json" "$include" <<'PY' >"$root/tmp/loom-cuda.txt"
+import json, os, shlex, sys
 units, include = json.load(open(sys.argv[1])), sys.argv[2]
 for unit in units:
     args = shlex.split(unit["command"])
@@ -135,22 +137,36 @@ for unit in units:
             skip = False
         elif a == "-o":
             skip = True
-        elif a == "-c":
-            pass
         elif a == "/usr/include/torch/csrc/api/include":
             out += [include, "-isystem", include + "/torch/csrc/api/include"]
-        elif a != "-DUSE_C10D_MPI":
+        elif a not in ("-DUSE_C10D_MPI", "-O3", "-O2"):
             out.append(a)
-    out[1:1] = ["-DUSE_C10D_NCCL", "-DLOOM_TORCH_CUDA=1", "-fsyntax-only"]
+    name = os.path.relpath(unit["file"], "/loom").replace("/", "_")
+    out[1:1] = ["-DUSE_C10D_NCCL", "-DLOOM_TORCH_CUDA=1", "-O0", "-o", "/tmp/loom-cuda/" + name + ".o"]
     print(unit["directory"] + "\t" + shlex.join(out))
 PY
+  rm -rf "$root/tmp/loom-cuda" && mkdir -p "$root/tmp/loom-cuda"
   failed=0
   while IFS=$'\t' read -r dir command; do
     echo "$command" | grep -o '/loom/[^ ]*\.cpp$' >&2
     in_root sh -c "cd $dir && $command" >&2 || failed=$((failed + 1))
-  done <"$root/tmp/loom-cuda-syntax.txt"
-  echo "check-torch2: $(wc -l <"$root/tmp/loom-cuda-syntax.txt") units, $failed failed" >&2
-  exit $((failed > 0))
+  done <"$root/tmp/loom-cuda.txt"
+  echo "check-torch2: compiled $(wc -l <"$root/tmp/loom-cuda.txt") units with LOOM_TORCH_CUDA," \
+    "$failed failed" >&2
+  [ "$failed" -eq 0 ] || exit 1
+  # loom itself, linked against the CUDA LibTorch: every symbol Loom's objects use must be there
+  # (what those libraries need in turn, CUDA's runtime and cuDNN, is not installed and not asked).
+  lib=$cuda/usr/lib/x86_64-linux-gnu
+  in_root sh -c "cd /tmp/loom-cuda && c++ -o loom executor_*.o tools_*.o \
+    /loom/$build/planner/libloom_planner.a /loom/$build/costmodel/libloom_costmodel.a \
+    /loom/$build/executor/libloom_executor_io.a /loom/$build/profiles/libloom_profiles.a \
+    \$(sed -n 's/^UTF8PROC_LIBRARY:FILEPATH=//p' /loom/$build/CMakeCache.txt) \
+    -Wl,--no-as-needed $lib/libtorch.so $lib/libtorch_cpu.so $lib/libtorch_cuda.so \
+    $lib/libc10.so $lib/libc10_cuda.so -Wl,--as-needed \
+    -Wl,--unresolved-symbols=ignore-in-shared-libs -Wl,-rpath-link,$lib" >&2 ||
+    { echo "check-torch2: linking loom against the CUDA LibTorch failed" >&2; exit 1; }
+  echo "check-torch2: loom linked against the CUDA LibTorch (not run: no GPU)" >&2
+  exit 0
 elif [ "${1:-}" = --run ]; then
   shift
   in_root /bin/sh -c 'cd /loom && exec env BUILD="$0" "$@"' "$build" "$@"
