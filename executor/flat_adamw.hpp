@@ -11,10 +11,22 @@
 
 namespace loom::executor {
 
-// The one-rank loop's clipping: the total L2 norm of the parameters' gradients (as
-// torch.nn.utils.clip_grad_norm_), which are scaled down to max_norm when larger (max_norm > 0).
-// Returns the norm before clipping (inf/nan when a gradient is).
-double clip_gradients(const std::vector<torch::Tensor>& parameters, double max_norm);
+// The one-rank loop's clipping, as torch.nn.utils.clip_grad_norm_: the total L2 norm of the
+// parameters' gradients, and, when max_norm > 0, every gradient multiplied by
+// min(1, max_norm / (norm + 1e-6)). All on the gradients' device (multi-tensor kernels where
+// LibTorch has them), with no host synchronisation. Returns the norm before clipping as a
+// one-element float tensor on that device (inf/nan when a gradient is; then so are the clipped
+// gradients, as with torch); a zero CPU tensor when no parameter has a gradient.
+torch::Tensor clip_gradients(const std::vector<torch::Tensor>& parameters, double max_norm);
+
+// The one-rank loop's AdamW step: torch::optim::AdamW::step's arithmetic and state (the same
+// AdamWParamState entries, so torch::save and torch::load of `optimizer` work unchanged; amsgrad
+// unsupported), run over lists of tensors: multi-tensor kernels on CUDA instead of about eight
+// kernels per parameter, the same per-tensor operations on the CPU. Parameters without a
+// gradient are skipped. The lists go in chunks of at most twice the largest parameter's
+// elements, so that the one temporary of a chunk stays within torch::optim::AdamW's own working
+// set (two temporaries of the largest parameter), which the cost model counts.
+void adamw_step(torch::optim::AdamW& optimizer);
 
 // The multi-rank loop works on flat buffers: (start, length) ranges of one.
 using FlatRanges = std::vector<std::pair<std::int64_t, std::int64_t>>;

@@ -327,7 +327,7 @@ std::vector<profiles::OptimizerMeasurement> profile_optimizer(const ProfileOptio
     sync();
     t0 = Clock::now();
     clip_gradients(parameters, 1.0);
-    optimizer.step();
+    adamw_step(optimizer);
     sync();
     return elapsed_s + std::chrono::duration<double>(Clock::now() - t0).count();
   };

@@ -20,10 +20,12 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <sstream>
 #include <string>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #include <torch/csrc/distributed/c10d/Work.hpp>
+#include <type_traits>
 #include <utility>
 
 // Gloo: Debian's LibTorch and most pip wheels ship its headers; a CUDA build without them uses
@@ -60,6 +62,31 @@ inline double lowest_finite(const torch::Tensor& t) {
       return std::numeric_limits<double>::lowest();
     default:
       return std::numeric_limits<float>::lowest();
+  }
+}
+
+// Multiplies every tensor of `tensors` in place by `factor`, a one-element tensor on their device,
+// without reading it on the host: one multi-tensor kernel from 2.1, a kernel per tensor before.
+inline void foreach_mul_(at::TensorList tensors, const torch::Tensor& factor) {
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 1)
+  if (!tensors.empty()) at::_foreach_mul_(tensors, factor);
+#else
+  for (const torch::Tensor& t : tensors) t.mul_(factor);
+#endif
+}
+
+// The key under which `optimizer.state()` keeps parameter `p`'s state: its TensorImpl's address
+// in 2.x, that address written as a string in 1.13 (as the optimizers and their serialisation
+// write it).
+template <class Optimizer>
+auto optimizer_state_key(Optimizer& optimizer, const torch::Tensor& p) {
+  using Key = typename std::decay_t<decltype(optimizer.state())>::key_type;
+  if constexpr (std::is_same_v<Key, std::string>) {
+    std::ostringstream address;
+    address << p.unsafeGetTensorImpl();
+    return address.str();
+  } else {
+    return Key(p.unsafeGetTensorImpl());
   }
 }
 

@@ -876,7 +876,8 @@ TrainSummary train_classifier(const TrainOptions& o, const std::vector<EncodedEx
     }
 
     optimizer->zero_grad();
-    double step_loss = 0.0;
+    // The step's loss, summed on the device: read once the step's work is queued.
+    torch::Tensor loss_sum = torch::zeros({}, torch::TensorOptions().device(device));
     StepPhases phases;
     for (std::int64_t m = 0; m < o.num_micro_batches; ++m) {
       const std::int64_t begin = offset + m * o.micro_batch;
@@ -900,7 +901,7 @@ TrainSummary train_classifier(const TrainOptions& o, const std::vector<EncodedEx
         loss.backward();
       }
       StepPhases::add(phases.backward_s, at);
-      step_loss += loss.item<double>();
+      loss_sum += loss.detach();
       if (o.fault_kill_in_step == step + 1) ::raise(SIGKILL);  // fault injection
     }
 
@@ -911,12 +912,15 @@ TrainSummary train_classifier(const TrainOptions& o, const std::vector<EncodedEx
         if (p.grad().defined()) p.grad().detach().mul_(1.0 / scaler.scale);
       }
     }
-    const double grad_norm = clip_gradients(parameters, o.max_grad_norm);
-    if (mp.loss_scaling) apply = scaler.update(std::isfinite(grad_norm));
+    const torch::Tensor grad_norm = clip_gradients(parameters, o.max_grad_norm);
+    // fp16's dynamic loss scaling decides on the host whether the step applies (a read of the
+    // norm); bf16 and fp32 steps never wait for the device before their end.
+    if (mp.loss_scaling) apply = scaler.update(std::isfinite(grad_norm.item<double>()));
     at = StepPhases::add(phases.gradients_s, at);
     const double lr = learning_rate(o, step, total_steps);
     set_learning_rate(*optimizer, lr);
-    if (apply) optimizer->step();
+    if (apply) adamw_step(*optimizer);
+    const double step_loss = loss_sum.item<double>();
     if (o.device == Device::kCuda) compat::cuda_synchronize(device_index);
     StepPhases::add(phases.optimizer_s, at);
     const double step_time_s =
@@ -987,24 +991,79 @@ TrainSummary train_classifier(const TrainOptions& o, const std::vector<EncodedEx
 
 // ---------------------------------------------------------------------------------------------
 // The optimizer arithmetic shared with the profiler (flat_adamw.hpp): the one-rank loop's
-// clipping, then the multi-rank loop's flat-buffer norm and AdamW
+// clipping and AdamW, then the multi-rank loop's flat-buffer norm and AdamW
 
-double clip_gradients(const std::vector<torch::Tensor>& parameters, double max_norm) {
-  std::vector<torch::Tensor> norms;
+torch::Tensor clip_gradients(const std::vector<torch::Tensor>& parameters, double max_norm) {
+  torch::NoGradGuard no_grad;
+  std::vector<torch::Tensor> grads;
   for (const torch::Tensor& p : parameters) {
-    if (p.grad().defined()) norms.push_back(p.grad().detach().norm(2).to(torch::kFloat));
+    if (p.grad().defined()) grads.push_back(p.grad().detach());
   }
-  if (norms.empty()) return 0.0;
-  const double total = torch::stack(norms).norm(2).item<double>();
-  if (max_norm > 0.0 && std::isfinite(total)) {
-    const double coefficient = max_norm / (total + 1e-6);
-    if (coefficient < 1.0) {
-      for (const torch::Tensor& p : parameters) {
-        if (p.grad().defined()) p.grad().detach().mul_(coefficient);
-      }
-    }
+  if (grads.empty()) return torch::zeros({}, torch::kFloat);
+  const std::vector<torch::Tensor> norms = at::_foreach_norm(grads, 2);
+  const torch::Tensor total = torch::stack(norms).norm(2).to(torch::kFloat);
+  if (max_norm > 0.0) {
+    compat::foreach_mul_(grads, (max_norm / (total + 1e-6)).clamp_max(1.0));
   }
   return total;
+}
+
+void adamw_step(torch::optim::AdamW& optimizer) {
+  torch::NoGradGuard no_grad;
+  struct Lists {
+    std::vector<torch::Tensor> parameters, grads, exp_avgs, exp_avg_sqs;
+    std::int64_t numel = 0;
+  };
+  std::int64_t largest = 1;
+  for (const auto& group : optimizer.param_groups()) {
+    for (const torch::Tensor& p : group.params()) largest = std::max(largest, p.numel());
+  }
+  for (auto& group : optimizer.param_groups()) {
+    const auto& options = static_cast<const torch::optim::AdamWOptions&>(group.options());
+    TORCH_CHECK(!options.amsgrad(), "adamw_step: amsgrad is not supported");
+    // Chunks of parameters at the same step count (all of them, unless some missed a step).
+    std::vector<std::pair<std::int64_t, Lists>> chunks;
+    for (const torch::Tensor& p : group.params()) {
+      if (!p.grad().defined()) continue;
+      auto& slot = optimizer.state()[compat::optimizer_state_key(optimizer, p)];
+      if (!slot) {
+        auto state = std::make_unique<torch::optim::AdamWParamState>();
+        state->step(0);
+        state->exp_avg(torch::zeros_like(p, torch::MemoryFormat::Preserve));
+        state->exp_avg_sq(torch::zeros_like(p, torch::MemoryFormat::Preserve));
+        slot = std::move(state);
+      }
+      auto& state = static_cast<torch::optim::AdamWParamState&>(*slot);
+      state.step(state.step() + 1);
+      auto chunk = std::find_if(chunks.begin(), chunks.end(), [&](const auto& c) {
+        return c.first == state.step() && c.second.numel + p.numel() <= 2 * largest;
+      });
+      if (chunk == chunks.end()) chunk = chunks.insert(chunks.end(), {state.step(), Lists{}});
+      Lists& l = chunk->second;
+      l.parameters.push_back(p);
+      l.grads.push_back(p.grad());
+      l.exp_avgs.push_back(state.exp_avg());
+      l.exp_avg_sqs.push_back(state.exp_avg_sq());
+      l.numel += p.numel();
+    }
+    const double lr = options.lr();
+    const auto [beta1, beta2] = options.betas();
+    for (auto& [step, l] : chunks) {
+      if (options.weight_decay() != 0) {
+        at::_foreach_mul_(l.parameters, 1 - lr * options.weight_decay());
+      }
+      const double bias_correction1 = 1 - std::pow(beta1, static_cast<double>(step));
+      const double bias_correction2 = 1 - std::pow(beta2, static_cast<double>(step));
+      at::_foreach_mul_(l.exp_avgs, beta1);
+      at::_foreach_add_(l.exp_avgs, l.grads, 1 - beta1);
+      at::_foreach_mul_(l.exp_avg_sqs, beta2);
+      at::_foreach_addcmul_(l.exp_avg_sqs, l.grads, l.grads, 1 - beta2);
+      std::vector<torch::Tensor> denom = at::_foreach_sqrt(l.exp_avg_sqs);
+      at::_foreach_div_(denom, std::sqrt(bias_correction2));
+      at::_foreach_add_(denom, options.eps());
+      at::_foreach_addcdiv_(l.parameters, l.exp_avgs, denom, -lr / bias_correction1);
+    }
+  }
 }
 
 torch::Tensor squared_norm(const torch::Tensor& flat, const FlatRanges& ranges) {
@@ -1239,13 +1298,14 @@ class FlatParameters {
     return zero_ == 1 ? grad_.narrow(0, shard_offset_, shard_numel_) : grad_;
   }
 
-  // The L2 norm of the whole model's gradient (every stage, tp shard and dp shard once).
-  double global_norm(const torch::Tensor& grad) {
+  // The L2 norm of the whole model's gradient (every stage, tp shard and dp shard once), as a
+  // one-element tensor on the gradient's device.
+  torch::Tensor global_norm(const torch::Tensor& grad) {
     torch::Tensor sum = squared_norm(grad, counted_ranges_);
     if (zero_ > 0) groups_.dp().allreduce_sum(sum);
     groups_.tp().allreduce_sum(sum);
     groups_.pp().allreduce_sum(sum);
-    return std::sqrt(sum.item<double>());
+    return sum.sqrt();
   }
 
   // torch::optim::AdamW's arithmetic (betas 0.9 / 0.999, eps 1e-8) on this rank's part, then
@@ -1722,7 +1782,8 @@ TrainSummary train_classifier(const TrainOptions& o, const std::vector<EncodedEx
     };
     std::vector<InFlight> in_flight(static_cast<std::size_t>(v * micro_batches));
     std::vector<PendingOperation> sends;
-    double local_loss = 0.0;
+    // The last chunk's losses, summed on the device: read once the step's work is queued.
+    torch::Tensor local_loss = torch::zeros({}, torch::TensorOptions().device(device));
     StepPhases phases;
     auto tag = [&](int boundary, std::int64_t m, int direction) {
       return static_cast<int>(2 * (boundary * micro_batches + m) + direction);
@@ -1747,7 +1808,7 @@ TrainSummary train_classifier(const TrainOptions& o, const std::vector<EncodedEx
       if (g == chunk_count - 1) {
         f.output = torch::nn::functional::cross_entropy(out.to(torch::kFloat), batch.labels) /
                    static_cast<double>(micro_batches);
-        local_loss += f.output.item<double>();
+        local_loss += f.output.detach();
         StepPhases::add(phases.forward_s, at);
       } else {
         f.output = out.to(torch::kFloat);
@@ -1813,11 +1874,9 @@ TrainSummary train_classifier(const TrainOptions& o, const std::vector<EncodedEx
     at = StepPhases::add(phases.pipeline_wait_s, at);
 
     const torch::Tensor grad = flat.reduce_gradients();
-    const double grad_norm = flat.global_norm(grad);
-    if (o.max_grad_norm > 0.0 && std::isfinite(grad_norm)) {
-      const double coefficient = o.max_grad_norm / (grad_norm + 1e-6);
-      if (coefficient < 1.0) grad.mul_(coefficient);
-    }
+    // Clipped as torch.nn.utils.clip_grad_norm_, on the device (no host synchronisation).
+    const torch::Tensor grad_norm = flat.global_norm(grad);
+    if (o.max_grad_norm > 0.0) grad.mul_((o.max_grad_norm / (grad_norm + 1e-6)).clamp_max(1.0));
     at = StepPhases::add(phases.gradients_s, at);
     const double lr = learning_rate(o, step, total_steps);
     flat.step(grad, lr);
@@ -1825,7 +1884,8 @@ TrainSummary train_classifier(const TrainOptions& o, const std::vector<EncodedEx
     StepPhases::add(phases.optimizer_s, at);
 
     // The step's loss: the last stage's, summed over the pipeline, averaged over dp.
-    torch::Tensor loss = torch::tensor({local_loss}, torch::TensorOptions().dtype(torch::kDouble));
+    torch::Tensor loss =
+        torch::tensor({local_loss.item<double>()}, torch::TensorOptions().dtype(torch::kDouble));
     pipe.allreduce_sum(loss);
     groups.dp().allreduce_sum(loss);
     const double step_loss = loss.item<double>() / dp;

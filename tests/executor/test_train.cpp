@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <random>
 
+#include "executor/flat_adamw.hpp"
 #include "executor/train.hpp"
 #include "profiles/errors.hpp"
 
@@ -273,6 +274,98 @@ TEST_CASE("The learning rate follows linear warm-up and decay", "[train]") {
   const std::vector<double> expected = {0.0, 5e-4, 1e-3, 7.5e-4, 5e-4, 2.5e-4};
   for (std::size_t i = 0; i < 6; ++i) CHECK(lines[i]["lr"].get<double>() == Approx(expected[i]));
   CHECK(lines[5]["epoch"] == 1);  // 4 steps of 8 examples per epoch
+}
+
+TEST_CASE("The one-rank AdamW step is torch::optim::AdamW's, in chunks, with its state",
+          "[train][optimizer]") {
+  // Parameters of several sizes (the largest, 1000, bounds a chunk at 2000 elements, so the
+  // lists go in more than one chunk) in a decaying and a non-decaying group, as make_optimizer.
+  torch::manual_seed(3);
+  const std::vector<std::int64_t> sizes = {1000, 10, 300, 700, 5, 900, 40};
+  std::vector<torch::Tensor> a, b;
+  for (std::int64_t n : sizes) {
+    a.push_back(torch::randn({n}).requires_grad_(true));
+    b.push_back(a.back().detach().clone().requires_grad_(true));
+  }
+  auto make = [](const std::vector<torch::Tensor>& p) {
+    auto options = [](double decay) {
+      return torch::optim::AdamWOptions(1e-2).betas({0.9, 0.999}).eps(1e-8).weight_decay(decay);
+    };
+    std::vector<torch::optim::OptimizerParamGroup> groups;
+    groups.emplace_back(std::vector<torch::Tensor>{p[0], p[2], p[3], p[5]},
+                        std::make_unique<torch::optim::AdamWOptions>(options(0.01)));
+    groups.emplace_back(std::vector<torch::Tensor>{p[1], p[4], p[6]},
+                        std::make_unique<torch::optim::AdamWOptions>(options(0.0)));
+    return std::make_unique<torch::optim::AdamW>(groups, options(0.01));
+  };
+  auto reference = make(a);
+  auto chunked = make(b);
+  auto set_grads = [&](int step) {
+    for (std::size_t i = 0; i < sizes.size(); ++i) {
+      // Parameter 4 misses step 2, so its step count lags the others' from then on.
+      const bool skip = step == 2 && i == 4;
+      torch::Tensor g = torch::randn({sizes[i]});
+      a[i].mutable_grad() = skip ? torch::Tensor() : g.clone();
+      b[i].mutable_grad() = skip ? torch::Tensor() : g.clone();
+    }
+  };
+  auto same = [&] {
+    for (std::size_t i = 0; i < sizes.size(); ++i) {
+      INFO("parameter " << i);
+      CHECK(torch::equal(a[i], b[i]));
+    }
+  };
+  for (int step = 1; step <= 3; ++step) {
+    set_grads(step);
+    reference->step();
+    loom::executor::adamw_step(*chunked);
+    same();
+  }
+  // The state sits where torch::optim::AdamW looks for it: its own step continues from it.
+  set_grads(4);
+  reference->step();
+  chunked->step();
+  same();
+  // And it saves and loads as torch::optim::AdamW's.
+  const fs::path file = fresh_dir("adamw") / "optimizer.pt";
+  torch::save(*chunked, file.string());
+  std::vector<torch::Tensor> c;
+  for (const torch::Tensor& t : b) c.push_back(t.detach().clone().requires_grad_(true));
+  auto loaded = make(c);
+  torch::load(*loaded, file.string());
+  set_grads(5);
+  for (std::size_t i = 0; i < sizes.size(); ++i) c[i].mutable_grad() = b[i].grad().clone();
+  loom::executor::adamw_step(*chunked);
+  loom::executor::adamw_step(*loaded);
+  reference->step();
+  same();
+  for (std::size_t i = 0; i < sizes.size(); ++i) CHECK(torch::equal(b[i], c[i]));
+}
+
+TEST_CASE("One-rank clipping is clip_grad_norm_'s, on the device", "[train][optimizer]") {
+  // Gradients 3 3 3 3 and 4 4 4 4: norms 6 and 8, total 10; a parameter without one is left out.
+  std::vector<torch::Tensor> p = {torch::zeros({4}).requires_grad_(true),
+                                  torch::zeros({2, 2}).requires_grad_(true),
+                                  torch::zeros({3}).requires_grad_(true)};
+  auto reset = [&] {
+    p[0].mutable_grad() = torch::full({4}, 3.0);
+    p[1].mutable_grad() = torch::full({2, 2}, 4.0);
+  };
+  reset();
+  torch::Tensor norm = loom::executor::clip_gradients(p, 5.0);
+  CHECK(norm.dim() == 0);
+  CHECK(norm.item<double>() == Approx(10.0).epsilon(1e-7));
+  CHECK(p[0].grad()[0].item<double>() == Approx(1.5).epsilon(1e-6));
+  CHECK(p[1].grad()[1][1].item<double>() == Approx(2.0).epsilon(1e-6));
+  CHECK_FALSE(p[2].grad().defined());
+  // A norm under the limit, or no limit, leaves the gradients as they were.
+  for (double limit : {20.0, 0.0}) {
+    reset();
+    norm = loom::executor::clip_gradients(p, limit);
+    CHECK(norm.item<double>() == Approx(10.0).epsilon(1e-7));
+    CHECK(torch::equal(p[0].grad(), torch::full({4}, 3.0)));
+    CHECK(torch::equal(p[1].grad(), torch::full({2, 2}, 4.0)));
+  }
 }
 
 TEST_CASE("Bad options and data are refused with InputError", "[train]") {
