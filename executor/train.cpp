@@ -144,7 +144,10 @@ Batch make_batch(const std::vector<EncodedExample>& data, const std::vector<std:
                  std::int64_t begin, std::int64_t count, const torch::Device& device) {
   const auto seq =
       static_cast<std::int64_t>(data[static_cast<std::size_t>(order[0])].input_ids.size());
-  const auto options = torch::TensorOptions().dtype(torch::kLong);
+  // On CUDA the batch is staged in pinned host memory and copied without blocking: a copy from
+  // pageable memory would wait for the device's queue to drain (between micro-batches too).
+  const bool pinned = device.is_cuda();
+  const auto options = torch::TensorOptions().dtype(torch::kLong).pinned_memory(pinned);
   torch::Tensor ids = torch::empty({count, seq}, options);
   torch::Tensor mask = torch::empty({count, seq}, options);
   torch::Tensor types = torch::empty({count, seq}, options);
@@ -164,8 +167,9 @@ Batch make_batch(const std::vector<EncodedExample>& data, const std::vector<std:
   // A batch without padding carries no mask (EncoderInputs: undefined = no padding), so attention
   // may use the kernels that take none (flash attention on CUDA); known here on the host, so no
   // device synchronisation (transformers checks the mask on the device for the same purpose).
-  return {{ids.to(device), padded ? mask.to(device) : torch::Tensor(), types.to(device)},
-          labels.to(device)};
+  auto to_device = [&](const torch::Tensor& t) { return t.to(device, /*non_blocking=*/pinned); };
+  return {{to_device(ids), padded ? to_device(mask) : torch::Tensor(), to_device(types)},
+          to_device(labels)};
 }
 
 // One line of TrainOptions::batches_path: the micro-batch of `count` examples from position
