@@ -108,9 +108,13 @@ std::optional<std::string> check_strategy(const profiles::ModelSpec& model, std:
            num(s.num_micro_batches) + " = " + num(s.dp * s.micro_batch * s.num_micro_batches) +
            " is not the global batch " + num(job.global_batch);
   }
-  if (job.seq_len > model.max_positions) {
+  if (job.seq_len > profiles::max_sequence_length(model)) {
     return "seq_len=" + num(job.seq_len) +
-           " exceeds the model's max_positions=" + num(model.max_positions);
+           " exceeds the model's max_positions=" + num(model.max_positions) +
+           (model.model_type == profiles::ModelType::kRoberta
+                ? " less the 2 positions RoBERTa reserves (at most " +
+                      num(profiles::max_sequence_length(model)) + ")"
+                : std::string());
   }
   return std::nullopt;
 }
@@ -195,7 +199,7 @@ nlohmann::json job_to_json(const Job& j) {
 Job job_from_json(const nlohmann::json& value, const std::string& source, const std::string& path) {
   profiles::ObjectReader r(value, source, path);
   Job j;
-  j.global_batch = r.integer("global_batch", 1);
+  j.global_batch = r.integer("global_batch", 1, kMaxGlobalBatch);
   j.seq_len = r.integer("seq_len", 1);
   j.precision = *profiles::parse_precision(r.choice("precision", {"fp32", "tf32", "fp16", "bf16"}));
   j.optimizer = r.optional_string("optimizer").value_or("adamw");

@@ -26,8 +26,12 @@ const char* to_string(Recompute recompute);
 std::optional<Schedule> parse_schedule(const std::string& text);
 std::optional<Recompute> parse_recompute(const std::string& text);
 
+// The largest global batch Loom plans and reads (samples per step): far above real jobs, and
+// small enough that a step of one-sample micro-batches stays within num_micro_batches' bound.
+inline constexpr std::int64_t kMaxGlobalBatch = 1'000'000;
+
 struct Job {
-  std::int64_t global_batch = 1;  // samples per optimizer step
+  std::int64_t global_batch = 1;  // samples per optimizer step, 1..kMaxGlobalBatch
   std::int64_t seq_len = 128;
   Precision precision = Precision::kBf16;
   std::string optimizer = "adamw";

@@ -16,7 +16,8 @@ namespace {
 namespace fs = std::filesystem;
 
 constexpr std::string_view kSyntheticPrefix = "synthetic";
-constexpr std::int64_t kMaxSyntheticReviews = 100'000'000;
+// At most a million reviews: about 1 GB of tokens at seq 128 (ten million took 12 GB and minutes).
+constexpr std::int64_t kMaxSyntheticReviews = 1'000'000;
 // The synthetic train and test splits come from these seeds.
 constexpr std::uint64_t kSyntheticTrainSeed = 1;
 constexpr std::uint64_t kSyntheticTestSeed = 2;

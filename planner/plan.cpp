@@ -1,5 +1,6 @@
 #include "planner/plan.hpp"
 
+#include <cmath>
 #include <nlohmann/json.hpp>
 #include <numeric>
 
@@ -142,7 +143,12 @@ costmodel::Prediction prediction_from_json(profiles::ObjectReader r) {
     b.optimizer = m.number("optimizer", 0, false);
     b.activations = m.number("activations", 0, false);
     b.buffers = m.number("buffers", 0, false);
-    m.skip("total");
+    // The sum of the others (as written), within rounding.
+    const double total = m.number("total", 0, false);
+    if (std::abs(total - b.total()) > 1e-9 * b.total() + 1) {
+      m.fail("total", "the sum of parameters, gradients, optimizer, activations and buffers (" +
+                          std::to_string(b.total()) + ")");
+    }
     m.finish();
     p.memory_by_stage.push_back(b);
   }

@@ -16,6 +16,7 @@
 #include "profiles/builtin_data.hpp"
 #include "profiles/errors.hpp"
 #include "profiles/json_reader.hpp"
+#include "profiles/topology.hpp"
 
 namespace loom::profiles {
 namespace {
@@ -93,7 +94,15 @@ ModelSpec load_model(const std::string& name_or_path) {
 
 Cluster load_cluster(const std::string& name_or_path) {
   Resolved r = resolve(name_or_path, builtin_clusters(), "cluster", "--cluster");
-  return cluster_from_json(parse_json_text(r.text, r.source), r.source);
+  Cluster cluster = cluster_from_json(parse_json_text(r.text, r.source), r.source);
+  // The links name devices and switches: checked here, where the file's name is known, rather
+  // than where the planner first builds the topology.
+  try {
+    const Topology topology(cluster);
+  } catch (const InputError& e) {
+    throw InputError(r.source, e.path(), e.expectation());
+  }
+  return cluster;
 }
 
 void write_file_atomically(const std::string& path, const std::string& text) {
@@ -103,6 +112,9 @@ void write_file_atomically(const std::string& path, const std::string& text) {
   std::vector<char> name(tmp.begin(), tmp.end());
   name.push_back('\0');
   int fd = ::mkstemp(name.data());
+  if (fd < 0 && (errno == ENOENT || errno == ENOTDIR)) {
+    throw InputError(path, "", "a file in an existing folder: " + dir.string() + " is not one");
+  }
   if (fd < 0) {
     throw std::runtime_error("cannot write " + path + ": " + std::strerror(errno));
   }

@@ -23,8 +23,9 @@ Cluster load_cluster(const std::string& name_or_path);
 // Whole file as text; InputError naming the path when it cannot be read.
 std::string read_text_file(const std::string& path);
 // Writes `text` to `path` through a temporary file in the same folder and a rename, so the final
-// name holds either the old content or the whole new content. Throws std::runtime_error naming the
-// path on failure (and removes the temporary file).
+// name holds either the old content or the whole new content. Throws InputError naming the path
+// when its folder does not exist (or is not a folder), std::runtime_error naming it on any other
+// failure (and removes the temporary file).
 void write_file_atomically(const std::string& path, const std::string& text);
 
 }  // namespace loom::profiles

@@ -10,6 +10,10 @@ namespace loom::profiles {
 
 const char* to_string(Family family) { return family == Family::kEncoder ? "encoder" : "decoder"; }
 
+std::int64_t max_sequence_length(const ModelSpec& model) {
+  return model.model_type == ModelType::kRoberta ? model.max_positions - 2 : model.max_positions;
+}
+
 const char* to_string(ModelType type) {
   switch (type) {
     case ModelType::kBert:

@@ -39,6 +39,10 @@ struct ModelSpec {
 const char* to_string(Family family);
 const char* to_string(ModelType type);
 
+// The longest sequence the position embeddings cover: max_positions, less the 2 that RoBERTa
+// never uses (it numbers tokens from padding_idx + 1 = 2, as transformers does).
+std::int64_t max_sequence_length(const ModelSpec& model);
+
 // Reads a loom-model/1 object or a Hugging Face config.json object (recognised by its
 // "model_type" key). `source` names the input in errors.
 ModelSpec model_from_json(const nlohmann::json& value, const std::string& source);

@@ -1,5 +1,6 @@
 #include "profiles/profile.hpp"
 
+#include <cmath>
 #include <nlohmann/json.hpp>
 
 #include "profiles/errors.hpp"
@@ -151,7 +152,10 @@ nlohmann::json profile_to_json(const Profile& p) {
   for (const LinkMeasurement& l : p.links) {
     links.push_back({{"collective", l.collective},
                      {"ranks", l.ranks},
-                     {"bytes", l.bytes},
+                     // Whole bytes are written as integers (as the spec's example).
+                     {"bytes", l.bytes == std::floor(l.bytes) && l.bytes < 9e18
+                                   ? nlohmann::json(static_cast<std::int64_t>(l.bytes))
+                                   : nlohmann::json(l.bytes)},
                      {"time_s", l.time_s},
                      {"scope", l.scope}});
   }

@@ -5,10 +5,12 @@
 
 #include <CLI/CLI.hpp>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <functional>
 #include <ostream>
 #include <string>
+#include <string_view>
 
 #include "planner/plan.hpp"
 
@@ -43,6 +45,50 @@ inline const CLI::Validator kPositiveNumber(
     [](std::string& text) { return check_number(text, false); }, "", "POSITIVE");
 inline const CLI::Validator kNonNegativeNumber(
     [](std::string& text) { return check_number(text, true); }, "", "NONNEGATIVE");
+
+// --dropout: a probability in [0, 1).
+inline std::string check_probability(const std::string& text) {
+  char* end = nullptr;
+  const double value = std::strtod(text.c_str(), &end);
+  const bool number = !text.empty() && end == text.c_str() + text.size() && std::isfinite(value);
+  if (number && value >= 0 && value < 1) return "";
+  return "expected a probability in [0, 1), found " + (number ? text : "\"" + text + "\"");
+}
+inline const CLI::Validator kProbability([](std::string& text) { return check_probability(text); },
+                                         "", "PROBABILITY");
+
+// --seed: an integer in [0, 2^64 - 1], written in decimal digits (CLI11 would wrap "-1").
+inline std::string check_seed(const std::string& text) {
+  const bool digits = !text.empty() && text.size() <= 20 &&
+                      text.find_first_not_of("0123456789") == std::string::npos;
+  if (digits && (text.size() < 20 || text <= "18446744073709551615")) return "";
+  return "expected an integer from 0 to 18446744073709551615, found \"" + text + "\"";
+}
+inline const CLI::Validator kSeed([](std::string& text) { return check_seed(text); }, "", "SEED");
+
+// An error message as the one line loom prints after "loom SUB: error: ": a LibTorch backtrace
+// (from "\nException raised from") and trailing line breaks cut off, every other control
+// character written as <U+00XX> (as the JSON readers name them), so that an input echoed in a
+// message cannot break it over lines.
+inline std::string one_line(std::string_view message) {
+  const std::size_t backtrace = message.find("\nException raised from");
+  if (backtrace != std::string_view::npos) message = message.substr(0, backtrace);
+  while (!message.empty() && (message.back() == '\n' || message.back() == '\r')) {
+    message.remove_suffix(1);
+  }
+  std::string out;
+  for (const char c : message) {
+    const auto u = static_cast<unsigned char>(c);
+    if (u < 0x20 || u == 0x7f) {
+      char escaped[12];
+      std::snprintf(escaped, sizeof escaped, "<U+%04X>", u);
+      out += escaped;
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
 
 // This binary's path (/proc/self/exe), or "loom" when it cannot be read: what `loom launch`,
 // `loom slurm` and `loom validate` run.

@@ -36,6 +36,8 @@ namespace loom::tools {
 
 namespace {
 
+constexpr int kMaxLocalRanks = 1024;
+
 namespace fs = std::filesystem;
 
 struct LaunchArgs {
@@ -135,6 +137,12 @@ int run_launch(const LaunchArgs& a) {
     throw InputError("loom launch", "", "a command after --, e.g. -- loom train PLAN.json ...");
   }
   if (a.nproc < 1) throw InputError("--nproc", "", "a positive number of ranks");
+  // Local ranks share this machine: more than a thousand is a typo, not a job.
+  if (a.nproc > kMaxLocalRanks) {
+    throw InputError("--nproc", "",
+                     "at most " + std::to_string(kMaxLocalRanks) + " local ranks, found " +
+                         std::to_string(a.nproc));
+  }
   // SIGINT/SIGTERM go to every rank, which stop at a step boundary (loom train); launch waits
   // for them and exits with 128 + the signal.
   struct sigaction action {};
@@ -266,7 +274,17 @@ int run_slurm(const SlurmArgs& a) {
     const bool shaped = a.time.size() >= 8 && a.time[a.time.size() - 3] == ':' &&
                         a.time[a.time.size() - 6] == ':' &&
                         a.time.find_first_not_of("0123456789:-") == std::string::npos;
-    if (!shaped) throw InputError("--time", "", "HH:MM:SS (or D-HH:MM:SS), found " + a.time);
+    // Minutes and seconds below 60 (the hours are free, as Slurm's HH:MM:SS).
+    auto below_60 = [&](std::size_t at) {
+      const char tens = a.time[at];
+      return tens >= '0' && tens <= '5' && a.time[at + 1] >= '0' && a.time[at + 1] <= '9';
+    };
+    const bool in_range = shaped && below_60(a.time.size() - 5) && below_60(a.time.size() - 2);
+    if (!in_range) {
+      throw InputError(
+          "--time", "",
+          "HH:MM:SS (or D-HH:MM:SS) with minutes and seconds below 60, found " + a.time);
+    }
   }
   // Nodes and tasks per node from the ranks' devices ("node3/gpu1").
   std::map<std::string, int> per_node;

@@ -119,7 +119,7 @@ Runner add_logits_command(CLI::App& app) {
   cmd->add_option("-o,--output", args->output, "write the JSON here (default: stdout)");
   cmd->add_option("--device", args->device, "cpu | cuda");
   cmd->add_option("--precision", args->precision, "fp32 | tf32 | bf16 | fp16 (autocast on cuda)");
-  cmd->add_option("--seed", args->seed, "seed of head weights the checkpoint lacks");
+  cmd->add_option("--seed", args->seed, "seed of head weights the checkpoint lacks")->check(kSeed);
   return [args]() { return run_logits(*args); };
 }
 

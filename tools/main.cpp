@@ -95,17 +95,18 @@ int main(int argc, char** argv) {
                 << known << " (see loom --help)\n";
       return 2;
     }
-    std::cerr << prefix() << ": error: " << e.what() << " (see " << prefix() << " --help)\n";
+    std::cerr << prefix() << ": error: " << loom::tools::one_line(e.what()) << " (see " << prefix()
+              << " --help)\n";
     return 2;
   }
   for (CLI::App* s : app.get_subcommands()) sub = s->get_name();
   try {
     return runners.at(sub)();
   } catch (const loom::InputError& e) {
-    std::cerr << prefix() << ": error: " << e.what() << "\n";
+    std::cerr << prefix() << ": error: " << loom::tools::one_line(e.what()) << "\n";
     return 2;
   } catch (const std::exception& e) {
-    std::cerr << prefix() << ": error: " << e.what() << "\n";
+    std::cerr << prefix() << ": error: " << loom::tools::one_line(e.what()) << "\n";
     return 1;
   }
 }

@@ -94,6 +94,11 @@ void print_plan(std::ostream& out, const planner::Plan& plan) {
 
 costmodel::Job make_job(const PlanArgs& a) {
   costmodel::Job job;
+  if (a.global_batch > costmodel::kMaxGlobalBatch) {
+    throw InputError("--global-batch", "",
+                     "at most " + std::to_string(costmodel::kMaxGlobalBatch) +
+                         " samples per step, found " + std::to_string(a.global_batch));
+  }
   job.global_batch = a.global_batch;
   job.seq_len = a.seq_len;
   auto precision = profiles::parse_precision(a.precision);

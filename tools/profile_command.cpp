@@ -20,6 +20,8 @@ namespace loom::tools {
 
 namespace {
 
+constexpr double kMaxLinkBytes = 17179869184.0;  // 16 GiB: --link-bytes' largest message
+
 struct ProfileArgs {
   std::string model;
   std::string device = "cpu";
@@ -68,6 +70,15 @@ int run_profile(const ProfileArgs& a) {
   const bool progress = !a.json;
   if (a.links) {
     executor::LinkProfileOptions lo;
+    for (const double bytes : a.link_bytes) {
+      if (bytes > kMaxLinkBytes) {
+        char found[32];
+        std::snprintf(found, sizeof found, "%g", bytes);
+        throw InputError(
+            "--link-bytes", "",
+            std::string("message sizes of at most 16 GiB (17179869184 bytes), found ") + found);
+      }
+    }
     if (!a.link_bytes.empty()) lo.message_bytes = a.link_bytes;
     lo.repeats = a.repeats;
     const executor::JobLinks measured = executor::profile_job_links(*device, lo, a.comm_timeout_s);

@@ -189,11 +189,12 @@ int run_train(const TrainArgs& a) {
                          " or a launcher that starts " + std::to_string(ranks) + " ranks");
   }
   executor::TrainOptions o = executor::train_options_from_plan(plan);
-  if (a.steps.has_value() == a.epochs.has_value()) {
-    throw InputError("--steps", "", "exactly one of --steps N and --epochs E");
+  if (a.steps.has_value() && a.epochs.has_value()) {
+    throw InputError("--steps", "", "one of --steps N and --epochs E, not both");
   }
+  // Neither: one pass over the training reviews.
   o.steps = a.steps.value_or(0);
-  o.epochs = a.epochs.value_or(0);
+  o.epochs = a.steps.has_value() ? a.epochs.value_or(0) : a.epochs.value_or(1);
   o.lr = a.lr;
   o.warmup_steps = a.warmup_steps;
   o.eval_every = a.eval_every;
@@ -226,6 +227,14 @@ int run_train(const TrainArgs& a) {
           "a checkpoint folder holding model.safetensors: " + weights.string() + " does not exist");
     }
     o.init_weights = weights.string();
+  }
+  if (!a.checkpoint.empty()) {
+    std::error_code error;
+    const fs::path folder(a.checkpoint);
+    if (fs::exists(folder, error) && !fs::is_directory(folder, error)) {
+      throw InputError("--checkpoint", "",
+                       "a folder, found a file that is not one: " + a.checkpoint);
+    }
   }
   if (a.resume && a.checkpoint.empty()) {
     throw InputError("--resume", "", "--checkpoint DIR to resume from");
@@ -336,18 +345,20 @@ Runner add_train_command(CLI::App& app) {
   cmd->add_option("--init", args->init,
                   "Hugging Face checkpoint folder (config.json, model.safetensors, vocab.txt)");
   cmd->add_option("--steps", args->steps, "optimizer steps")->check(kPositiveNumber);
-  cmd->add_option("--epochs", args->epochs, "passes over the training data")
+  cmd->add_option("--epochs", args->epochs,
+                  "passes over the training data (default 1 when --steps is not given)")
       ->check(kPositiveNumber);
   cmd->add_option("--lr", args->lr, "peak learning rate (default 2e-5)")->check(kPositiveNumber);
   cmd->add_option("--warmup-steps", args->warmup_steps, "linear warm-up steps (default 0)")
       ->check(kNonNegativeNumber);
   cmd->add_option("--eval-every", args->eval_every, "steps between evaluations (0: at the end)")
       ->check(kNonNegativeNumber);
-  cmd->add_option("--seed", args->seed, "seed of initialisation, data order and dropout");
+  cmd->add_option("--seed", args->seed, "seed of initialisation, data order and dropout")
+      ->check(kSeed);
   cmd->add_option("--validation-fraction", args->validation_fraction,
                   "share of the training reviews held out for validation (default 0.1)");
   cmd->add_option("--dropout", args->dropout, "dropout probability (default 0.1)")
-      ->check(CLI::Range(0.0, 1.0));
+      ->check(kProbability);
   cmd->add_option("--checkpoint", args->checkpoint, "folder for checkpoints");
   cmd->add_option("--checkpoint-every", args->checkpoint_every,
                   "steps between checkpoints (0: at the end)")

@@ -289,7 +289,8 @@ Runner add_validate_command(CLI::App& app) {
                   "aclImdb/ folder, IMDB CSV or synthetic[:N] (default synthetic:2000)");
   cmd->add_option("--tokenizer", args->tokenizer, "WordPiece vocab.txt");
   cmd->add_option("--init", args->init, "Hugging Face checkpoint folder");
-  cmd->add_option("--seed", args->seed, "seed of initialisation, data order and dropout");
+  cmd->add_option("--seed", args->seed, "seed of initialisation, data order and dropout")
+      ->check(kSeed);
   cmd->add_option("--device", args->device, "cpu | cuda");
   cmd->add_option("--comm-timeout", args->comm_timeout_s,
                   "seconds any collective may wait for a peer (default 300)")

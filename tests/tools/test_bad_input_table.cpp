@@ -483,6 +483,40 @@ std::vector<Row> table(const Plans& plans) {
        {"hf/model.safetensors", "x"},
        {"ids.json", R"({"input_ids": [[2, "a", 3]]})"}},
       "logits --init hf --ids ids.json", {"ids.json", "$.input_ids[0][1]", "an integer"});
+  // --- refusals found by the session-9 spec audit ----------------------------------------------
+  add("flag: a global batch beyond any job", {},
+      "plan --model model.json --cluster cluster-1.json --global-batch 1000000000000 "
+      "--seq-len 32",
+      {"--global-batch", "at most 1000000 samples per step", "found 1000000000000"});
+  add("flag: -o in a folder that does not exist", {},
+      plan_with("model.json", "cluster-1.json", "-o nowhere/plan.json"),
+      {"nowhere/plan.json", "existing folder"});
+  add("plan file: a stage total that is not the sum",
+      {{"p.json",
+        text(edited(plan, [](J j) { j["predicted"]["memory_bytes_by_stage"][0]["total"] = -5; }))}},
+      "simulate p.json", {"p.json", "$.predicted.memory_bytes_by_stage[0].total"});
+  add("plan: RoBERTa beyond its usable positions", {},
+      "plan --model roberta-base --cluster cluster-1.json --global-batch 8 --seq-len 513",
+      {"seq_len=513", "at most 512"});
+  add("train flag: dropout not a probability", {},
+      train_with("plan.json", "--data synthetic:400 --steps 5 --dropout nan"),
+      {"--dropout", "a probability in [0, 1)", "found \"nan\""});
+  add("train flag: negative seed", {},
+      train_with("plan.json", "--data synthetic:400 --steps 5 --seed=-1"),
+      {"--seed", "an integer from 0 to 18446744073709551615", "found \"-1\""});
+  add("train flag: a seed beyond 64 bits", {},
+      train_with("plan.json", "--data synthetic:400 --steps 5 --seed 18446744073709551616"),
+      {"--seed", "found \"18446744073709551616\""});
+  add("train flag: --checkpoint a file", {{"afile", "x"}},
+      train_with("plan.json", "--data synthetic:400 --steps 5 --checkpoint afile"),
+      {"--checkpoint", "a folder", "afile"});
+  add("data: synthetic beyond a million", {},
+      train_with("plan.json", "--steps 5 --data synthetic:1000001"),
+      {"synthetic:1000001", "from 1 to 1000000"});
+  add("launch flag: more local ranks than a machine runs", {}, "launch --nproc 100000 -- true",
+      {"--nproc", "at most 1024 local ranks", "found 100000"});
+  add("slurm flag: minutes beyond 59", {}, "slurm plan.json --time 99:99:99 -o job.sh",
+      {"--time", "minutes and seconds below 60", "found 99:99:99"});
   add("top level: unknown subcommand", {}, "frobnicate",
       {"\"frobnicate\" is not a subcommand", "expected one of", "plan", "train"});
   return rows;

@@ -16,6 +16,7 @@
 
 #include "profiles/loader.hpp"
 #include "tests/tools/cli_sandbox.hpp"
+#include "tools/commands.hpp"
 #include "tools/stderr_filter.hpp"
 
 namespace fs = std::filesystem;
@@ -330,4 +331,16 @@ TEST_CASE("the stderr filter drops Gloo's INFO lines and nothing else", "[tools]
   CHECK(loom::tools::GlooInfoFilter::is_gloo_info("[gloo/x.cc:1] INFO y"));
   CHECK_FALSE(loom::tools::GlooInfoFilter::is_gloo_info("[rank 0] gloo/x.cc INFO y"));
   CHECK_FALSE(loom::tools::GlooInfoFilter::is_gloo_info("[gloo/x.cc:1] ERROR y"));
+}
+
+TEST_CASE("An error message is printed as one line", "[tools][cli][errors]") {
+  using loom::tools::one_line;
+  CHECK(one_line("--model: \"a\nb\" is not a model") == "--model: \"a<U+000A>b\" is not a model");
+  CHECK(one_line("tab\there, bell\x07") == "tab<U+0009>here, bell<U+0007>");
+  // LibTorch's errors carry a backtrace after the message.
+  CHECK(one_line("dropout probability has to be between 0 and 1, but got nan\nException raised "
+                 "from _dropout_impl at ...\nframe #0: ...") ==
+        "dropout probability has to be between 0 and 1, but got nan");
+  CHECK(one_line("cannot write x\n\n") == "cannot write x");
+  CHECK(one_line("plain") == "plain");
 }
