@@ -462,7 +462,8 @@ SearchResult search(const costmodel::CostModel& cost, const costmodel::Job& job,
       }
     }
     const costmodel::CostModel& shaped = costs.of(s);
-    for (Recompute rc : recomputes) {
+    for (std::size_t k = 0; k < recomputes.size(); ++k) {
+      const Recompute rc = recomputes[k];
       s.recompute = rc;
       const costmodel::Prediction p = shaped.estimate(job, s, stages);
       Candidate c;
@@ -477,8 +478,12 @@ SearchResult search(const costmodel::CostModel& cost, const costmodel::Job& job,
       c.fits = p.peak_memory_bytes <= limit;
       c.order = result.evaluated++;
       all.push_back(c);
-      // Recomputing more only adds time: once one fits, the rest cannot win.
-      if (o.prune && c.fits) break;
+      // Recomputing more only adds time: once one fits, the rest cannot win. They keep less
+      // than this one, so they fit too: counted as feasible without being evaluated.
+      if (o.prune && c.fits) {
+        result.feasible += static_cast<std::int64_t>(recomputes.size() - k - 1);
+        break;
+      }
       if (rc == recomputes.back() && !c.fits) too_big.insert(key);
     }
   }

@@ -48,7 +48,8 @@ struct SearchResult {
   std::vector<Plan> plans;     // the best `top` feasible plans, fastest first
   std::int64_t searched = 0;   // strategies in the space (each recomputation choice counts)
   std::int64_t evaluated = 0;  // of which estimated; the rest were pruned by dominance
-  std::int64_t feasible = 0;   // of the evaluated, those that fit in memory
+  std::int64_t feasible = 0;   // strategies that fit in memory: evaluated, or skipped as
+                               // recomputing more than a fitting one (they keep less)
   // When nothing fits: which limit was hit and by how much (empty otherwise).
   std::string infeasible_reason;
 };

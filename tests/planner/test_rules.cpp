@@ -192,6 +192,8 @@ TEST_CASE("pruning loses nothing: the same best plans with and without it", "[pl
   CHECK(a.searched == b.searched);
   CHECK(a.evaluated < b.evaluated);
   CHECK(b.evaluated >= b.searched);
+  // The recomputation variants pruning skips still count as feasible.
+  CHECK(a.feasible == b.feasible);
   REQUIRE(a.plans.size() == b.plans.size());
   for (std::size_t i = 0; i < a.plans.size(); ++i) {
     CHECK(a.plans[i].strategy == b.plans[i].strategy);
