@@ -182,7 +182,12 @@ std::vector<Strategy> candidate_strategies(const profiles::ModelSpec& model,
                                             : divisors(std::min<std::int64_t>(per_rank, 1024));
         for (int zero : zeros) {
           for (int b : bs) {
-            if (per_rank % b != 0) continue;
+            if (per_rank % b != 0) {
+              refuse("--micro-batch " + std::to_string(b) + " does not divide the " +
+                     std::to_string(per_rank) + " samples per data-parallel rank (global batch " +
+                     std::to_string(job.global_batch) + " over dp=" + std::to_string(dp) + ")");
+              continue;
+            }
             for (auto [schedule, v] : schedule_choices(o, pp, model.layers)) {
               Strategy s;
               s.tp = tp;

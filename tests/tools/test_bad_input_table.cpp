@@ -495,6 +495,9 @@ std::vector<Row> table(const Plans& plans) {
       {{"p.json",
         text(edited(plan, [](J j) { j["predicted"]["memory_bytes_by_stage"][0]["total"] = -5; }))}},
       "simulate p.json", {"p.json", "$.predicted.memory_bytes_by_stage[0].total"});
+  add("flag: a pinned micro-batch that does not divide the batch", {},
+      plan_with("model.json", "cluster-1.json", "--micro-batch 3"),
+      {"--micro-batch 3", "does not divide the 8 samples per data-parallel rank"});
   add("plan: RoBERTa beyond its usable positions", {},
       "plan --model roberta-base --cluster cluster-1.json --global-batch 8 --seq-len 513",
       {"seq_len=513", "at most 512"});
