@@ -331,6 +331,17 @@ bool has_test_split(const std::string& spec) {
   return !fs::is_regular_file(spec, ec);
 }
 
+void check_data_spec(const std::string& spec) {
+  if (is_synthetic(spec)) {
+    parse_synthetic_count(spec);
+    return;
+  }
+  std::error_code ec;
+  if (!fs::is_directory(spec, ec) && !fs::is_regular_file(spec, ec)) {
+    throw InputError(spec, "", std::string(kSpecExpectation) + "; no such file or folder");
+  }
+}
+
 std::vector<Review> load_reviews(const std::string& spec, const std::string& split) {
   if (is_synthetic(spec)) {
     check_split(split);
@@ -351,7 +362,8 @@ std::vector<Review> load_reviews(const std::string& spec, const std::string& spl
     }
     return load_csv(spec);
   }
-  throw InputError(spec, "", std::string(kSpecExpectation) + "; no such file or folder");
+  check_data_spec(spec);  // throws: neither synthetic, a folder nor a file
+  return {};
 }
 
 }  // namespace loom::executor

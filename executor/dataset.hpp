@@ -43,6 +43,10 @@ std::vector<Review> load_reviews(const std::string& spec, const std::string& spl
 // names it in errors. What load_reviews does with a CSV file, without the file.
 std::vector<Review> parse_reviews_csv(const std::string& text, const std::string& path);
 
+// Checks a --data spec without reading it: a valid synthetic[:N], or an existing folder or file;
+// throws the InputError load_reviews would.
+void check_data_spec(const std::string& spec);
+
 // False for a CSV file, whose only split is "train"; true for synthetic and aclImdb specs. Does
 // not check that the files exist.
 bool has_test_split(const std::string& spec);

@@ -27,6 +27,7 @@
 
 #include "costmodel/calibration.hpp"
 #include "costmodel/simulator.hpp"
+#include "executor/dataset.hpp"
 #include "planner/plan.hpp"
 #include "planner/report.hpp"
 #include "profiles/errors.hpp"
@@ -174,6 +175,7 @@ int run_validate(const ValidateArgs& a) {
   if (!a.tokenizer.empty()) argv.insert(argv.end(), {"--tokenizer", a.tokenizer});
   if (!a.init.empty()) argv.insert(argv.end(), {"--init", a.init});
   const fs::path log = dir / "train.log";
+  executor::check_data_spec(a.data);  // before the progress line: one line for a bad --data
   if (!a.json) {
     std::cerr << "running " << world << " rank(s) for " << a.steps << " steps...\n";
   }
@@ -186,7 +188,12 @@ int run_validate(const ValidateArgs& a) {
       const auto at = last.find(prefix);
       if (at != std::string::npos) last = last.substr(at + std::strlen(prefix));
     }
-    if (code == 2) throw InputError(a.plan, "", last);
+    // The run's own error names the input at fault (a flag, the data, the plan): kept as it is.
+    if (code == 2) {
+      const auto colon = last.find(": ");
+      if (colon == std::string::npos) throw InputError(a.plan, "", last);
+      throw InputError(last.substr(0, colon), "", last.substr(colon + 2));
+    }
     throw std::runtime_error("the run failed: " + last);
   }
 

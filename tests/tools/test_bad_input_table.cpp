@@ -498,6 +498,9 @@ std::vector<Row> table(const Plans& plans) {
   add("flag: a pinned micro-batch that does not divide the batch", {},
       plan_with("model.json", "cluster-1.json", "--micro-batch 3"),
       {"--micro-batch 3", "does not divide the 8 samples per data-parallel rank"});
+  add("validate flag: data that is not there", {},
+      "validate plan.json --steps 3 --data nowhere.csv",
+      {"nowhere.csv", "synthetic", "no such file or folder"});
   add("plan: RoBERTa beyond its usable positions", {},
       "plan --model roberta-base --cluster cluster-1.json --global-batch 8 --seq-len 513",
       {"seq_len=513", "at most 512"});
