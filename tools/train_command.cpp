@@ -179,6 +179,13 @@ int run_train(const TrainArgs& a) {
   const std::string text = profiles::read_text_file(a.plan);
   const planner::Plan plan =
       planner::plan_from_json(profiles::parse_json_text(text, a.plan), a.plan);
+  if (plan.model.family != profiles::Family::kEncoder ||
+      (plan.model.model_type != profiles::ModelType::kBert &&
+       plan.model.model_type != profiles::ModelType::kRoberta)) {
+    throw InputError(a.plan, "$.model.model_type",
+                     std::string("a BERT or RoBERTa encoder (loom train trains encoders), found ") +
+                         profiles::to_string(plan.model.model_type));
+  }
   const executor::RankEnvironment env = environment();
   if (env.world_size != plan.strategy.world_size()) {
     const int ranks = plan.strategy.world_size();
