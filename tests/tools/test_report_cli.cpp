@@ -204,9 +204,10 @@ TEST_CASE("loom report: unreadable, invalid or unwritable files", "[tools][cli][
   CHECK_THAT(wrong.err, Contains("wrong.json") && Contains("$.strategy"));
   CHECK_FALSE(fs::exists(box.work() / "report.html"));
 
+  // An -o in a folder that does not exist is the user's to fix: bad input, exit 2.
   Result unwritable = box.loom("report plan.json -o no/such/folder/report.html");
-  require_report_error(unwritable, 1);
-  CHECK_THAT(unwritable.err, Contains("no/such/folder/report.html"));
+  require_report_error(unwritable, 2);
+  CHECK_THAT(unwritable.err, Contains("no/such/folder/report.html") && Contains("folder"));
 
   Result no_output = box.loom("report plan.json");
   CHECK(no_output.exit_code == 2);
