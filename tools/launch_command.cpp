@@ -128,8 +128,9 @@ Child spawn(const std::vector<std::string>& command, int rank, const LaunchArgs&
   return child;
 }
 
-// The signal loom launch received (SIGINT/SIGTERM), for the loop to forward to every rank.
-std::atomic<int> launch_signal{0};
+// The signal loom launch received (SIGINT/SIGTERM), for the loop to forward to every rank. A
+// signal handler can reach nothing but a global.
+std::atomic<int> launch_signal{0};  // NOLINT(cppcoreguidelines-avoid-non-const-global-variables)
 void on_launch_signal(int signal_number) { launch_signal.store(signal_number); }
 
 int run_launch(const LaunchArgs& a) {
