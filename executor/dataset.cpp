@@ -331,15 +331,17 @@ bool has_test_split(const std::string& spec) {
   return !fs::is_regular_file(spec, ec);
 }
 
+[[noreturn]] void no_such_data(const std::string& spec) {
+  throw InputError(spec, "", std::string(kSpecExpectation) + "; no such file or folder");
+}
+
 void check_data_spec(const std::string& spec) {
   if (is_synthetic(spec)) {
     parse_synthetic_count(spec);
     return;
   }
   std::error_code ec;
-  if (!fs::is_directory(spec, ec) && !fs::is_regular_file(spec, ec)) {
-    throw InputError(spec, "", std::string(kSpecExpectation) + "; no such file or folder");
-  }
+  if (!fs::is_directory(spec, ec) && !fs::is_regular_file(spec, ec)) no_such_data(spec);
 }
 
 std::vector<Review> load_reviews(const std::string& spec, const std::string& split) {
@@ -362,8 +364,7 @@ std::vector<Review> load_reviews(const std::string& spec, const std::string& spl
     }
     return load_csv(spec);
   }
-  check_data_spec(spec);  // throws: neither synthetic, a folder nor a file
-  return {};
+  no_such_data(spec);
 }
 
 }  // namespace loom::executor

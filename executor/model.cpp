@@ -78,8 +78,6 @@ double layer_norm_eps(ModelType type) { return type == ModelType::kRoberta ? 1e-
 
 std::int64_t classifier_labels(const ModelSpec& spec) { return spec.num_labels.value_or(2); }
 
-namespace {
-
 void check_encoder(const ModelSpec& spec) {
   if (spec.family != profiles::Family::kEncoder ||
       (spec.model_type != ModelType::kBert && spec.model_type != ModelType::kRoberta)) {
@@ -93,6 +91,8 @@ void check_encoder(const ModelSpec& spec) {
                      "positive sizes, heads dividing hidden and a positive label count");
   }
 }
+
+namespace {
 
 std::string base_prefix(const ModelSpec& spec) {
   return spec.model_type == ModelType::kRoberta ? "roberta" : "bert";

@@ -102,8 +102,12 @@ struct ParameterInfo {
   int layer = 0;  // index in the layer sequence (0 = embeddings, L + 1 = head)
 };
 
+// Refuses (InputError, source "model NAME", path "model_type" or empty) a spec that is not a
+// BERT/RoBERTa encoder with positive sizes, heads dividing hidden and a positive label count.
+void check_encoder(const profiles::ModelSpec& spec);
+
 // Every parameter of the sequence classifier for `spec`, in Hugging Face order. Throws
-// InputError when the spec is not a BERT/RoBERTa encoder.
+// InputError when the spec is not a BERT/RoBERTa encoder (check_encoder).
 std::vector<ParameterInfo> parameter_table(const profiles::ModelSpec& spec);
 
 // Padding token id: 0 for BERT, 1 for RoBERTa.

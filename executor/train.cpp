@@ -122,16 +122,13 @@ void check_data(const std::vector<EncodedExample>& data, const std::string& sour
       throw InputError(source, where, "a label in [0, " + std::to_string(labels) + ")");
     }
   }
-  // RoBERTa numbers positions from padding_idx + 1.
-  const std::int64_t needed =
-      spec.model_type == profiles::ModelType::kRoberta
-          ? static_cast<std::int64_t>(seq_len) + pad_token_id(spec.model_type) + 1
-          : static_cast<std::int64_t>(seq_len);
-  if (!data.empty() && needed > spec.max_positions) {
+  // RoBERTa numbers positions from padding_idx + 1 (profiles::max_sequence_length).
+  const std::int64_t longest = profiles::max_sequence_length(spec);
+  if (!data.empty() && static_cast<std::int64_t>(seq_len) > longest) {
     throw InputError(source, "sequence length",
-                     "at most " + std::to_string(spec.max_positions) +
-                         " positions (the model's max_positions), sequences need " +
-                         std::to_string(needed));
+                     "at most " + std::to_string(longest) + " tokens (the model's max_positions " +
+                         std::to_string(spec.max_positions) + "), found " +
+                         std::to_string(seq_len));
   }
 }
 

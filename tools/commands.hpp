@@ -68,8 +68,8 @@ inline const CLI::Validator kSeed([](std::string& text) { return check_seed(text
 
 // An error message as the one line loom prints after "loom SUB: error: ": a LibTorch backtrace
 // (from "\nException raised from") and trailing line breaks cut off, every other control
-// character written as <U+00XX> (as the JSON readers name them), so that an input echoed in a
-// message cannot break it over lines.
+// character written as <U+00XX>, so that an input echoed in a message cannot break it over
+// lines.
 inline std::string one_line(std::string_view message) {
   const std::size_t backtrace = message.find("\nException raised from");
   if (backtrace != std::string_view::npos) message = message.substr(0, backtrace);

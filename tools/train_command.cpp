@@ -19,6 +19,7 @@
 
 #include "executor/dataset.hpp"
 #include "executor/distributed.hpp"
+#include "executor/model.hpp"
 #include "executor/tokenizer.hpp"
 #include "executor/train.hpp"
 #include "planner/plan.hpp"
@@ -179,12 +180,10 @@ int run_train(const TrainArgs& a) {
   const std::string text = profiles::read_text_file(a.plan);
   const planner::Plan plan =
       planner::plan_from_json(profiles::parse_json_text(text, a.plan), a.plan);
-  if (plan.model.family != profiles::Family::kEncoder ||
-      (plan.model.model_type != profiles::ModelType::kBert &&
-       plan.model.model_type != profiles::ModelType::kRoberta)) {
-    throw InputError(a.plan, "$.model.model_type",
-                     std::string("a BERT or RoBERTa encoder (loom train trains encoders), found ") +
-                         profiles::to_string(plan.model.model_type));
+  try {
+    executor::check_encoder(plan.model);  // loom train trains encoders: named in the plan's terms
+  } catch (const InputError& e) {
+    throw InputError(a.plan, e.path().empty() ? "$.model" : "$.model." + e.path(), e.expectation());
   }
   const executor::RankEnvironment env = environment();
   if (env.world_size != plan.strategy.world_size()) {

@@ -402,6 +402,15 @@ std::vector<Row> table(const Plans& plans) {
   add("train: WORLD_SIZE not a number", {},
       train_with("plan.json", "--data synthetic:400 --steps 5"),
       {"WORLD_SIZE", "non-negative integer", "two"}, "WORLD_SIZE=two");
+  add("train: a decoder's plan (loom train trains encoders)",
+      {{"gpt-plan.json", text(edited(plan,
+                                     [](J j) {
+                                       j["model"]["family"] = "decoder";
+                                       j["model"]["model_type"] = "gpt2";
+                                       j["model"]["type_vocab"] = 0;
+                                     }))}},
+      train_with("gpt-plan.json", "--data synthetic:400 --steps 5"),
+      {"gpt-plan.json", "$.model.model_type", "BERT or RoBERTa encoder", "gpt2"});
   const json other = edited(hf, [](J j) { j["hidden_size"] = 48; });
   add("train: a plan made for another model than --init's config.json",
       {{"other/config.json", text(other)}},
