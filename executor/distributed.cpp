@@ -1,6 +1,7 @@
 #include "executor/distributed.hpp"
 
 #include <algorithm>
+#include <map>
 #include <mutex>
 #include <sstream>
 #include <thread>
@@ -136,6 +137,28 @@ RankEnvironment rank_environment(const EnvLookup& lookup) {
   return env;
 }
 
+RankEnvironment process_rank_environment() {
+  return rank_environment([](const std::string& name) -> std::optional<std::string> {
+    const char* value = std::getenv(name.c_str());
+    return value != nullptr ? std::optional<std::string>(value) : std::nullopt;
+  });
+}
+
+GroupOptions job_group_options(const RankEnvironment& environment, bool cuda,
+                               std::chrono::milliseconds timeout) {
+  GroupOptions options;
+  options.timeout = timeout;
+  options.interface = environment.gloo_interface;
+  const bool local =
+      environment.master_addr == "127.0.0.1" || environment.master_addr == "localhost";
+  options.host = local ? "127.0.0.1" : "";
+  if (cuda) {
+    options.backend = CommBackend::kNccl;
+    options.device_index = environment.local_rank;
+  }
+  return options;
+}
+
 c10::intrusive_ptr<c10d::Store> connect_store(const RankEnvironment& environment,
                                               std::chrono::milliseconds timeout) {
   c10d::TCPStoreOptions options;
@@ -259,6 +282,8 @@ struct ProcessGroup::Impl {
   CommBackend kind = CommBackend::kGloo;
   int device_index = 0;  // NCCL: this rank's CUDA device
   int watch_world_size = 0;
+  bool p2p_by_order = false;
+  std::map<std::pair<bool, int>, int> p2p_counts;  // (send?, peer) -> operations so far
 };
 
 ProcessGroup::ProcessGroup(const c10::intrusive_ptr<c10d::Store>& store, std::string name,
@@ -278,6 +303,7 @@ ProcessGroup::ProcessGroup(const c10::intrusive_ptr<c10d::Store>& store, std::st
   impl_->kind = options.backend;
   impl_->device_index = options.device_index;
   impl_->watch_world_size = options.watch_world_size;
+  impl_->p2p_by_order = options.p2p_by_order && options.backend == CommBackend::kGloo;
   if (members_.size() == 1) return;
   try {
     auto prefixed = c10::make_intrusive<c10d::PrefixStore>("loom/" + name_ + "/", store);
@@ -377,9 +403,22 @@ std::unique_ptr<PendingOperation::Impl> ProcessGroup::new_operation(std::string 
   return impl;
 }
 
+bool ProcessGroup::stages_through_device(const torch::Tensor& tensor) const {
+  return impl_->kind == CommBackend::kNccl && !tensor.is_cuda();
+}
+
+void ProcessGroup::refuse_host_tensor(const std::string& operation,
+                                      const torch::Tensor& tensor) const {
+  if (stages_through_device(tensor)) fail(operation, "a CPU tensor on an NCCL group (a bug)");
+}
+
 void ProcessGroup::allreduce_sum(torch::Tensor& tensor) {
   if (size() == 1) return;
-  torch::Tensor buffer = contiguous_buffer(tensor);
+  // NCCL reduces device memory only: a host value goes to this rank's device and back.
+  torch::Tensor buffer =
+      stages_through_device(tensor)
+          ? tensor.to(torch::Device(torch::kCUDA, impl_->device_index)).contiguous()
+          : contiguous_buffer(tensor);
   PendingOperation pending = allreduce_sum_async(buffer);
   pending.wait();
   if (!buffer.is_same(tensor)) tensor.copy_(buffer);
@@ -388,6 +427,7 @@ void ProcessGroup::allreduce_sum(torch::Tensor& tensor) {
 PendingOperation ProcessGroup::allreduce_sum_async(torch::Tensor& tensor) {
   auto impl = new_operation("allreduce_sum");
   if (size() == 1) return PendingOperation(std::move(impl));
+  refuse_host_tensor("allreduce_sum", tensor);
   if (!tensor.is_contiguous()) fail("allreduce_sum", "a non-contiguous tensor (a bug)");
   std::vector<torch::Tensor> tensors{tensor};
   c10d::AllreduceOptions options;
@@ -412,6 +452,7 @@ void ProcessGroup::allgather(torch::Tensor& output, const torch::Tensor& input) 
     output.view({n}).copy_(flat_in);
     return;
   }
+  refuse_host_tensor("allgather", output);
   torch::Tensor flat_out = contiguous_buffer(output).view({size() * n});
   c10d::AllgatherOptions options;
   options.timeout = timeout_;
@@ -453,6 +494,7 @@ void ProcessGroup::reduce_scatter_sum(torch::Tensor& output, const torch::Tensor
     return;
   }
   if (impl_->kind == CommBackend::kNccl) {
+    refuse_host_tensor("reduce_scatter_sum", output);
     torch::Tensor flat_in = contiguous_buffer(input).view({size() * n});
     torch::Tensor flat_out = contiguous_buffer(output).view({n});
     auto impl = new_operation("reduce_scatter_sum");
@@ -487,7 +529,10 @@ void ProcessGroup::reduce_scatter_sum(torch::Tensor& output, const torch::Tensor
 
 void ProcessGroup::broadcast(torch::Tensor& tensor, int root) {
   if (size() == 1) return;
-  torch::Tensor buffer = contiguous_buffer(tensor);
+  torch::Tensor buffer =
+      stages_through_device(tensor)
+          ? tensor.to(torch::Device(torch::kCUDA, impl_->device_index)).contiguous()
+          : contiguous_buffer(tensor);
   auto impl = new_operation("broadcast");
   std::vector<torch::Tensor> tensors{buffer};
   c10d::BroadcastOptions options;
@@ -502,16 +547,26 @@ void ProcessGroup::broadcast(torch::Tensor& tensor, int root) {
   if (!buffer.is_same(tensor)) tensor.copy_(buffer);
 }
 
+int ProcessGroup::wire_tag(bool send, int peer, int tag) {
+  if (!impl_->p2p_by_order) return tag;
+  return impl_->p2p_counts[{send, peer}]++;
+}
+
+std::string ProcessGroup::describe_p2p(bool send, int peer, int tag) const {
+  return std::string(send ? "send to" : "recv from") + " rank " +
+         std::to_string(members_.at(static_cast<std::size_t>(peer))) + " (tag " +
+         std::to_string(tag) + ")";
+}
+
 PendingOperation ProcessGroup::send(const torch::Tensor& tensor, int destination, int tag) {
-  const std::string operation = "send to rank " +
-                                std::to_string(members_.at(static_cast<std::size_t>(destination))) +
-                                " (tag " + std::to_string(tag) + ")";
+  const std::string operation = describe_p2p(true, destination, tag);
   auto impl = new_operation(operation);
   if (size() == 1) fail(operation, "a group of one has no peer (a bug)");
+  refuse_host_tensor(operation, tensor);
   torch::Tensor buffer = tensor.contiguous();
   std::vector<torch::Tensor> tensors{buffer};
   try {
-    impl->work = impl_->backend->send(tensors, destination, tag);
+    impl->work = impl_->backend->send(tensors, destination, wire_tag(true, destination, tag));
   } catch (const std::exception& e) {
     fail(operation, error_text(e));
   }
@@ -520,15 +575,14 @@ PendingOperation ProcessGroup::send(const torch::Tensor& tensor, int destination
 }
 
 void ProcessGroup::recv(torch::Tensor& tensor, int source, int tag) {
-  const std::string operation = "recv from rank " +
-                                std::to_string(members_.at(static_cast<std::size_t>(source))) +
-                                " (tag " + std::to_string(tag) + ")";
+  const std::string operation = describe_p2p(false, source, tag);
   if (size() == 1) fail(operation, "a group of one has no peer (a bug)");
+  refuse_host_tensor(operation, tensor);
   torch::Tensor buffer = contiguous_buffer(tensor);
   auto impl = new_operation(operation);
   std::vector<torch::Tensor> tensors{buffer};
   try {
-    impl->work = impl_->backend->recv(tensors, source, tag);
+    impl->work = impl_->backend->recv(tensors, source, wire_tag(false, source, tag));
   } catch (const std::exception& e) {
     fail(operation, error_text(e));
   }
@@ -611,9 +665,19 @@ ParallelGroups::ParallelGroups(const c10::intrusive_ptr<c10d::Store>& store, int
       if (coordinates_.tp == t && coordinates_.dp == d) {
         pp_ = std::make_shared<ProcessGroup>(store, "pp" + std::to_string(t + tp * d), members,
                                              world_rank, o);
+        pp_down_ = pp == 1
+                       ? pp_
+                       : std::make_shared<ProcessGroup>(
+                             store, "ppdown" + std::to_string(t + tp * d), members, world_rank, o);
       }
     }
   }
+}
+
+ProcessGroup& ParallelGroups::pp_to(int peer) { return peer > coordinates_.pp ? *pp_ : *pp_down_; }
+
+ProcessGroup& ParallelGroups::pp_from(int peer) {
+  return peer < coordinates_.pp ? *pp_ : *pp_down_;
 }
 
 }  // namespace loom::executor

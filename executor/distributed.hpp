@@ -11,9 +11,12 @@
 //   Groups are created in the same order on every rank (world, then tp, dp and pp groups in
 //   index order), each over its own PrefixStore, so the blocking Gloo rendezvous cannot cycle.
 // - Tensors may be non-contiguous; the group copies through a contiguous buffer when needed.
-//   Gloo gets CPU tensors; the reductions are sums (SUM then divide for averages: Gloo on 1.13
-//   has no AVG, no reduce_scatter and no flat all-gather, so those go through all-reduce / list
-//   all-gather fallbacks, run in pieces so that their temporaries stay below ~8 MiB).
+//   Gloo gets CPU tensors. On NCCL, allreduce_sum and broadcast also take CPU tensors (small
+//   control values: a stop flag, a loss, an evaluation's counts), staged through this rank's
+//   device; the other operations refuse a CPU tensor there (a bug). The reductions are sums (SUM
+//   then divide for averages: Gloo on 1.13 has no AVG, no reduce_scatter and no flat all-gather, so
+//   those go through all-reduce / list all-gather fallbacks, run in pieces so that their
+//   temporaries stay below ~8 MiB).
 // - Ranks are numbered as Megatron-LM does: rank = tp_rank + tp * (dp_rank + dp * pp_rank).
 #pragma once
 
@@ -83,7 +86,20 @@ struct GroupOptions {
   // On a failure, the world ranks 0..watch_world_size-1 whose silence names them lost; 0 = the
   // group's own members.
   int watch_world_size = 0;
+  // Gloo keeps NCCL's point-to-point matching (tests of schedules meant for NCCL, on CPUs): tags
+  // are not sent, so the n-th send to a peer meets the peer's n-th receive from this rank in the
+  // same group. A schedule whose two sides disagree on the order then trains wrong or times out.
+  bool p2p_by_order = false;
 };
+
+// rank_environment() of this process's own environment variables.
+RankEnvironment process_rank_environment();
+
+// The groups' options for a rank of the job `environment`: every operation within `timeout`, Gloo
+// bound to GLOO_SOCKET_IFNAME, else to 127.0.0.1 when the master is this host; NCCL on the local
+// rank's device when `cuda`.
+GroupOptions job_group_options(const RankEnvironment& environment, bool cuda,
+                               std::chrono::milliseconds timeout);
 
 // The rendezvous store: a TCPStore served by rank 0 at master_addr:master_port.
 c10::intrusive_ptr<c10d::Store> connect_store(const RankEnvironment& environment,
@@ -144,6 +160,15 @@ class ProcessGroup {
  private:
   struct Impl;
   [[noreturn]] void fail(const std::string& operation, const std::string& what) const;
+  // NCCL with a host tensor: allreduce_sum and broadcast stage it through the device; the other
+  // operations refuse it (fail, naming `operation`).
+  bool stages_through_device(const torch::Tensor& tensor) const;
+  void refuse_host_tensor(const std::string& operation, const torch::Tensor& tensor) const;
+  // The tag a point-to-point operation carries: `tag`, or under p2p_by_order the operation's
+  // number among this rank's sends to (receives from) `peer`.
+  int wire_tag(bool send, int peer, int tag);
+  // "send to rank R (tag T)" / "recv from rank R (tag T)", world ranks.
+  std::string describe_p2p(bool send, int peer, int tag) const;
   // A pending operation of this group: its timeout, its failure naming `name`, Gloo or not.
   std::unique_ptr<PendingOperation::Impl> new_operation(std::string name) const;
 
@@ -169,8 +194,9 @@ int megatron_rank(const RankCoordinates& c, int dp, int tp);
 class ParallelGroups {
  public:
   // Creates, in this order on every rank: "world" (all ranks), "tp<i>" (the ranks sharing dp and
-  // pp coordinates), "dp<i>" (sharing tp and pp) and "pp<i>" (sharing tp and dp), joining the
-  // ones this rank belongs to. Throws InputError unless 0 <= world_rank < dp * tp * pp.
+  // pp coordinates), "dp<i>" (sharing tp and pp), "pp<i>" and "ppdown<i>" (sharing tp and dp; the
+  // second when pp > 1), joining the ones this rank belongs to. Throws InputError unless
+  // 0 <= world_rank < dp * tp * pp.
   ParallelGroups(const c10::intrusive_ptr<c10d::Store>& store, int world_rank, int dp, int tp,
                  int pp, const GroupOptions& options);
 
@@ -182,6 +208,14 @@ class ParallelGroups {
   ProcessGroup& world() { return *world_; }
   ProcessGroup& dp() { return *dp_; }
   ProcessGroup& pp() { return *pp_; }
+  // The pipeline's point-to-point traffic goes one way per group: "pp<i>" carries what goes to a
+  // higher pp rank, "ppdown<i>" what goes to a lower one. On NCCL, where a send holds its stream
+  // until received, a stage's send to a neighbour then never waits behind its own receive from
+  // that neighbour (1F1B's steady state has both stages send first); each group's sends and
+  // receives must still come in the same order on both sides (NCCL ignores tags).
+  // The group for a send to (a receive from) the pp rank `peer`:
+  ProcessGroup& pp_to(int peer);
+  ProcessGroup& pp_from(int peer);
   // Shared: the model's tensor-parallel comm keeps it alive.
   std::shared_ptr<ProcessGroup> tp_group() const { return tp_; }
   ProcessGroup& tp() { return *tp_; }
@@ -192,6 +226,7 @@ class ParallelGroups {
   std::shared_ptr<ProcessGroup> tp_;
   std::shared_ptr<ProcessGroup> dp_;
   std::shared_ptr<ProcessGroup> pp_;
+  std::shared_ptr<ProcessGroup> pp_down_;
 };
 
 // The model's tensor-parallel comm (executor/model.hpp) over a process group.

@@ -488,11 +488,7 @@ std::vector<profiles::LinkMeasurement> profile_links(ProcessGroup& group, Device
 }
 
 JobGroup join_job(Device device, double timeout_s, const std::string& name) {
-  const RankEnvironment env =
-      rank_environment([](const std::string& variable) -> std::optional<std::string> {
-        const char* value = std::getenv(variable.c_str());
-        return value != nullptr ? std::optional<std::string>(value) : std::nullopt;
-      });
+  const RankEnvironment env = process_rank_environment();
   JobGroup out;
   out.rank = env.rank;
   out.world_size = env.world_size;
@@ -501,16 +497,10 @@ JobGroup join_job(Device device, double timeout_s, const std::string& name) {
   out.one_node = local_world != nullptr && std::atoi(local_world) == env.world_size;
   out.local_rank = env.local_rank;
   if (env.world_size < 2) return out;
-  GroupOptions groups;
-  groups.timeout = std::chrono::milliseconds(static_cast<std::int64_t>(timeout_s * 1000));
-  groups.interface = env.gloo_interface;
-  const bool local = env.master_addr == "127.0.0.1" || env.master_addr == "localhost";
-  groups.host = local ? "127.0.0.1" : "";
-  if (device == Device::kCuda) {
-    groups.backend = CommBackend::kNccl;
-    groups.device_index = env.local_rank;
-    compat::cuda_set_device(env.local_rank);
-  }
+  const GroupOptions groups =
+      job_group_options(env, device == Device::kCuda,
+                        std::chrono::milliseconds(static_cast<std::int64_t>(timeout_s * 1000)));
+  if (device == Device::kCuda) compat::cuda_set_device(env.local_rank);
   const auto store = connect_store(env, groups.timeout);
   std::vector<int> members(static_cast<std::size_t>(env.world_size));
   for (int r = 0; r < env.world_size; ++r) members[static_cast<std::size_t>(r)] = r;

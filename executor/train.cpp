@@ -399,17 +399,27 @@ struct Evaluation {
   double loss = 0.0;
 };
 
-Evaluation evaluate(EncoderClassifier& model, const std::vector<EncodedExample>& data,
-                    std::int64_t batch_size, const torch::Device& device,
-                    const MixedPrecision& mp) {
+// Many ranks agree on a stop signal during an evaluation every this many rounds of batches.
+constexpr std::int64_t kStopCheckRounds = 16;
+
+// Scores `data` in batches of `batch_size`, summing on the device and reading once. nullopt when
+// `stop_signal` (checked before every batch) became non-zero first.
+std::optional<Evaluation> evaluate(EncoderClassifier& model,
+                                   const std::vector<EncodedExample>& data, std::int64_t batch_size,
+                                   const torch::Device& device, const MixedPrecision& mp,
+                                   const std::atomic<int>* stop_signal) {
   torch::NoGradGuard no_grad;
   model.eval();
   std::vector<std::int64_t> order(data.size());
   std::iota(order.begin(), order.end(), 0);
   const auto count = static_cast<std::int64_t>(data.size());
-  double loss_sum = 0.0;
-  std::int64_t correct = 0;
+  torch::Tensor sums =
+      torch::zeros({2}, torch::TensorOptions().dtype(torch::kDouble).device(device));
   for (std::int64_t begin = 0; begin < count; begin += batch_size) {
+    if (stop_signal != nullptr && stop_signal->load() != 0) {
+      model.train();
+      return std::nullopt;
+    }
     const std::int64_t n = std::min(batch_size, count - begin);
     const Batch batch = make_batch(data, order, begin, n, device);
     torch::Tensor logits;
@@ -418,15 +428,15 @@ Evaluation evaluate(EncoderClassifier& model, const std::vector<EncodedExample>&
       logits = model.forward(batch.inputs);
     }
     logits = logits.to(torch::kFloat);
-    loss_sum += torch::nn::functional::cross_entropy(
-                    logits, batch.labels,
-                    torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum))
-                    .item<double>();
-    correct += logits.argmax(1).eq(batch.labels).sum().item<std::int64_t>();
+    sums[0] += torch::nn::functional::cross_entropy(
+        logits, batch.labels,
+        torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum));
+    sums[1] += logits.argmax(1).eq(batch.labels).sum();
   }
   model.train();
-  return {static_cast<double>(correct) / static_cast<double>(count),
-          loss_sum / static_cast<double>(count)};
+  const torch::Tensor host = sums.to(torch::kCPU);
+  return Evaluation{host[1].item<double>() / static_cast<double>(count),
+                    host[0].item<double>() / static_cast<double>(count)};
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -851,18 +861,22 @@ TrainSummary train_classifier(const TrainOptions& o, const std::vector<EncodedEx
   std::vector<std::int64_t> order;
   std::int64_t last_eval_step = -1;
 
-  auto run_evaluation = [&](std::int64_t step) {
-    if (validation_data.empty()) return;
-    const Evaluation result = evaluate(model, validation_data, eval_batch, device, mp);
-    summary.validation_accuracy = result.accuracy;
-    summary.validation_loss = result.loss;
+  // False, with nothing written, when a stop signal abandoned it.
+  auto run_evaluation = [&](std::int64_t step) -> bool {
+    if (validation_data.empty()) return true;
+    const std::optional<Evaluation> result =
+        evaluate(model, validation_data, eval_batch, device, mp, o.stop_signal);
+    if (!result) return false;
+    summary.validation_accuracy = result->accuracy;
+    summary.validation_loss = result->loss;
     last_eval_step = step;
     nlohmann::ordered_json line;
     line["eval"] = true;
     line["step"] = step;
-    line["accuracy"] = result.accuracy;
-    line["loss"] = result.loss;
+    line["accuracy"] = result->accuracy;
+    line["loss"] = result->loss;
     metrics.write(line);
+    return true;
   };
 
   const std::int64_t end_step =
@@ -979,7 +993,10 @@ TrainSummary train_classifier(const TrainOptions& o, const std::vector<EncodedEx
   progress.finish();
 
   const bool finished = summary.steps == total_steps && summary.stopped_by_signal == 0;
-  if (finished && last_eval_step != summary.steps) run_evaluation(summary.steps);
+  // A stop signal during the final evaluation abandons it: the run reports the signal.
+  if (finished && last_eval_step != summary.steps && !run_evaluation(summary.steps)) {
+    summary.stopped_by_signal = o.stop_signal->load();
+  }
 
   summary.final_loss = summary.losses.empty() ? 0.0 : summary.losses.back();
   summary.median_step_time_s = median(step_times_s);
@@ -1675,7 +1692,6 @@ TrainSummary train_classifier(const TrainOptions& o, const std::vector<EncodedEx
   };
   const int previous_rank = (c.pp + pp - 1) % pp;
   const int next_rank = (c.pp + 1) % pp;
-  ProcessGroup& pipe = groups.pp();
   const auto activation_options = torch::TensorOptions().dtype(torch::kFloat).device(device);
   const auto hidden_shape = [&](std::int64_t rows) {
     return std::vector<std::int64_t>{rows, static_cast<std::int64_t>(seq_len), spec.hidden};
@@ -1703,55 +1719,75 @@ TrainSummary train_classifier(const TrainOptions& o, const std::vector<EncodedEx
   std::vector<std::int64_t> order;
   std::int64_t last_eval_step = -1;
 
-  // Forward through the pipeline without gradients; the last stage scores, every rank gets the
-  // result.
-  auto run_evaluation = [&](std::int64_t step) {
-    if (validation_data.empty()) return;
+  // Forward through the pipeline without gradients. The dp replicas share the batches (replica d
+  // takes batches d, d + dp, ...), the last stage scores on the device, and one all-reduce gives
+  // every rank the result. Returns false, with nothing written, when a stop signal (agreed by
+  // every rank every kStopCheckRounds rounds) abandoned it.
+  auto run_evaluation = [&](std::int64_t step) -> bool {
+    if (validation_data.empty()) return true;
     flat.materialize();
     torch::NoGradGuard no_grad;
     for (auto& chunk : chunks) chunk->eval();
     std::vector<std::int64_t> all(validation_data.size());
     std::iota(all.begin(), all.end(), 0);
     const auto count = static_cast<std::int64_t>(validation_data.size());
-    double loss_sum = 0.0;
-    double correct = 0.0;
-    std::vector<PendingOperation> sends;
+    // [loss sum, correct] on the device; on the last stage only, else zero.
+    torch::Tensor sums =
+        torch::zeros({2}, torch::TensorOptions().dtype(torch::kDouble).device(device));
     const std::int64_t batches = (count + eval_batch - 1) / eval_batch;
-    for (std::int64_t b = 0; b < batches; ++b) {
-      const std::int64_t begin = b * eval_batch;
-      const std::int64_t n = std::min(eval_batch, count - begin);
-      const Batch batch = make_batch(validation_data, all, begin, n, device);
-      torch::Tensor out;
-      for (int k = 0; k < v; ++k) {
-        const int g = global_chunk(k);
-        torch::Tensor hidden;
-        if (g > 0) {  // the tag names the boundary g - 1 -> g and the batch
-          hidden = torch::empty(hidden_shape(n), activation_options);
-          pipe.recv(hidden, previous_rank, static_cast<int>((g - 1) * batches + b));
+    const std::int64_t rounds = (batches + dp - 1) / dp;
+    bool stopped = false;
+    for (std::int64_t r = 0; r < rounds && !stopped; ++r) {
+      const std::int64_t b = r * dp + c.dp;
+      if (b < batches) {
+        const std::int64_t begin = b * eval_batch;
+        const std::int64_t n = std::min(eval_batch, count - begin);
+        const Batch batch = make_batch(validation_data, all, begin, n, device);
+        torch::Tensor out;
+        std::vector<PendingOperation> sends;
+        for (int k = 0; k < v; ++k) {
+          const int g = global_chunk(k);
+          torch::Tensor hidden;
+          if (g > 0) {  // the tag names the boundary g - 1 -> g and the batch
+            hidden = torch::empty(hidden_shape(n), activation_options);
+            groups.pp_from(previous_rank)
+                .recv(hidden, previous_rank, static_cast<int>((g - 1) * batches + b));
+          }
+          {
+            compat::AutocastGuard autocast(device.type(), mp.dtype, mp.autocast);
+            out = chunks[static_cast<std::size_t>(k)]
+                      ->forward(batch.inputs, hidden)
+                      .to(torch::kFloat);
+          }
+          if (g < chunk_count - 1) {
+            sends.push_back(
+                groups.pp_to(next_rank).send(out, next_rank, static_cast<int>(g * batches + b)));
+          }
         }
-        {
-          compat::AutocastGuard autocast(device.type(), mp.dtype, mp.autocast);
-          out =
-              chunks[static_cast<std::size_t>(k)]->forward(batch.inputs, hidden).to(torch::kFloat);
+        if (global_chunk(v - 1) == chunk_count - 1) {
+          sums[0] += torch::nn::functional::cross_entropy(
+              out, batch.labels,
+              torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum));
+          sums[1] += out.argmax(1).eq(batch.labels).sum();
         }
-        if (g < chunk_count - 1) {
-          sends.push_back(pipe.send(out, next_rank, static_cast<int>(g * batches + b)));
-        }
+        // The next stage receives this round's sends within the round: waiting here bounds
+        // what is held to one batch's activations and cannot wait on a cycle.
+        for (PendingOperation& send : sends) send.wait();
       }
-      if (global_chunk(v - 1) != chunk_count - 1) continue;
-      loss_sum += torch::nn::functional::cross_entropy(
-                      out, batch.labels,
-                      torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum))
-                      .item<double>();
-      correct += static_cast<double>(out.argmax(1).eq(batch.labels).sum().item<std::int64_t>());
+      if (o.stop_signal != nullptr && (r + 1) % kStopCheckRounds == 0 && r + 1 < rounds) {
+        torch::Tensor flag = torch::tensor({static_cast<double>(o.stop_signal->load())},
+                                           torch::TensorOptions().dtype(torch::kDouble));
+        groups.world().allreduce_sum(flag);
+        stopped = flag.item<double>() != 0;
+      }
     }
-    for (PendingOperation& s : sends) s.wait();
-    torch::Tensor result =
-        torch::tensor({loss_sum, correct}, torch::TensorOptions().dtype(torch::kDouble));
-    pipe.allreduce_sum(result);
     for (auto& chunk : chunks) chunk->train();
-    summary.validation_loss = result[0].item<double>() / static_cast<double>(count);
-    summary.validation_accuracy = result[1].item<double>() / static_cast<double>(count);
+    if (stopped) return false;
+    // Every tp rank of the last stage holds the same sums: the world's total counts each tp times.
+    groups.world().allreduce_sum(sums);
+    const torch::Tensor host = sums.to(torch::kCPU) / static_cast<double>(groups.tp_size());
+    summary.validation_loss = host[0].item<double>() / static_cast<double>(count);
+    summary.validation_accuracy = host[1].item<double>() / static_cast<double>(count);
     last_eval_step = step;
     nlohmann::ordered_json line;
     line["eval"] = true;
@@ -1759,6 +1795,7 @@ TrainSummary train_classifier(const TrainOptions& o, const std::vector<EncodedEx
     line["accuracy"] = *summary.validation_accuracy;
     line["loss"] = *summary.validation_loss;
     metrics.write(line);
+    return true;
   };
 
   const std::int64_t end_step =
@@ -1797,7 +1834,7 @@ TrainSummary train_classifier(const TrainOptions& o, const std::vector<EncodedEx
       auto at = StepPhases::Clock::now();
       if (g > 0) {
         f.input = torch::empty(hidden_shape(mb), activation_options);
-        pipe.recv(f.input, previous_rank, tag(g - 1, m, 0));
+        groups.pp_from(previous_rank).recv(f.input, previous_rank, tag(g - 1, m, 0));
         f.input.requires_grad_(true);
         at = StepPhases::add(phases.pipeline_wait_s, at);
       }
@@ -1814,7 +1851,7 @@ TrainSummary train_classifier(const TrainOptions& o, const std::vector<EncodedEx
       } else {
         f.output = out.to(torch::kFloat);
         StepPhases::add(phases.forward_s, at);
-        sends.push_back(pipe.send(f.output.detach(), next_rank, tag(g, m, 0)));
+        sends.push_back(groups.pp_to(next_rank).send(f.output.detach(), next_rank, tag(g, m, 0)));
       }
     };
     auto backward = [&](int k, std::int64_t m) {
@@ -1828,11 +1865,14 @@ TrainSummary train_classifier(const TrainOptions& o, const std::vector<EncodedEx
         f.output.backward();
       } else {
         torch::Tensor grad = torch::empty(hidden_shape(mb), activation_options);
-        pipe.recv(grad, next_rank, tag(g, m, 1));
+        groups.pp_from(next_rank).recv(grad, next_rank, tag(g, m, 1));
         at = StepPhases::add(phases.pipeline_wait_s, at);
         torch::autograd::backward({f.output}, {grad});
       }
-      if (g > 0) sends.push_back(pipe.send(f.input.grad(), previous_rank, tag(g - 1, m, 1)));
+      if (g > 0) {
+        sends.push_back(
+            groups.pp_to(previous_rank).send(f.input.grad(), previous_rank, tag(g - 1, m, 1)));
+      }
       flat.finish_backward(k);
       StepPhases::add(phases.backward_s, at);
       f = InFlight{};
@@ -1884,12 +1924,18 @@ TrainSummary train_classifier(const TrainOptions& o, const std::vector<EncodedEx
     flat.release();
     StepPhases::add(phases.optimizer_s, at);
 
-    // The step's loss: the last stage's, summed over the pipeline, averaged over dp.
-    torch::Tensor loss =
-        torch::tensor({local_loss.item<double>()}, torch::TensorOptions().dtype(torch::kDouble));
-    pipe.allreduce_sum(loss);
-    groups.dp().allreduce_sum(loss);
-    const double step_loss = loss.item<double>() / dp;
+    // One all-reduce over the world per step: the step's loss (the last stage's, held once by each
+    // of its tp ranks; averaged over dp) and the stop flag (a stop signal on any rank stops every
+    // rank after this step).
+    torch::Tensor stats =
+        torch::zeros({2}, torch::TensorOptions().dtype(torch::kDouble).device(device));
+    stats[0] += local_loss;
+    if (o.stop_signal != nullptr) stats[1] += static_cast<double>(o.stop_signal->load());
+    groups.world().allreduce_sum(stats);
+    const torch::Tensor host_stats = stats.to(torch::kCPU);
+    const double step_loss =
+        host_stats[0].item<double>() / static_cast<double>(dp * groups.tp_size());
+    bool stopping = host_stats[1].item<double>() != 0;
     if (o.device == Device::kCuda) compat::cuda_synchronize(device_index);
     const double step_time_s =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
@@ -1914,16 +1960,9 @@ TrainSummary train_classifier(const TrainOptions& o, const std::vector<EncodedEx
     }
     progress.update(step + 1, step_loss);
     if (o.eval_every > 0 && (step + 1) % o.eval_every == 0) {
-      run_evaluation(step + 1);
+      // Abandoned on a stop signal that every rank agreed on: stop after this step.
+      if (!run_evaluation(step + 1)) stopping = true;
       flat.release();
-    }
-    // A stop signal on any rank stops every rank after this step (one agreed flag per step).
-    bool stopping = false;
-    if (o.stop_signal != nullptr) {
-      torch::Tensor flag = torch::tensor({static_cast<double>(o.stop_signal->load())},
-                                         torch::TensorOptions().dtype(torch::kDouble));
-      groups.world().allreduce_sum(flag);
-      stopping = flag.item<double>() != 0;
     }
     const bool last = step + 1 == end_step || stopping;
     if (!o.checkpoint_dir.empty() &&
@@ -1938,7 +1977,10 @@ TrainSummary train_classifier(const TrainOptions& o, const std::vector<EncodedEx
   progress.finish();
   const bool finished = summary.steps == total_steps && summary.stopped_by_signal == 0;
   if (finished && last_eval_step != summary.steps) {
-    run_evaluation(summary.steps);
+    // Abandoned on an agreed stop signal: the run reports the signal.
+    if (!run_evaluation(summary.steps)) {
+      summary.stopped_by_signal = o.stop_signal->load() != 0 ? o.stop_signal->load() : SIGTERM;
+    }
     flat.release();
   }
   groups.world().barrier();

@@ -56,14 +56,6 @@ struct TrainArgs {
   bool json = false;
 };
 
-// Rank, world and master from torchrun's or Slurm's variables (executor::rank_environment).
-executor::RankEnvironment environment() {
-  return executor::rank_environment([](const std::string& name) -> std::optional<std::string> {
-    const char* value = std::getenv(name.c_str());
-    return value != nullptr ? std::optional<std::string>(value) : std::nullopt;
-  });
-}
-
 // The tokenizer: --tokenizer, else the init checkpoint's vocab.txt, else the synthetic data's own
 // vocabulary.
 executor::WordPieceTokenizer load_tokenizer(const TrainArgs& a) {
@@ -185,7 +177,7 @@ int run_train(const TrainArgs& a) {
   } catch (const InputError& e) {
     throw InputError(a.plan, e.path().empty() ? "$.model" : "$.model." + e.path(), e.expectation());
   }
-  const executor::RankEnvironment env = environment();
+  const executor::RankEnvironment env = executor::process_rank_environment();
   if (env.world_size != plan.strategy.world_size()) {
     const int ranks = plan.strategy.world_size();
     throw InputError(a.plan, "$.strategy",
@@ -281,17 +273,10 @@ int run_train(const TrainArgs& a) {
     s = executor::train_classifier(o, train_data, validation_data);
   } else {
     // Many ranks: rendezvous on rank 0's TCPStore, then the plan's dp/tp/pp groups.
-    executor::GroupOptions groups_options;
-    groups_options.timeout =
-        std::chrono::milliseconds(static_cast<std::int64_t>(a.comm_timeout_s * 1000));
-    groups_options.interface = env.gloo_interface;
-    const bool local = env.master_addr == "127.0.0.1" || env.master_addr == "localhost";
-    groups_options.host = local ? "127.0.0.1" : "";
-    if (o.device == executor::Device::kCuda) {
-      groups_options.backend = executor::CommBackend::kNccl;
-      groups_options.device_index = env.local_rank;
-      o.device_index = env.local_rank;
-    }
+    const executor::GroupOptions groups_options = executor::job_group_options(
+        env, o.device == executor::Device::kCuda,
+        std::chrono::milliseconds(static_cast<std::int64_t>(a.comm_timeout_s * 1000)));
+    if (o.device == executor::Device::kCuda) o.device_index = env.local_rank;
     const auto store = executor::connect_store(env, groups_options.timeout);
     executor::ParallelGroups groups(store, env.rank, plan.strategy.dp, plan.strategy.tp,
                                     plan.strategy.pp, groups_options);

@@ -140,6 +140,41 @@ TEST_CASE("Gloo groups: collectives, point to point and sub-groups", "[distribut
   });
 }
 
+TEST_CASE("Point to point: tags match on Gloo; order alone under p2p_by_order, as on NCCL",
+          "[distributed]") {
+  // Rank 0 sends 1 (tag 1) then 2 (tag 2); rank 1 receives tag 2 first. Gloo matches the tags;
+  // NCCL, which ignores them, would hand the first send to the first receive.
+  for (const bool by_order : {false, true}) {
+    INFO("p2p_by_order " << by_order);
+    const auto store = loom::executor::make_local_store();
+    run_ranks(2, [&](int rank) {
+      GroupOptions options = quick();
+      options.p2p_by_order = by_order;
+      ParallelGroups groups(store, rank, 1, 1, 2, options);
+      if (rank == 0) {
+        auto first = groups.pp_to(1).send(torch::full({2}, 1.0f), 1, 1);
+        auto second = groups.pp_to(1).send(torch::full({2}, 2.0f), 1, 2);
+        first.wait();
+        second.wait();
+        // The other way goes through the other group: no tag or order is shared with the above.
+        groups.pp_to(1).barrier();
+        torch::Tensor back = torch::empty({2});
+        groups.pp_from(1).recv(back, 1, 1);
+        CHECK(back[0].item<float>() == 3.0f);
+      } else {
+        torch::Tensor a = torch::empty({2});
+        torch::Tensor b = torch::empty({2});
+        groups.pp_from(0).recv(a, 0, 2);
+        groups.pp_from(0).recv(b, 0, 1);
+        CHECK(a[0].item<float>() == (by_order ? 1.0f : 2.0f));
+        CHECK(b[0].item<float>() == (by_order ? 2.0f : 1.0f));
+        groups.pp_from(0).barrier();
+        groups.pp_to(0).send(torch::full({2}, 3.0f), 0, 1).wait();
+      }
+    });
+  }
+}
+
 TEST_CASE("A lost peer ends the others with an error naming it and the operation",
           "[distributed]") {
   const auto store = loom::executor::make_local_store();
@@ -241,8 +276,12 @@ TrainSummary run_layout(const Layout& l, const std::vector<EncodedExample>& trai
   const int world = l.dp * l.tp * l.pp;
   const auto store = loom::executor::make_local_store();
   std::vector<TrainSummary> summaries(static_cast<std::size_t>(world));
+  // Point-to-point operations matched by order, as NCCL matches them: a schedule whose stages
+  // disagree on the order of their sends and receives trains wrong here.
+  GroupOptions options = quick();
+  options.p2p_by_order = true;
   run_ranks(world, [&](int rank) {
-    ParallelGroups groups(store, rank, l.dp, l.tp, l.pp, quick());
+    ParallelGroups groups(store, rank, l.dp, l.tp, l.pp, options);
     summaries[static_cast<std::size_t>(rank)] =
         loom::executor::train_classifier(o, train, validation, groups);
   });

@@ -133,6 +133,36 @@ TEST_CASE("SIGTERM stops training at a step boundary with a checkpoint", "[tools
       ("step-" + std::string(8 - std::to_string(step).size(), '0') + std::to_string(step))));
 }
 
+TEST_CASE("SIGTERM during the final evaluation abandons it, on one rank and on two",
+          "[tools][faults][slow]") {
+  // 10,000 held-out reviews in batches of one: the evaluation after the single step takes
+  // seconds, and the signal comes as soon as the step's metrics line is written.
+  CliSandbox box("fault-term-eval");
+  const std::string plan =
+      "plan --model tiny-bert --cluster local-cpu --global-batch 8 --seq-len 16 --precision fp32 "
+      "--micro-batch 1 --zero 0 ";
+  REQUIRE(box.loom(plan + "--dp 1 --tp 1 --pp 1 -o one.json").exit_code == 0);
+  REQUIRE(box.loom(plan + "--dp 2 --tp 1 --pp 1 -o two.json").exit_code == 0);
+  const std::string train = " --data synthetic:100000 --seed 3 --steps 1 --metrics m.jsonl";
+  const std::string signal_at_eval =
+      " >out.txt 2>err.txt & pid=$!; "
+      "for i in $(seq 1200); do [ -s m.jsonl ] && break; sleep 0.05; done; "
+      "kill -TERM $pid; wait $pid; echo $? >code.txt";
+  for (const std::string& run :
+       {"$LOOM train one.json" + train,
+        "$LOOM launch --nproc 2 --master-port " + port(7) + " -- loom train two.json" + train}) {
+    INFO(run);
+    REQUIRE(shell(box, "rm -f m.jsonl; " + run + signal_at_eval) == 0);
+    const std::string err = box.read("err.txt");
+    INFO(err);
+    // Without the abandon: exit 0 after the whole evaluation, and an "eval" line.
+    CHECK(std::stoi(box.read("code.txt")) == 128 + SIGTERM);
+    CHECK_THAT(err, Contains("stopped by signal 15"));
+    CHECK(loom::test::line_count(box.read("m.jsonl")) == 1);
+    CHECK_THAT(box.read("m.jsonl"), !Contains("\"eval\""));
+  }
+}
+
 TEST_CASE("writes that run out of space fail cleanly and leave no partial file",
           "[tools][faults][slow]") {
   CliSandbox box("fault-space");
