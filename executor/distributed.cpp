@@ -1,6 +1,8 @@
 #include "executor/distributed.hpp"
 
 #include <algorithm>
+#include <condition_variable>
+#include <deque>
 #include <map>
 #include <mutex>
 #include <sstream>
@@ -230,10 +232,80 @@ class FinishedWorks {
   std::vector<c10::intrusive_ptr<c10d::Work>> works_;
 };
 
+// One operation run by a P2pStream: done once its task returned or threw (`error`).
+struct StreamOp {
+  std::mutex mutex;
+  std::condition_variable changed;
+  bool done = false;
+  std::string error;
+};
+
+// Under GroupOptions::p2p_by_order, the group's point-to-point operations run on a thread of their
+// own, one at a time and in the order posted, as on one NCCL stream (a communicator whose
+// point-to-point work shares the stream, as an eagerly initialised one does): a send holds every
+// operation after it until it is received, while the rank's own thread (its compute stream) goes
+// on. A receive's wait() is the compute stream waiting for the data.
+class P2pStream {
+ public:
+  P2pStream() : thread_([this] { run(); }) {}
+  ~P2pStream() {
+    {
+      const std::lock_guard<std::mutex> lock(mutex_);
+      stopping_ = true;
+    }
+    changed_.notify_all();
+    thread_.join();
+  }
+  P2pStream(const P2pStream&) = delete;
+  P2pStream& operator=(const P2pStream&) = delete;
+
+  // Queues `task`, which posts one operation and waits for it (throwing on failure).
+  std::shared_ptr<StreamOp> post(std::function<void()> task) {
+    auto op = std::make_shared<StreamOp>();
+    {
+      const std::lock_guard<std::mutex> lock(mutex_);
+      queue_.emplace_back(std::move(task), op);
+    }
+    changed_.notify_all();
+    return op;
+  }
+
+ private:
+  void run() {
+    for (;;) {
+      std::pair<std::function<void()>, std::shared_ptr<StreamOp>> next;
+      {
+        std::unique_lock<std::mutex> lock(mutex_);
+        changed_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+        if (queue_.empty()) return;
+        next = std::move(queue_.front());
+        queue_.pop_front();
+      }
+      std::string error;
+      try {
+        next.first();
+      } catch (const std::exception& e) {
+        error = error_text(e);
+      }
+      const std::lock_guard<std::mutex> lock(next.second->mutex);
+      next.second->error = std::move(error);
+      next.second->done = true;
+      next.second->changed.notify_all();
+    }
+  }
+
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  std::deque<std::pair<std::function<void()>, std::shared_ptr<StreamOp>>> queue_;
+  bool stopping_ = false;
+  std::thread thread_;  // last: starts once the members above exist
+};
+
 }  // namespace
 
 struct PendingOperation::Impl {
   c10::intrusive_ptr<c10d::Work> work;
+  std::shared_ptr<StreamOp> stream_op;  // instead of `work`: run by the group's P2pStream
   std::chrono::milliseconds timeout{0};
   std::function<void(const std::string&)> on_failure;  // throws
   torch::Tensor keep_alive;
@@ -246,7 +318,13 @@ PendingOperation::PendingOperation(PendingOperation&&) noexcept = default;
 PendingOperation& PendingOperation::operator=(PendingOperation&&) noexcept = default;
 
 PendingOperation::~PendingOperation() {
-  if (!impl_ || impl_->done || !impl_->work) return;
+  if (!impl_ || impl_->done) return;
+  if (impl_->stream_op) {  // the task ends within its own timeout
+    std::unique_lock<std::mutex> lock(impl_->stream_op->mutex);
+    impl_->stream_op->changed.wait(lock, [this] { return impl_->stream_op->done; });
+    return;
+  }
+  if (!impl_->work) return;
   try {
     impl_->work->wait(impl_->timeout);
   } catch (...) {  // NOLINT(bugprone-empty-catch): a destructor must not throw
@@ -256,6 +334,18 @@ PendingOperation::~PendingOperation() {
 void PendingOperation::wait() {
   if (!impl_ || impl_->done) return;
   impl_->done = true;
+  if (impl_->stream_op) {
+    StreamOp& op = *impl_->stream_op;
+    std::string error;
+    {
+      std::unique_lock<std::mutex> lock(op.mutex);
+      op.changed.wait(lock, [&op] { return op.done; });  // the task ends within its timeout
+      error = op.error;
+    }
+    impl_->keep_alive = torch::Tensor();
+    if (!error.empty()) impl_->on_failure(error);
+    return;
+  }
   if (!impl_->work) return;
   bool completed = false;
   std::string what;
@@ -284,6 +374,9 @@ struct ProcessGroup::Impl {
   int watch_world_size = 0;
   bool p2p_by_order = false;
   std::map<std::pair<bool, int>, int> p2p_counts;  // (send?, peer) -> operations so far
+  // p2p_by_order: the thread that runs the point-to-point operations. Declared after the backend,
+  // so joined before the backend goes.
+  std::unique_ptr<P2pStream> stream;
 };
 
 ProcessGroup::ProcessGroup(const c10::intrusive_ptr<c10d::Store>& store, std::string name,
@@ -316,6 +409,7 @@ ProcessGroup::ProcessGroup(const c10::intrusive_ptr<c10d::Store>& store, std::st
   } catch (const std::exception& e) {
     fail("joining the group", error_text(e));
   }
+  if (impl_->p2p_by_order) impl_->stream = std::make_unique<P2pStream>();
 }
 
 ProcessGroup::~ProcessGroup() {
@@ -565,13 +659,27 @@ PendingOperation ProcessGroup::send(const torch::Tensor& tensor, int destination
   refuse_host_tensor(operation, tensor);
   torch::Tensor buffer = tensor.contiguous();
   std::vector<torch::Tensor> tensors{buffer};
+  impl->keep_alive = buffer;
+  const int wire = wire_tag(true, destination, tag);
+  if (impl_->stream) {
+    impl->stream_op = impl_->stream->post(stream_task(true, tensors, destination, wire));
+    return PendingOperation(std::move(impl));
+  }
   try {
-    impl->work = impl_->backend->send(tensors, destination, wire_tag(true, destination, tag));
+    impl->work = impl_->backend->send(tensors, destination, wire);
   } catch (const std::exception& e) {
     fail(operation, error_text(e));
   }
-  impl->keep_alive = buffer;
   return PendingOperation(std::move(impl));
+}
+
+std::function<void()> ProcessGroup::stream_task(bool send, std::vector<torch::Tensor> tensors,
+                                                int peer, int tag) const {
+  return [backend = impl_->backend, tensors = std::move(tensors), send, peer, tag,
+          timeout = timeout_]() mutable {
+    const auto work = send ? backend->send(tensors, peer, tag) : backend->recv(tensors, peer, tag);
+    if (!work->wait(timeout)) throw std::runtime_error("not completed within the timeout");
+  };
 }
 
 void ProcessGroup::recv(torch::Tensor& tensor, int source, int tag) {
@@ -581,10 +689,15 @@ void ProcessGroup::recv(torch::Tensor& tensor, int source, int tag) {
   torch::Tensor buffer = contiguous_buffer(tensor);
   auto impl = new_operation(operation);
   std::vector<torch::Tensor> tensors{buffer};
-  try {
-    impl->work = impl_->backend->recv(tensors, source, wire_tag(false, source, tag));
-  } catch (const std::exception& e) {
-    fail(operation, error_text(e));
+  const int wire = wire_tag(false, source, tag);
+  if (impl_->stream) {
+    impl->stream_op = impl_->stream->post(stream_task(false, tensors, source, wire));
+  } else {
+    try {
+      impl->work = impl_->backend->recv(tensors, source, wire);
+    } catch (const std::exception& e) {
+      fail(operation, error_text(e));
+    }
   }
   PendingOperation(std::move(impl)).wait();
   if (!buffer.is_same(tensor)) tensor.copy_(buffer);

@@ -86,9 +86,12 @@ struct GroupOptions {
   // On a failure, the world ranks 0..watch_world_size-1 whose silence names them lost; 0 = the
   // group's own members.
   int watch_world_size = 0;
-  // Gloo keeps NCCL's point-to-point matching (tests of schedules meant for NCCL, on CPUs): tags
-  // are not sent, so the n-th send to a peer meets the peer's n-th receive from this rank in the
-  // same group. A schedule whose two sides disagree on the order then trains wrong or times out.
+  // Gloo keeps NCCL's point-to-point rules (tests of schedules meant for NCCL, on CPUs): tags are
+  // not sent, so the n-th send to a peer meets the peer's n-th receive from this rank in the same
+  // group; and the group's sends and receives run one at a time in the order posted, on a thread
+  // of their own, as on one NCCL stream, where a send holds what follows until it is received. A
+  // schedule whose sides disagree on the order then trains wrong, and one that would deadlock on
+  // NCCL times out.
   bool p2p_by_order = false;
 };
 
@@ -167,6 +170,9 @@ class ProcessGroup {
   // The tag a point-to-point operation carries: `tag`, or under p2p_by_order the operation's
   // number among this rank's sends to (receives from) `peer`.
   int wire_tag(bool send, int peer, int tag);
+  // p2p_by_order: the task that runs one send (receive) on the group's stream thread.
+  std::function<void()> stream_task(bool send, std::vector<torch::Tensor> tensors, int peer,
+                                    int tag) const;
   // "send to rank R (tag T)" / "recv from rank R (tag T)", world ranks.
   std::string describe_p2p(bool send, int peer, int tag) const;
   // A pending operation of this group: its timeout, its failure naming `name`, Gloo or not.

@@ -140,7 +140,8 @@ TEST_CASE("Gloo groups: collectives, point to point and sub-groups", "[distribut
   });
 }
 
-TEST_CASE("Point to point: tags match on Gloo; order alone under p2p_by_order, as on NCCL",
+// (No ';' in test names: CTest's discovery splits a name at it into two tests that run nothing.)
+TEST_CASE("Point to point: tags match on Gloo, order alone under p2p_by_order as on NCCL",
           "[distributed]") {
   // Rank 0 sends 1 (tag 1) then 2 (tag 2); rank 1 receives tag 2 first. Gloo matches the tags;
   // NCCL, which ignores them, would hand the first send to the first receive.
@@ -172,6 +173,45 @@ TEST_CASE("Point to point: tags match on Gloo; order alone under p2p_by_order, a
         groups.pp_to(0).send(torch::full({2}, 3.0f), 0, 1).wait();
       }
     });
+  }
+}
+
+TEST_CASE("Under p2p_by_order a send holds the group's next operation until it is received",
+          "[distributed]") {
+  // Both ranks send, then receive, in one group. Gloo runs the two sends at once and both
+  // receives meet them; on one NCCL stream each send waits for a receive that is queued behind
+  // the peer's own send, so the pair deadlocks, and under p2p_by_order the receive times out.
+  for (const bool by_order : {false, true}) {
+    INFO("p2p_by_order " << by_order);
+    const auto store = loom::executor::make_local_store();
+    std::vector<std::string> errors(2);
+    const auto started = std::chrono::steady_clock::now();
+    run_ranks(2, [&](int rank) {
+      GroupOptions options = quick(std::chrono::milliseconds(1000));
+      options.p2p_by_order = by_order;
+      ProcessGroup group(store, "pair", {0, 1}, rank, options);
+      const int peer = 1 - rank;
+      try {
+        auto sent = group.send(torch::full({2}, static_cast<float>(rank)), peer, 0);
+        torch::Tensor in = torch::empty({2});
+        group.recv(in, peer, 0);
+        sent.wait();
+        CHECK(in[0].item<float>() == static_cast<float>(peer));
+      } catch (const CollectiveError& e) {
+        errors[static_cast<std::size_t>(rank)] = e.what();
+      }
+    });
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    for (const std::string& error : errors) {
+      INFO(error);
+      if (by_order) {
+        CHECK_THAT(error, Catch::Contains("recv from rank"));
+      } else {
+        CHECK(error.empty());
+      }
+    }
+    CHECK(seconds < 10.0);
   }
 }
 
