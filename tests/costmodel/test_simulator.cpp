@@ -185,7 +185,7 @@ TEST_CASE("a lone all-reduce takes its alpha-beta time", "[simulator]") {
   }
 }
 
-TEST_CASE("transfers sharing a link split its bandwidth; separate links do not",
+TEST_CASE("transfers sharing a link split its bandwidth, separate links do not",
           "[simulator][contention]") {
   const double bytes = 1e8;  // 10 ms at 10 GB/s
   SECTION("shared link") {

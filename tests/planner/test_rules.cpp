@@ -148,7 +148,7 @@ TEST_CASE("pipeline split size: step time against micro-batch count is U-shaped"
   CHECK(p.strategy.micro_batch == sizes[static_cast<std::size_t>(lowest - times.begin())]);
 }
 
-TEST_CASE("seed machine: BERT-base on 2 x V100-32GB PCIe is data-parallel; the naive split loses",
+TEST_CASE("seed machine: BERT-base on 2 x V100-32GB PCIe is data-parallel, the naive split loses",
           "[planner][rules]") {
   const profiles::ModelSpec bert = profiles::load_model("bert-base");
   const profiles::Cluster pair = profiles::load_cluster("v100-32g-2x-pcie");

@@ -394,7 +394,7 @@ TEST_CASE("loom train refuses an unusable --init checkpoint", "[tools][cli][trai
   }
 }
 
-TEST_CASE("loom train --dump-batches writes each micro-batch; loom logits scores its checkpoint",
+TEST_CASE("loom train --dump-batches writes each micro-batch, loom logits scores its checkpoint",
           "[tools][cli][train][logits]") {
   TrainSandbox box;
   box.plan();
