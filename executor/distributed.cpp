@@ -282,11 +282,19 @@ class P2pStream {
         queue_.pop_front();
       }
       std::string error;
-      try {
-        next.first();
-      } catch (const std::exception& e) {
-        error = error_text(e);
+      if (!failed_.empty()) {  // as on a stream whose earlier work failed: not run at all
+        error = "not started: an earlier point-to-point operation of this group failed (" +
+                failed_ + ")";
+      } else {
+        try {
+          next.first();
+        } catch (const std::exception& e) {
+          error = error_text(e);
+          failed_ = error;
+        }
       }
+      // The task's tensors go on the rank's own thread, whose memory counter saw them come.
+      next.first = nullptr;
       const std::lock_guard<std::mutex> lock(next.second->mutex);
       next.second->error = std::move(error);
       next.second->done = true;
@@ -298,6 +306,7 @@ class P2pStream {
   std::condition_variable changed_;
   std::deque<std::pair<std::function<void()>, std::shared_ptr<StreamOp>>> queue_;
   bool stopping_ = false;
+  std::string failed_;  // the stream thread's own: the first failure, after which nothing runs
   std::thread thread_;  // last: starts once the members above exist
 };
 

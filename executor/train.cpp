@@ -402,6 +402,25 @@ struct Evaluation {
 // Many ranks agree on a stop signal during an evaluation every this many rounds of batches.
 constexpr std::int64_t kStopCheckRounds = 16;
 
+// A stop vote over the world, summed by an all-reduce: slot s - 1 counts the ranks that received
+// signal s (1..kStopSignalSlots). Every rank then reads the same signal from the sum: the
+// lowest-numbered one that any rank received (0: none), and so exits with the same code.
+constexpr std::int64_t kStopSignalSlots = 64;
+
+void add_stop_vote(torch::Tensor slots, const std::atomic<int>* stop_signal) {
+  const int signal = stop_signal != nullptr ? stop_signal->load() : 0;
+  if (signal >= 1 && signal <= kStopSignalSlots) slots[signal - 1] += 1.0;
+}
+
+int agreed_stop_signal(const torch::Tensor& summed_slots) {
+  const torch::Tensor host = summed_slots.to(torch::kCPU).contiguous();
+  const auto votes = host.accessor<double, 1>();
+  for (std::int64_t i = 0; i < kStopSignalSlots; ++i) {
+    if (votes[i] != 0.0) return static_cast<int>(i + 1);
+  }
+  return 0;
+}
+
 // Scores `data` in batches of `batch_size`, summing on the device and reading once. nullopt when
 // `stop_signal` (checked before every batch) became non-zero first.
 std::optional<Evaluation> evaluate(EncoderClassifier& model,
@@ -1718,6 +1737,7 @@ TrainSummary train_classifier(const TrainOptions& o, const std::vector<EncodedEx
   std::int64_t cached_epoch = -1;
   std::vector<std::int64_t> order;
   std::int64_t last_eval_step = -1;
+  int agreed_signal = 0;  // the stop signal every rank agreed on (0: none)
 
   // Forward through the pipeline without gradients. The dp replicas share the batches (replica d
   // takes batches d, d + dp, ...), the last stage scores on the device, and one all-reduce gives
@@ -1775,10 +1795,12 @@ TrainSummary train_classifier(const TrainOptions& o, const std::vector<EncodedEx
         for (PendingOperation& send : sends) send.wait();
       }
       if (o.stop_signal != nullptr && (r + 1) % kStopCheckRounds == 0 && r + 1 < rounds) {
-        torch::Tensor flag = torch::tensor({static_cast<double>(o.stop_signal->load())},
-                                           torch::TensorOptions().dtype(torch::kDouble));
-        groups.world().allreduce_sum(flag);
-        stopped = flag.item<double>() != 0;
+        torch::Tensor votes =
+            torch::zeros({kStopSignalSlots}, torch::TensorOptions().dtype(torch::kDouble));
+        add_stop_vote(votes, o.stop_signal);
+        groups.world().allreduce_sum(votes);
+        agreed_signal = agreed_stop_signal(votes);
+        stopped = agreed_signal != 0;
       }
     }
     for (auto& chunk : chunks) chunk->train();
@@ -1927,15 +1949,16 @@ TrainSummary train_classifier(const TrainOptions& o, const std::vector<EncodedEx
     // One all-reduce over the world per step: the step's loss (the last stage's, held once by each
     // of its tp ranks; averaged over dp) and the stop flag (a stop signal on any rank stops every
     // rank after this step).
-    torch::Tensor stats =
-        torch::zeros({2}, torch::TensorOptions().dtype(torch::kDouble).device(device));
+    torch::Tensor stats = torch::zeros({1 + kStopSignalSlots},
+                                       torch::TensorOptions().dtype(torch::kDouble).device(device));
     stats[0] += local_loss;
-    if (o.stop_signal != nullptr) stats[1] += static_cast<double>(o.stop_signal->load());
+    add_stop_vote(stats.narrow(0, 1, kStopSignalSlots), o.stop_signal);
     groups.world().allreduce_sum(stats);
     const torch::Tensor host_stats = stats.to(torch::kCPU);
     const double step_loss =
         host_stats[0].item<double>() / static_cast<double>(dp * groups.tp_size());
-    bool stopping = host_stats[1].item<double>() != 0;
+    agreed_signal = agreed_stop_signal(host_stats.narrow(0, 1, kStopSignalSlots));
+    bool stopping = agreed_signal != 0;
     if (o.device == Device::kCuda) compat::cuda_synchronize(device_index);
     const double step_time_s =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
@@ -1970,7 +1993,7 @@ TrainSummary train_classifier(const TrainOptions& o, const std::vector<EncodedEx
       write_checkpoint_of_ranks(step + 1, (step + 1) / steps_per_epoch);
     }
     if (stopping) {
-      summary.stopped_by_signal = o.stop_signal->load() != 0 ? o.stop_signal->load() : SIGTERM;
+      summary.stopped_by_signal = agreed_signal;
       break;
     }
   }
@@ -1978,9 +2001,7 @@ TrainSummary train_classifier(const TrainOptions& o, const std::vector<EncodedEx
   const bool finished = summary.steps == total_steps && summary.stopped_by_signal == 0;
   if (finished && last_eval_step != summary.steps) {
     // Abandoned on an agreed stop signal: the run reports the signal.
-    if (!run_evaluation(summary.steps)) {
-      summary.stopped_by_signal = o.stop_signal->load() != 0 ? o.stop_signal->load() : SIGTERM;
-    }
+    if (!run_evaluation(summary.steps)) summary.stopped_by_signal = agreed_signal;
     flat.release();
   }
   groups.world().barrier();

@@ -5,9 +5,11 @@
 // c10 defines a CHECK macro that aborts; Catch's must win.
 #undef CHECK
 
+#include <atomic>
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <cmath>
+#include <csignal>
 #include <exception>
 #include <map>
 #include <mutex>
@@ -398,6 +400,31 @@ TEST_CASE("A layout that does not match the groups is refused", "[distributed]")
   TrainOptions o = base_options(2);
   o.dp = 2;
   CHECK_THROWS_AS(loom::executor::train_classifier(o, train, {}), InputError);
+}
+
+TEST_CASE("A stop signal on some ranks stops every rank after the same step with one signal",
+          "[distributed]") {
+  // pp=2 x dp=2: rank 1 received SIGTERM and rank 2 SIGINT before the first step; ranks 0 and 3
+  // none. Every rank stops after step 1 and reports SIGINT, the lowest-numbered signal received.
+  const auto train = synthetic(64, 3);
+  const auto store = loom::executor::make_local_store();
+  const std::vector<int> received = {0, SIGTERM, SIGINT, 0};
+  std::vector<TrainSummary> summaries(4);
+  run_ranks(4, [&](int rank) {
+    ParallelGroups groups(store, rank, 2, 1, 2, quick());
+    std::atomic<int> signal{received[static_cast<std::size_t>(rank)]};
+    TrainOptions o = base_options(2);
+    o.dp = 2;
+    o.pp = 2;
+    o.num_micro_batches = 2;
+    o.stop_signal = &signal;
+    summaries[static_cast<std::size_t>(rank)] =
+        loom::executor::train_classifier(o, train, {}, groups);
+  });
+  for (const TrainSummary& s : summaries) {
+    CHECK(s.steps == 1);
+    CHECK(s.stopped_by_signal == SIGINT);
+  }
 }
 
 TEST_CASE("A launched profile keeps each figure of its slowest rank", "[distributed]") {
