@@ -236,17 +236,17 @@ Terms compute_terms(const profiles::ModelSpec& m, const CostOptions& options,
     }
   }
 
-  // Loom's executor sums a few scalars per step: the loss over pp and dp, the gradient norm over
-  // dp (ZeRO 1-3: each rank holds a shard), tp and pp; each a latency-bound all-reduce with a
-  // host synchronisation.
-  auto scalar_s = [&](int ranks, const profiles::PathMetrics& link) {
+  // Loom's executor sums a few scalars per step, each a latency-bound all-reduce: the gradient
+  // norm over dp (ZeRO 1-3: each rank holds a shard), tp and pp, and then one all-reduce over the
+  // world of the loss and the stop vote (kStepStatsBytes).
+  auto scalar_s = [&](double bytes, int ranks, const profiles::PathMetrics& link) {
     return factor(Collective::kAllReduce) *
-           collective_time_s(Collective::kAllReduce, 8, ranks, link);
+           collective_time_s(Collective::kAllReduce, bytes, ranks, link);
   };
-  if (s.dp > 1)
-    t.step_sync_s += (s.zero > 0 ? 2 : 1) * scalar_s(s.dp, links.group(world, s.dp, s.tp));
-  if (s.tp > 1) t.step_sync_s += scalar_s(s.tp, links.group(world, s.tp, 1));
-  if (s.pp > 1) t.step_sync_s += 2 * scalar_s(s.pp, links.group(world, s.pp, s.tp * s.dp));
+  if (s.dp > 1 && s.zero > 0) t.step_sync_s += scalar_s(8, s.dp, links.group(world, s.dp, s.tp));
+  if (s.tp > 1) t.step_sync_s += scalar_s(8, s.tp, links.group(world, s.tp, 1));
+  if (s.pp > 1) t.step_sync_s += scalar_s(8, s.pp, links.group(world, s.pp, s.tp * s.dp));
+  if (world > 1) t.step_sync_s += scalar_s(kStepStatsBytes, world, links.group(world, world, 1));
 
   // Per-micro-batch activations kept for backward.
   ActivationShape ashape{job.seq_len, s.micro_batch, m.hidden, m.heads, m.ffn_hidden, e};
@@ -453,15 +453,16 @@ MemoryBreakdown CostModel::stage_memory_from(double recompute_buffer, const Job&
                                                             s.num_micro_batches, s.virtual_stages);
   mem.buffers = load.layers > 0 ? recompute_buffer : 0;
   // The optimizer step's working set, when it exceeds the backward pass's activations and
-  // buffers (the step's peak is then the model states plus it). Loom's executor runs
-  // torch::optim::AdamW per tensor on one rank (two fp32 temporaries of the largest tensor, the
-  // word embedding) and its own flat AdamW on the rank's shard with many (one fp32 temporary of
-  // the shard).
+  // buffers (the step's peak is then the model states plus it). Loom's executor runs AdamW over
+  // lists of tensors on one rank, in chunks of at most twice the largest tensor's elements (the
+  // word embedding, or an MLP weight with a small vocabulary) with one fp32 temporary of a chunk
+  // (executor/flat_adamw.hpp), and its own flat AdamW on the rank's shard with many (one fp32
+  // temporary of the shard).
   const double shard = load.parameters / (s.zero >= 1 ? s.dp : 1);
-  const double largest =
-      static_cast<double>(model_.vocab) * static_cast<double>(model_.hidden) / s.tp;
+  const double largest = static_cast<double>(std::max(model_.vocab, model_.ffn_hidden)) *
+                         static_cast<double>(model_.hidden) / s.tp;
   const double optimizer_working =
-      s.world_size() == 1 ? 2 * 4 * std::min(largest, load.parameters) : 4 * shard;
+      s.world_size() == 1 ? 4 * std::min(2 * largest, load.parameters) : 4 * shard;
   // What Loom's executor holds beyond the model states. ZeRO 0/1 need no bucket copies: the
   // executor reduces gradient buckets in place in its flat gradient buffer (as Megatron-LM's
   // contiguous buffer, or DDP's gradient_as_bucket_view). ZeRO-2/3 keep no full gradient buffer:

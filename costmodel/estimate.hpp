@@ -114,10 +114,16 @@ struct StepTerms {
   double recompute_buffer_bytes = 0;  // working set of one recomputed layer (0 without recompute)
   double memory_bytes_per_s = 0;      // the device's effective memory bandwidth
   double optimizer_s_per_parameter = 0;  // AdamW step per parameter (measured or bandwidth-bound)
-  // After the optimizer, every step: loom train's scalar all-reduces (the loss over pp and dp,
-  // the gradient norm over dp with ZeRO, tp and pp), latency-bound, on groups of more than one.
+  // After the optimizer, every step: loom train's scalar all-reduces (the gradient norm over dp
+  // with ZeRO, tp and pp; the step's statistics over the world), latency-bound, on groups of more
+  // than one.
   double step_sync_s = 0;
 };
+
+// loom train's one all-reduce over the world per step: the loss and a stop vote of
+// kStepStopSignalSlots slots (the ranks that received signal s count in slot s - 1), as doubles.
+constexpr int kStepStopSignalSlots = 64;
+constexpr double kStepStatsBytes = 8.0 * (1 + kStepStopSignalSlots);
 
 // CPU threads each rank of a `world`-rank job runs with: on CPU clusters a device is one core and
 // the ranks of a node share its cores equally (ranks placed node-major); 1 on GPU clusters. The

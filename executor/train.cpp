@@ -404,8 +404,9 @@ constexpr std::int64_t kStopCheckRounds = 16;
 
 // A stop vote over the world, summed by an all-reduce: slot s - 1 counts the ranks that received
 // signal s (1..kStopSignalSlots). Every rank then reads the same signal from the sum: the
-// lowest-numbered one that any rank received (0: none), and so exits with the same code.
-constexpr std::int64_t kStopSignalSlots = 64;
+// lowest-numbered one that any rank received (0: none), and so exits with the same code. The
+// cost model charges the step's all-reduce of the loss and this vote (kStepStatsBytes).
+constexpr std::int64_t kStopSignalSlots = costmodel::kStepStopSignalSlots;
 
 void add_stop_vote(torch::Tensor slots, const std::atomic<int>* stop_signal) {
   const int signal = stop_signal != nullptr ? stop_signal->load() : 0;
@@ -1982,7 +1983,8 @@ TrainSummary train_classifier(const TrainOptions& o, const std::vector<EncodedEx
       metrics.write(line);
     }
     progress.update(step + 1, step_loss);
-    if (o.eval_every > 0 && (step + 1) % o.eval_every == 0) {
+    // Not started once every rank agreed to stop (a signal reached one of them).
+    if (!stopping && o.eval_every > 0 && (step + 1) % o.eval_every == 0) {
       // Abandoned on a stop signal that every rank agreed on: stop after this step.
       if (!run_evaluation(step + 1)) stopping = true;
       flat.release();

@@ -245,15 +245,27 @@ TEST_CASE("CPU ranks do not hide communication behind compute", "[calibration]")
 
 TEST_CASE("the optimizer step's working set sets the peak when activations are small",
           "[calibration]") {
-  // One rank: torch's AdamW holds two fp32 temporaries of the largest tensor (the word table).
-  const profiles::ModelSpec model = profiles::load_model("tiny-bert");
-  const CostModel cost(model, profiles::load_cluster("local-cpu"));
+  // One rank: AdamW over lists of tensors in chunks of at most twice the largest tensor (the
+  // word table), with one fp32 temporary of a chunk: all of tiny-bert's parameters, fewer than
+  // twice its word table; twice bert-base's word table, which holds a fifth of its parameters.
   const Job job{1, 8, Precision::kFp32, "adamw"};
   const Strategy s = single(1, 1);
-  const MemoryBreakdown m = cost.estimate(job, s, even_partition(model, 1)).memory_by_stage[0];
-  const double word_table = 4.0 * model.vocab * model.hidden;
-  CHECK(m.activations < 2 * word_table);
-  CHECK(m.activations + m.buffers == Approx(2 * word_table));
+  const profiles::ModelSpec tiny = profiles::load_model("tiny-bert");
+  const MemoryBreakdown m = CostModel(tiny, profiles::load_cluster("local-cpu"))
+                                .estimate(job, s, even_partition(tiny, 1))
+                                .memory_by_stage[0];
+  const double parameters = count_parameters(tiny).total;
+  CHECK(parameters < 2.0 * tiny.vocab * tiny.hidden);
+  CHECK(m.activations < 4 * parameters);
+  CHECK(m.activations + m.buffers == Approx(4 * parameters));
+
+  const profiles::ModelSpec base = profiles::load_model("bert-base");
+  const MemoryBreakdown b = CostModel(base, profiles::load_cluster("local-cpu"))
+                                .estimate(job, s, even_partition(base, 1))
+                                .memory_by_stage[0];
+  const double word_table = 4.0 * base.vocab * base.hidden;
+  CHECK(b.activations < 2 * word_table);
+  CHECK(b.activations + b.buffers == Approx(2 * word_table));
 }
 
 TEST_CASE("a measured optimizer step and collective factors replace the modelled ones",
@@ -296,14 +308,15 @@ TEST_CASE("a measured optimizer step and collective factors replace the modelled
 
 TEST_CASE("every step pays loom train's scalar all-reduces on each group of more than one",
           "[calibration]") {
-  // The loss over pp and dp, the gradient norm over dp (ZeRO), tp and pp: one 8-byte all-reduce
-  // each, added after the optimizer in the estimate and in the simulation.
+  // The gradient norm over dp (ZeRO), tp and pp: one 8-byte all-reduce each; the loss and the
+  // stop vote over the world (520 bytes); added after the optimizer in the estimate and in the
+  // simulation.
   const profiles::ModelSpec model = profiles::load_model("bert-base");
   const CostModel cost(model, profiles::load_cluster("dgx-h100"));
   const Job job{32, 128, Precision::kBf16, "adamw"};
   const int world = 8;
-  auto scalar = [&](int ranks, int stride) {
-    return collective_time_s(Collective::kAllReduce, 8, ranks,
+  auto scalar = [&](int ranks, int stride, double bytes = 8) {
+    return collective_time_s(Collective::kAllReduce, bytes, ranks,
                              cost.group_links().group(world, ranks, stride));
   };
   Strategy s = single(4, 2);
@@ -313,7 +326,8 @@ TEST_CASE("every step pays loom train's scalar all-reduces on each group of more
   s.pp = 2;
   s.micro_batch = 4;
   s.num_micro_batches = 4;
-  const double plain = scalar(2, 2) + scalar(2, 1) + 2 * scalar(2, 4);
+  const double plain = scalar(2, 1) + scalar(2, 4) + scalar(8, 1, 520);
+  CHECK(scalar(8, 1, 520) > scalar(2, 1));  // eight ranks: more latency steps than two
   CHECK(cost.step_terms(job, s).step_sync_s == Approx(plain).epsilon(1e-12));
   CHECK(plain > 0);
   const auto stages = even_partition(model, 2);
