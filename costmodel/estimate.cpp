@@ -477,7 +477,19 @@ MemoryBreakdown CostModel::stage_memory_from(double recompute_buffer, const Job&
     transient = std::max(transient, staging);
     if (s.zero == 3) persistent += states.parameters * s.dp;
   }
-  mem.buffers = persistent + std::max(mem.buffers, transient - mem.activations);
+  // The word embedding's backward (on the rank holding it, pipeline rank 0) makes a dense fp32
+  // gradient of the whole table (of its vocabulary shard under tp) before adding it to the
+  // parameter's: at the end of a micro-batch's backward, while the other micro-batches in flight
+  // keep their activations (a GPipe stage 0 holds all but one).
+  double embedding_grad_extra = 0;
+  if (pipeline_rank == 0 && load.activations > 0) {
+    const double table =
+        4.0 * static_cast<double>(model_.vocab) * static_cast<double>(model_.hidden) / s.tp;
+    const double chunk_activations = load.activations / s.virtual_stages;
+    embedding_grad_extra = table - std::min(chunk_activations, mem.activations);
+  }
+  mem.buffers =
+      persistent + std::max({mem.buffers, transient - mem.activations, embedding_grad_extra});
   return mem;
 }
 

@@ -340,6 +340,20 @@ PendingOperation::~PendingOperation() {
   }
 }
 
+bool PendingOperation::completed() const {
+  if (!impl_ || impl_->done) return true;
+  if (impl_->stream_op) {
+    const std::lock_guard<std::mutex> lock(impl_->stream_op->mutex);
+    return impl_->stream_op->done;
+  }
+  if (!impl_->work) return true;
+  try {
+    return impl_->work->isCompleted();
+  } catch (const std::exception&) {
+    return true;  // failed: wait() reports it
+  }
+}
+
 void PendingOperation::wait() {
   if (!impl_ || impl_->done) return;
   impl_->done = true;

@@ -121,6 +121,9 @@ class PendingOperation {
   PendingOperation& operator=(PendingOperation&&) noexcept;
   ~PendingOperation();
   void wait();
+  // Whether the operation has finished, done or failed (wait() then returns or throws at once);
+  // never blocks. True once waited for.
+  bool completed() const;
 
  private:
   std::unique_ptr<Impl> impl_;

@@ -1843,6 +1843,18 @@ TrainSummary train_classifier(const TrainOptions& o, const std::vector<EncodedEx
     };
     std::vector<InFlight> in_flight(static_cast<std::size_t>(v * micro_batches));
     std::vector<PendingOperation> sends;
+    // Before each send: the sends already received are waited for (at once) and dropped, so a
+    // stage holds the buffers of the few still in flight, not every micro-batch's until the end.
+    auto send = [&](ProcessGroup& group, const torch::Tensor& tensor, int peer, int tag) {
+      sends.erase(std::remove_if(sends.begin(), sends.end(),
+                                 [](PendingOperation& s) {
+                                   if (!s.completed()) return false;
+                                   s.wait();
+                                   return true;
+                                 }),
+                  sends.end());
+      sends.push_back(group.send(tensor, peer, tag));
+    };
     // The last chunk's losses, summed on the device: read once the step's work is queued.
     torch::Tensor local_loss = torch::zeros({}, torch::TensorOptions().device(device));
     StepPhases phases;
@@ -1874,7 +1886,7 @@ TrainSummary train_classifier(const TrainOptions& o, const std::vector<EncodedEx
       } else {
         f.output = out.to(torch::kFloat);
         StepPhases::add(phases.forward_s, at);
-        sends.push_back(groups.pp_to(next_rank).send(f.output.detach(), next_rank, tag(g, m, 0)));
+        send(groups.pp_to(next_rank), f.output.detach(), next_rank, tag(g, m, 0));
       }
     };
     auto backward = [&](int k, std::int64_t m) {
@@ -1893,8 +1905,7 @@ TrainSummary train_classifier(const TrainOptions& o, const std::vector<EncodedEx
         torch::autograd::backward({f.output}, {grad});
       }
       if (g > 0) {
-        sends.push_back(
-            groups.pp_to(previous_rank).send(f.input.grad(), previous_rank, tag(g - 1, m, 1)));
+        send(groups.pp_to(previous_rank), f.input.grad(), previous_rank, tag(g - 1, m, 1));
       }
       flat.finish_backward(k);
       StepPhases::add(phases.backward_s, at);

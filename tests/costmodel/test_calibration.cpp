@@ -268,6 +268,31 @@ TEST_CASE("the optimizer step's working set sets the peak when activations are s
   CHECK(b.activations + b.buffers == Approx(2 * word_table));
 }
 
+TEST_CASE("the word embedding's dense gradient adds to the first stage's in-flight activations",
+          "[calibration]") {
+  // At the end of a micro-batch's backward on pipeline rank 0, the embedding's backward holds a
+  // dense fp32 gradient of the whole word table while the other micro-batches in flight keep
+  // their activations: table + (in flight - 1) x A against in flight x A, so buffers =
+  // table - A when that is more (A: one micro-batch's activations).
+  const profiles::ModelSpec model = profiles::load_model("tiny-bert");
+  const CostModel cost(model, profiles::load_cluster("local-cpu"));
+  const Job job{16, 64, Precision::kFp32, "adamw"};
+  Strategy s = single(4, 4);
+  s.pp = 2;
+  s.schedule = Schedule::kGpipe;
+  const double table = 4.0 * model.vocab * model.hidden;
+  const StageLoad load{1e6, 1e6, 1, 1e6};
+  const MemoryBreakdown first = cost.stage_memory(job, s, 0, load);
+  CHECK(first.activations == Approx(4e6));
+  CHECK(first.buffers == Approx(table - 1e6));
+  CHECK(cost.stage_memory(job, s, 1, load).buffers == 0);  // no embedding there
+  s.schedule = Schedule::k1F1B;                             // two in flight: the same excess
+  CHECK(cost.stage_memory(job, s, 0, load).buffers == Approx(table - 1e6));
+  // A micro-batch whose activations outweigh the table: its backward's start stays the peak.
+  const StageLoad heavy{1e6, 2 * table, 1, 1e6};
+  CHECK(cost.stage_memory(job, s, 0, heavy).buffers == 0);
+}
+
 TEST_CASE("a measured optimizer step and collective factors replace the modelled ones",
           "[calibration]") {
   const profiles::ModelSpec model = profiles::load_model("tiny-bert");

@@ -187,6 +187,31 @@ TEST_CASE("loom validate: one rank's peak memory is predicted within 2 %, whatev
   }
 }
 
+TEST_CASE("loom validate: a GPipe first stage's peak holds the word embedding's gradient",
+          "[tools][profile][validate]") {
+  // tiny-bert, pp=2 GPipe, 4 micro-batches of 4 at seq 64: stage 0 keeps all four micro-batches'
+  // activations (6.4 MB each) when the first backward pass ends in the word embedding's dense
+  // gradient (15.6 MB), 9 MB above the backward pass's start. Predicted within 2 %.
+  CliSandbox box("validate-pipeline-memory");
+  REQUIRE(box.loom("profile --model tiny-bert --seq-len 64 --micro-batch 4 --recompute none "
+                   "--repeats 1 -o prof.json")
+              .exit_code == 0);
+  REQUIRE(box.loom("plan --model tiny-bert --cluster local-cpu --global-batch 16 --seq-len 64 "
+                   "--precision fp32 --dp 1 --tp 1 --pp 2 --schedule gpipe --micro-batch 4 "
+                   "--profile prof.json -o plan.json")
+              .exit_code == 0);
+  const CliResult r = box.loom("validate plan.json --steps 3 --warmup 1 --json");
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  const json doc = json::parse(r.out);
+  const json& stages = doc.at("predicted").at("memory_bytes_by_stage");
+  INFO(stages.dump());
+  const double predicted = stages.at(0).at("total").get<double>();
+  const double measured =
+      doc.at("measured").at("ranks").at(0).at("peak_memory_bytes").get<double>();
+  CHECK(std::abs(predicted - measured) < 0.02 * measured);
+}
+
 TEST_CASE("loom validate prints predicted, measured and their relative error",
           "[tools][profile][validate]") {
   CliSandbox box("validate");
