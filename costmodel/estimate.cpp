@@ -132,6 +132,7 @@ struct Terms {
   int threads = 1;                       // CPU threads per rank (1 on GPUs)
   double optimizer_s_per_parameter = 0;  // AdamW step time per parameter of a rank's shard
   double step_sync_s = 0;                // the step's scalar all-reduces (StepTerms)
+  double zero_grad_s_per_parameter = 0;  // StepTerms
   Calibrated how_layer = Calibrated::kRoofline;
   Calibrated how_embedding = Calibrated::kRoofline;
   Calibrated how_head = Calibrated::kRoofline;
@@ -201,6 +202,7 @@ Terms compute_terms(const profiles::ModelSpec& m, const CostOptions& options,
   const DeviceRates rates = scaled_rates(core_rates, t.threads);
   t.rate_memory_bytes_per_s = rates.memory_bytes_per_s;
   t.optimizer_s_per_parameter = CostModel::kOptimizerBytesPerParameter / rates.memory_bytes_per_s;
+  t.zero_grad_s_per_parameter = 4 / rates.memory_bytes_per_s;  // one fp32 write
   if (calibration != nullptr) {
     // Loom's executor runs one rank with torch::optim::AdamW, many over flat buffers.
     if (auto measured = calibration->optimizer_s_per_parameter(t.threads, world > 1)) {
@@ -426,6 +428,7 @@ StepTerms CostModel::step_terms(const Job& job, const Strategy& strategy) const 
   out.memory_bytes_per_s = t.rate_memory_bytes_per_s;
   out.optimizer_s_per_parameter = t.optimizer_s_per_parameter;
   out.step_sync_s = t.step_sync_s;
+  out.zero_grad_s_per_parameter = t.zero_grad_s_per_parameter;
   return out;
 }
 
@@ -433,6 +436,11 @@ MemoryBreakdown CostModel::stage_memory(const Job& job, const Strategy& s, int p
                                         const StageLoad& load) const {
   const Terms t = compute_terms(model_, options_, links_, cluster_, calibration_.get(), job, s);
   return stage_memory_from(t.recompute_buffer, job, s, pipeline_rank, load);
+}
+
+double zeroed_gradient_parameters(const Strategy& s, bool cpu, double rank_parameters) {
+  if (s.world_size() == 1) return cpu ? rank_parameters : 0;
+  return s.dp > 1 && s.zero >= 2 ? rank_parameters / s.dp : rank_parameters;
 }
 
 double CostModel::recompute_buffer_bytes(const Job& job, const Strategy& s) const {
@@ -607,7 +615,11 @@ Prediction CostModel::estimate(const Job& job, const Strategy& s,
     out.optimizer_s = std::max(out.optimizer_s, optimizer_s);
     out.exposed_communication_s.dp = std::max(out.exposed_communication_s.dp, dp_exposed);
     out.exposed_communication_s.zero = std::max(out.exposed_communication_s.zero, zero_exposed);
-    tail = std::max(tail, dp_exposed + zero_exposed + optimizer_s);
+    // The gradients zeroed at the step's start (before the rank's first pass: with one stage
+    // exactly, in a pipeline a rank's own delay).
+    const double zero_grad_s =
+        zeroed_gradient_parameters(s, cpu, l.parameters) * terms.zero_grad_s_per_parameter;
+    tail = std::max(tail, dp_exposed + zero_exposed + optimizer_s + zero_grad_s);
     out.peak_memory_bytes = std::max(out.peak_memory_bytes, mem.total());
   }
 

@@ -118,7 +118,14 @@ struct StepTerms {
   // with ZeRO, tp and pp; the step's statistics over the world), latency-bound, on groups of more
   // than one.
   double step_sync_s = 0;
+  // Zeroing one fp32 gradient element at the step's start (zeroed_gradient_parameters()).
+  double zero_grad_s_per_parameter = 0;
 };
+
+// The parameters whose fp32 gradients loom train zeroes on a rank at the start of every step: its
+// flat gradient buffer with many ranks (its dp shard's with ZeRO-2/3), the gradients in place on
+// one CPU rank; none on one GPU rank, whose gradients are set to none instead.
+double zeroed_gradient_parameters(const Strategy& strategy, bool cpu, double rank_parameters);
 
 // loom train's one all-reduce over the world per step: the loss and a stop vote of
 // kStepStopSignalSlots slots (the ranks that received signal s count in slot s - 1), as doubles.

@@ -561,6 +561,7 @@ struct StepSpec {
   bool cpu = false;  // CPU ranks: communication does not overlap compute (Task::queue)
   std::vector<ChunkSpec> chunks;
   std::vector<double> optimizer_s;            // per pipeline rank
+  std::vector<double> zero_grad_s;            // per pipeline rank: the step's first task
   std::vector<double> post_all_gather_bytes;  // per pipeline rank (ZeRO-1/2)
   double step_sync_s = 0;                     // the step's scalar all-reduces (StepTerms)
 };
@@ -712,6 +713,13 @@ class StepBuilder {
       prev = flow(r, Stream::kZero, Phase::kOther,
                   comms_->collective(Collective::kAllGather, Group::kData, r, bytes),
                   "all-gather zero params " + bytes_text(bytes));
+    }
+    const double zero_grad_s =
+        spec_.zero_grad_s.empty() ? 0 : spec_.zero_grad_s[static_cast<std::size_t>(r)];
+    if (zero_grad_s > 0) {
+      const int zeroing = compute(r, Phase::kOther, zero_grad_s, false, "zero gradients");
+      engine_.depend(prev, zeroing);
+      prev = zeroing;
     }
     for (const Op& op :
          megatron_order(spec_.schedule, spec_.pp, r, spec_.micro_batches, spec_.virtual_stages)) {
@@ -1031,6 +1039,8 @@ SimulationResult simulate(const CostModel& cost, const Job& job, const Strategy&
     memory[static_cast<std::size_t>(r)] = cost.stage_memory(job, s, r, l);
     double shard = l.parameters / (s.zero >= 1 ? s.dp : 1);
     spec.optimizer_s.push_back(shard * terms.optimizer_s_per_parameter);
+    spec.zero_grad_s.push_back(zeroed_gradient_parameters(s, spec.cpu, l.parameters) *
+                               terms.zero_grad_s_per_parameter);
     spec.post_all_gather_bytes.push_back(l.parameters * state_bytes);
   }
   spec.step_sync_s = terms.step_sync_s;

@@ -910,7 +910,19 @@ TrainSummary train_classifier(const TrainOptions& o, const std::vector<EncodedEx
       cached_epoch = epoch;
     }
 
-    optimizer->zero_grad();
+    // As torch's zero_grad differs by version (1.13 zeroes in place, 2.x sets to none): in place
+    // on the CPU, where a fresh gradient's first-touched pages cost more than zeroing; set to none
+    // on CUDA, where the caching allocator hands the memory back at once (what the cost model
+    // charges: zeroed_gradient_parameters).
+    for (torch::Tensor& p : parameters) {
+      torch::Tensor& grad = p.mutable_grad();
+      if (!grad.defined()) continue;
+      if (device.is_cpu()) {
+        grad.zero_();
+      } else {
+        grad = torch::Tensor();
+      }
+    }
     // The step's loss, summed on the device: read once the step's work is queued.
     torch::Tensor loss_sum = torch::zeros({}, torch::TensorOptions().device(device));
     StepPhases phases;

@@ -108,11 +108,17 @@ TEST_CASE("times measured with the tensor-parallel all-reduces get none added", 
   const Prediction p = cost.estimate(job, s, even_partition(model, 1));
   CHECK(p.exposed_communication_s.tp == 0);
   const double per_micro_batch = 0.001 + 0.002 + 12 * (0.010 + 0.021) + 0.003 + 0.005;
-  // Plus the gradient norm's all-reduce over tp (a scalar).
-  const double scalars_s = cost.step_terms(job, s).step_sync_s;
+  // Plus the gradient norm's all-reduce over tp (a scalar) and zeroing the rank's flat gradient
+  // buffer at the step's start (one fp32 write per parameter, as the optimizer's 28 bytes).
+  const StepTerms terms = cost.step_terms(job, s);
+  const double scalars_s = terms.step_sync_s;
   CHECK(scalars_s > 0);
   CHECK(scalars_s < 1e-4);
-  CHECK(p.step_time_s == Approx(2 * per_micro_batch + p.optimizer_s + scalars_s).epsilon(1e-12));
+  const double zero_grad_s = p.optimizer_s * 4 / CostModel::kOptimizerBytesPerParameter;
+  CHECK(terms.zero_grad_s_per_parameter * CostModel::kOptimizerBytesPerParameter ==
+        Approx(4 * terms.optimizer_s_per_parameter));
+  CHECK(p.step_time_s ==
+        Approx(2 * per_micro_batch + p.optimizer_s + zero_grad_s + scalars_s).epsilon(1e-12));
 
   // Without the flag the same times get the links' all-reduces on top.
   for (LayerMeasurement& l : prof.layers) l.tp_communication = false;
@@ -286,7 +292,7 @@ TEST_CASE("the word embedding's dense gradient adds to the first stage's in-flig
   CHECK(first.activations == Approx(4e6));
   CHECK(first.buffers == Approx(table - 1e6));
   CHECK(cost.stage_memory(job, s, 1, load).buffers == 0);  // no embedding there
-  s.schedule = Schedule::k1F1B;                             // two in flight: the same excess
+  s.schedule = Schedule::k1F1B;                            // two in flight: the same excess
   CHECK(cost.stage_memory(job, s, 0, load).buffers == Approx(table - 1e6));
   // A micro-batch whose activations outweigh the table: its backward's start stays the peak.
   const StageLoad heavy{1e6, 2 * table, 1, 1e6};
