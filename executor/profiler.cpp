@@ -308,34 +308,25 @@ std::vector<profiles::OptimizerMeasurement> profile_optimizer(const ProfileOptio
   torch::Tensor exp_avg_sq = torch::zeros({count}, options);
   const FlatRanges whole = {{0, count}};
   std::int64_t flat_steps = 0;
-  // What a step of loom train does besides the backward passes: zero the gradients, take their
-  // norm, clip them, update with AdamW; one rank's loop per tensor, many ranks' over flat buffers.
-  // LibTorch 2.x's zero_grad() drops the gradients (set_to_none) where 1.13 zeroes them; as in
-  // training, the backward pass would make them again, so they are put back outside the timing.
+  // What a step of loom train does after the backward passes: take the gradients' norm, clip
+  // them, update with AdamW; one rank's loop per tensor, many ranks' over flat buffers. Zeroing
+  // the gradients at the step's start is not timed here: the cost model charges it as a write at
+  // the device's memory rate (costmodel::zeroed_gradient_parameters).
   auto sync = [&] {
     if (o.device == Device::kCuda) compat::cuda_synchronize(o.device_index);
   };
   auto one_rank = [&]() -> double {
     sync();
-    auto t0 = Clock::now();
-    optimizer.zero_grad();
-    sync();
-    double elapsed_s = std::chrono::duration<double>(Clock::now() - t0).count();
-    for (torch::Tensor& p : parameters) {
-      if (!p.grad().defined()) p.mutable_grad() = torch::zeros_like(p);
-    }
-    sync();
-    t0 = Clock::now();
+    const auto t0 = Clock::now();
     clip_gradients(parameters, 1.0);
     adamw_step(optimizer);
     sync();
-    return elapsed_s + std::chrono::duration<double>(Clock::now() - t0).count();
+    return std::chrono::duration<double>(Clock::now() - t0).count();
   };
   auto many_ranks = [&]() -> double {
     torch::NoGradGuard no_grad;
     sync();
     const auto t0 = Clock::now();
-    flat_grad.zero_();
     const double norm = std::sqrt(squared_norm(flat_grad, whole).item<double>());
     flat_grad.mul_(1.0 / (norm + 1.0));
     flat_adamw_update(flat, flat_grad, exp_avg, exp_avg_sq, ++flat_steps, 1e-5, 0.01, whole);
