@@ -438,6 +438,11 @@ MemoryBreakdown CostModel::stage_memory(const Job& job, const Strategy& s, int p
   return stage_memory_from(t.recompute_buffer, job, s, pipeline_rank, load);
 }
 
+double zero_staging_bytes_per_parameter(const Strategy& s) {
+  if (s.dp <= 1 || s.zero < 2) return 0;
+  return 8 + 12.0 / s.dp;
+}
+
 double zeroed_gradient_parameters(const Strategy& s, bool cpu, double rank_parameters) {
   if (s.world_size() == 1) return cpu ? rank_parameters : 0;
   return s.dp > 1 && s.zero >= 2 ? rank_parameters / s.dp : rank_parameters;
@@ -550,6 +555,11 @@ Prediction CostModel::estimate(const Job& job, const Strategy& s,
       if (!m.num_labels && m.tied_embeddings && r != 0) p += v * h / s.tp;
       a += cost.head.activations;
     }
+    // ZeRO-2/3 stage each backward pass's gradients through one buffer (on the compute stream).
+    const double staging_s =
+        p * zero_staging_bytes_per_parameter(s) / terms.rate_memory_bytes_per_s;
+    bw += staging_s;
+    tb += staging_s;
     compute[r].forward_s += f;
     compute[r].backward_s += bw;
     with_tp[r].forward_s += tf;

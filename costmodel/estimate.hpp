@@ -127,6 +127,11 @@ struct StepTerms {
 // one CPU rank; none on one GPU rank, whose gradients are set to none instead.
 double zeroed_gradient_parameters(const Strategy& strategy, bool cpu, double rank_parameters);
 
+// Memory traffic per parameter that every backward pass of Loom's executor adds with ZeRO-2/3
+// and dp > 1 (0 otherwise): each fp32 gradient copied into the staging buffer (a read and a
+// write) and the rank's 1/dp of it added into its gradient shard (two reads and a write).
+double zero_staging_bytes_per_parameter(const Strategy& strategy);
+
 // loom train's one all-reduce over the world per step: the loss and a stop vote of
 // kStepStopSignalSlots slots (the ranks that received signal s count in slot s - 1), as doubles.
 constexpr int kStepStopSignalSlots = 64;

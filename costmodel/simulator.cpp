@@ -1025,6 +1025,9 @@ SimulationResult simulate(const CostModel& cost, const Job& job, const Strategy&
     spec_c.tp_backward.flow.hop_bytes = tp_bwd_bytes;
     spec_c.tp_backward.count = tp_bwd_count;
     spec_c.gradient_bytes = parameters * state_bytes;
+    // ZeRO-2/3 stage each backward pass's gradients through one buffer (as estimate()).
+    spec_c.backward_s +=
+        parameters * zero_staging_bytes_per_parameter(s) / terms.memory_bytes_per_s;
     StageLoad& l = load[static_cast<std::size_t>(r)];
     l.parameters += parameters;
     l.activations += spec_c.activation_bytes;

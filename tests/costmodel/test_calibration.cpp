@@ -274,6 +274,41 @@ TEST_CASE("the optimizer step's working set sets the peak when activations are s
   CHECK(b.activations + b.buffers == Approx(2 * word_table));
 }
 
+TEST_CASE("ZeRO-2/3 pay the gradient staging of every backward pass, all stages zero a shard",
+          "[calibration]") {
+  // Per parameter and backward pass: the fp32 gradient copied into the staging buffer (8 bytes)
+  // and the rank's 1/dp of it summed into its shard (12 / dp); at the step's start the flat
+  // buffer (ZeRO 0/1) or the shard (ZeRO-2/3) is zeroed, one fp32 write per element.
+  Strategy s = single(4, 2);
+  CHECK(zero_staging_bytes_per_parameter(s) == 0);
+  CHECK(zeroed_gradient_parameters(s, true, 1000) == 1000);  // one CPU rank zeroes in place
+  CHECK(zeroed_gradient_parameters(s, false, 1000) == 0);    // one GPU rank sets to none
+  s.dp = 4;
+  for (int zero : {0, 1, 2, 3}) {
+    s.zero = zero;
+    INFO("zero " << zero);
+    CHECK(zero_staging_bytes_per_parameter(s) == (zero >= 2 ? 8 + 3 : 0));
+    CHECK(zeroed_gradient_parameters(s, false, 1000) == (zero >= 2 ? 250 : 1000));
+  }
+  // With dp = 2, ZeRO-2's step on CPUs (no overlap) is ZeRO-1's plus the staging of two backward
+  // passes, less the zeroing of half the gradients, plus what the collectives differ by.
+  const profiles::ModelSpec model = profiles::load_model("tiny-bert");
+  const CostModel cost(model, profiles::load_cluster("local-cpu"));
+  const Job job{16, 64, Precision::kFp32, "adamw"};
+  s.dp = 2;
+  s.zero = 1;
+  const Prediction one = cost.estimate(job, s, even_partition(model, 1));
+  s.zero = 2;
+  const Prediction two = cost.estimate(job, s, even_partition(model, 1));
+  const double parameters = count_parameters(model).total;
+  const StepTerms terms = cost.step_terms(job, s);
+  const double staging_s = 2 * parameters * (8 + 6) / terms.memory_bytes_per_s;
+  const double zeroing_saved_s = 0.5 * parameters * terms.zero_grad_s_per_parameter;
+  const double comm_s = two.exposed_communication_s.dp + two.exposed_communication_s.zero -
+                        one.exposed_communication_s.dp - one.exposed_communication_s.zero;
+  CHECK(two.step_time_s == Approx(one.step_time_s + staging_s - zeroing_saved_s + comm_s));
+}
+
 TEST_CASE("the word embedding's dense gradient adds to the first stage's in-flight activations",
           "[calibration]") {
   // At the end of a micro-batch's backward on pipeline rank 0, the embedding's backward holds a

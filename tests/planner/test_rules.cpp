@@ -201,9 +201,8 @@ TEST_CASE("pruning loses nothing: the same best plans with and without it", "[pl
   }
 }
 
-// ZeRO-2 over ZeRO-1 where its per-micro-batch reductions hide behind the backward passes (or
-// there is one micro-batch): it zeroes only its gradient shard at each step's start, and keeps
-// less.
+// ZeRO-1 over ZeRO-2: ZeRO-2 zeroes only its gradient shard at each step's start, but stages every
+// backward pass's gradients through one buffer (a copy and its shard's sum).
 TEST_CASE("golden plans", "[planner][golden]") {
   auto strategy = [](const SearchResult& r) {
     return costmodel::strategy_to_json(best(r).strategy);
@@ -214,7 +213,7 @@ TEST_CASE("golden plans", "[planner][golden]") {
         profiles::with_nodes(profiles::load_cluster("dgx-a100-80g"), 1, "test"));
     CHECK(
         strategy(search(cost, Job{256, 512, Precision::kBf16, "adamw"}, {})).dump() ==
-        R"({"dp":8,"micro_batch":32,"num_micro_batches":1,"pp":1,"recompute":"none","schedule":"1f1b","sequence_parallel":false,"tp":1,"virtual_stages":1,"zero":2})");
+        R"({"dp":8,"micro_batch":32,"num_micro_batches":1,"pp":1,"recompute":"none","schedule":"1f1b","sequence_parallel":false,"tp":1,"virtual_stages":1,"zero":1})");
   }
   {
     costmodel::CostModel cost(profiles::load_model("gpt3-175b"), slow_ethernet(16));
@@ -232,7 +231,7 @@ TEST_CASE("golden plans", "[planner][golden]") {
     const Plan p = best(search(cost, Job{256, 1024, Precision::kBf16, "adamw"}, o));
     CHECK(
         costmodel::strategy_to_json(p.strategy).dump() ==
-        R"({"dp":2,"micro_batch":1,"num_micro_batches":128,"pp":4,"recompute":"none","schedule":"1f1b","sequence_parallel":false,"tp":1,"virtual_stages":1,"zero":2})");
+        R"({"dp":2,"micro_batch":1,"num_micro_batches":128,"pp":4,"recompute":"none","schedule":"1f1b","sequence_parallel":false,"tp":1,"virtual_stages":1,"zero":1})");
     CHECK(p.stages == std::vector<costmodel::StageRange>{{0, 4}, {5, 8}, {9, 12}, {13, 13}});
   }
 }
