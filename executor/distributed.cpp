@@ -233,11 +233,31 @@ class FinishedWorks {
 };
 
 // One operation run by a P2pStream: done once its task returned or threw (`error`).
-struct StreamOp {
-  std::mutex mutex;
-  std::condition_variable changed;
-  bool done = false;
-  std::string error;
+class StreamOp {
+ public:
+  // Called once by the stream thread.
+  void finish(std::string error) {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    error_ = std::move(error);
+    done_ = true;
+    changed_.notify_all();
+  }
+  bool done() {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    return done_;
+  }
+  // Blocks until finished (the task ends within the group's timeout); its error, empty if none.
+  std::string await() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    changed_.wait(lock, [this] { return done_; });
+    return error_;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  bool done_ = false;
+  std::string error_;
 };
 
 // Under GroupOptions::p2p_by_order, the group's point-to-point operations run on a thread of their
@@ -295,10 +315,7 @@ class P2pStream {
       }
       // The task's tensors go on the rank's own thread, whose memory counter saw them come.
       next.first = nullptr;
-      const std::lock_guard<std::mutex> lock(next.second->mutex);
-      next.second->error = std::move(error);
-      next.second->done = true;
-      next.second->changed.notify_all();
+      next.second->finish(std::move(error));
     }
   }
 
@@ -328,9 +345,8 @@ PendingOperation& PendingOperation::operator=(PendingOperation&&) noexcept = def
 
 PendingOperation::~PendingOperation() {
   if (!impl_ || impl_->done) return;
-  if (impl_->stream_op) {  // the task ends within its own timeout
-    std::unique_lock<std::mutex> lock(impl_->stream_op->mutex);
-    impl_->stream_op->changed.wait(lock, [this] { return impl_->stream_op->done; });
+  if (impl_->stream_op) {
+    impl_->stream_op->await();
     return;
   }
   if (!impl_->work) return;
@@ -342,10 +358,7 @@ PendingOperation::~PendingOperation() {
 
 bool PendingOperation::completed() const {
   if (!impl_ || impl_->done) return true;
-  if (impl_->stream_op) {
-    const std::lock_guard<std::mutex> lock(impl_->stream_op->mutex);
-    return impl_->stream_op->done;
-  }
+  if (impl_->stream_op) return impl_->stream_op->done();
   if (!impl_->work) return true;
   try {
     return impl_->work->isCompleted();
@@ -358,13 +371,7 @@ void PendingOperation::wait() {
   if (!impl_ || impl_->done) return;
   impl_->done = true;
   if (impl_->stream_op) {
-    StreamOp& op = *impl_->stream_op;
-    std::string error;
-    {
-      std::unique_lock<std::mutex> lock(op.mutex);
-      op.changed.wait(lock, [&op] { return op.done; });  // the task ends within its timeout
-      error = op.error;
-    }
+    const std::string error = impl_->stream_op->await();
     impl_->keep_alive = torch::Tensor();
     if (!error.empty()) impl_->on_failure(error);
     return;

@@ -327,8 +327,10 @@ std::vector<profiles::OptimizerMeasurement> profile_optimizer(const ProfileOptio
     torch::NoGradGuard no_grad;
     sync();
     const auto t0 = Clock::now();
+    // Clipped to norm 1 as loom train clips: the gradient stays at that norm over the repeats
+    // (a factor below 1 every repeat would shrink it into subnormal floats, slow on CPUs).
     const double norm = std::sqrt(squared_norm(flat_grad, whole).item<double>());
-    flat_grad.mul_(1.0 / (norm + 1.0));
+    flat_grad.mul_(std::min(1.0, 1.0 / (norm + 1e-6)));
     flat_adamw_update(flat, flat_grad, exp_avg, exp_avg_sq, ++flat_steps, 1e-5, 0.01, whole);
     sync();
     return std::chrono::duration<double>(Clock::now() - t0).count();
