@@ -1,5 +1,5 @@
-// Memory per rank: model states under ZeRO, and how many micro-batches' activations each
-// pipeline schedule keeps alive.
+// Memory per rank: model states under ZeRO. (How many micro-batches' activations each pipeline
+// schedule keeps alive is the schedule's rule: activation_micro_batches_in_flight, schedule.hpp.)
 #pragma once
 
 #include <cstdint>
@@ -22,15 +22,5 @@ struct ModelStateBytes {
 // Stage 1 shards the optimizer states over dp, stage 2 also the gradients, stage 3 also the
 // parameters. `parameters` is the count this rank's model replica holds (after tp and pp).
 ModelStateBytes model_state_bytes(double parameters, int dp, int zero, Precision precision);
-
-// How many micro-batches' worth of this stage's activations are alive at the peak, on pipeline
-// rank `stage` of `pp` with `micro_batches` per step (in units of one full stage, i.e. all of the
-// rank's chunks). GPipe: all m. 1F1B: min(pp - stage, m) (Narayanan et al. 2021). Interleaved
-// with v chunks: Megatron-LM's warm-up of (pp - stage - 1) * 2 + (v - 1) * pp chunk-micro-batches
-// plus the one in flight, capped at m * v, divided by v (Korthikanti et al. 2022, section 4.2.3:
-// the first stage holds p (1 + (p - 1)/(p v)) micro-batches); when m == pp Megatron-LM warms up
-// every forward, so every stage holds all m.
-double activation_micro_batches_in_flight(Schedule schedule, int pp, int stage,
-                                          std::int64_t micro_batches, int virtual_stages);
 
 }  // namespace loom::costmodel

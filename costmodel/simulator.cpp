@@ -566,42 +566,12 @@ struct StepSpec {
   double step_sync_s = 0;                     // the step's scalar all-reduces (StepTerms)
 };
 
+// One pass as the task graph indexes it: the chunk is global (the index into StepSpec::chunks).
 struct Op {
   bool forward = true;
   std::int64_t micro_batch = 0;
-  int chunk = 0;  // global chunk index
+  int chunk = 0;
 };
-
-// Megatron-LM's order of forward and backward passes on pipeline rank `rank`.
-std::vector<Op> megatron_order(Schedule schedule, int pp, int rank, std::int64_t m, int v) {
-  std::vector<Op> ops;
-  if (schedule != Schedule::kInterleaved) {
-    std::int64_t warm = schedule == Schedule::kGpipe ? m : std::min<std::int64_t>(pp - rank - 1, m);
-    for (std::int64_t i = 0; i < warm; ++i) ops.push_back({true, i, rank});
-    for (std::int64_t i = 0; i < m - warm; ++i) {
-      ops.push_back({true, warm + i, rank});
-      ops.push_back({false, i, rank});
-    }
-    for (std::int64_t i = m - warm; i < m; ++i) ops.push_back({false, i, rank});
-    return ops;
-  }
-  const std::int64_t group = static_cast<std::int64_t>(pp) * v;
-  const std::int64_t total = m * v;
-  std::int64_t warm =
-      m == pp ? total : std::min<std::int64_t>((pp - rank - 1) * 2 + (v - 1) * pp, total);
-  auto op = [&](std::int64_t k, bool forward) {
-    int local = static_cast<int>((k % group) / pp);
-    if (!forward) local = v - 1 - local;
-    return Op{forward, (k / group) * pp + k % pp, local * pp + rank};
-  };
-  for (std::int64_t k = 0; k < warm; ++k) ops.push_back(op(k, true));
-  for (std::int64_t i = 0; i < total - warm; ++i) {
-    ops.push_back(op(warm + i, true));
-    ops.push_back(op(i, false));
-  }
-  for (std::int64_t k = total - warm; k < total; ++k) ops.push_back(op(k, false));
-  return ops;
-}
 
 std::string bytes_text(double bytes) {
   static constexpr const char* kUnits[] = {"B", "kB", "MB", "GB", "TB"};
@@ -721,8 +691,10 @@ class StepBuilder {
       engine_.depend(prev, zeroing);
       prev = zeroing;
     }
-    for (const Op& op :
-         megatron_order(spec_.schedule, spec_.pp, r, spec_.micro_batches, spec_.virtual_stages)) {
+    for (const PipelineOp& step_op :
+         pipeline_order(spec_.schedule, spec_.pp, r, spec_.micro_batches, spec_.virtual_stages)) {
+      const Op op{step_op.pass == PassKind::kForward, step_op.micro_batch,
+                  global_chunk(step_op.chunk, spec_.pp, r)};
       const ChunkSpec& c = spec_.chunks[static_cast<std::size_t>(op.chunk)];
       OpTasks& ot = at(op.forward, op.micro_batch, op.chunk);
       const std::string mb = "mb" + std::to_string(op.micro_batch);
@@ -1097,11 +1069,8 @@ SimulationResult simulate_schedule(const std::vector<StageTime>& chunks, int pp,
       chunks.size() != static_cast<std::size_t>(pp) * virtual_stages) {
     throw std::invalid_argument("simulate_schedule: expected pp * virtual_stages chunk times");
   }
-  if (schedule != Schedule::kInterleaved && virtual_stages != 1) {
-    throw std::invalid_argument("simulate_schedule: virtual stages > 1 need interleaved");
-  }
-  if (schedule == Schedule::kInterleaved && micro_batches % pp != 0) {
-    throw std::invalid_argument("simulate_schedule: interleaved needs micro-batches % pp == 0");
+  if (auto why = check_schedule(schedule, pp, micro_batches, virtual_stages)) {
+    throw std::invalid_argument("simulate_schedule: " + *why);
   }
   StepSpec spec;
   spec.pp = pp;

@@ -46,13 +46,8 @@
 //   the all-gather of the updated parameters. A rank's step ends when all its streams
 //   are done; the step time is the last rank's.
 //
-// - Schedules, as Megatron-LM orders them on pipeline rank r of pp with m micro-batches: gpipe:
-//   all forwards, then all backwards (in micro-batch order); 1f1b: min(pp - r - 1, m) warm-up
-//   forwards, then one forward one backward, then the cool-down backwards; interleaved with v
-//   chunks per rank (chunk c of the pp * v runs on rank c % pp): the k-th forward runs local chunk
-//   (k mod pp v) / pp of micro-batch (k / (pp v)) pp + k mod pp (backward: chunk v - 1 - that),
-//   with (pp - r - 1) * 2 + (v - 1) * pp warm-up forwards (all m v of them when m == pp), capped
-//   at m v. Needs m % pp == 0 (check_strategy).
+// - Schedules: each rank runs its passes in pipeline_order() (schedule.hpp), the order the
+//   executor runs.
 //
 // - Memory per rank over time: the static bytes of CostModel::stage_memory (parameters,
 //   gradients, optimizer states, buffers) plus activations, allocated when a chunk's forward

@@ -7,18 +7,6 @@
 
 namespace loom::costmodel {
 
-const char* to_string(Schedule schedule) {
-  switch (schedule) {
-    case Schedule::kGpipe:
-      return "gpipe";
-    case Schedule::k1F1B:
-      return "1f1b";
-    case Schedule::kInterleaved:
-      return "interleaved";
-  }
-  return "1f1b";
-}
-
 const char* to_string(Recompute recompute) {
   switch (recompute) {
     case Recompute::kNone:
@@ -29,13 +17,6 @@ const char* to_string(Recompute recompute) {
       return "full";
   }
   return "none";
-}
-
-std::optional<Schedule> parse_schedule(const std::string& text) {
-  if (text == "gpipe") return Schedule::kGpipe;
-  if (text == "1f1b") return Schedule::k1F1B;
-  if (text == "interleaved") return Schedule::kInterleaved;
-  return std::nullopt;
 }
 
 std::optional<Recompute> parse_recompute(const std::string& text) {
@@ -87,16 +68,8 @@ std::optional<std::string> check_strategy(const profiles::ModelSpec& model, std:
   if (s.sequence_parallel && job.seq_len % s.tp != 0) {
     return "sequence parallelism needs tp=" + num(s.tp) + " to divide seq_len=" + num(job.seq_len);
   }
-  if (s.schedule != Schedule::kInterleaved && s.virtual_stages != 1) {
-    return "virtual stages > 1 need the interleaved schedule";
-  }
-  if (s.schedule == Schedule::kInterleaved) {
-    if (s.virtual_stages < 2) return "the interleaved schedule needs virtual stages >= 2";
-    if (s.pp < 2) return "the interleaved schedule needs pp >= 2";
-    if (s.num_micro_batches % s.pp != 0) {
-      return "the interleaved schedule needs the " + num(s.num_micro_batches) +
-             " micro-batches to be a multiple of pp=" + num(s.pp);
-    }
+  if (auto why = check_schedule(s.schedule, s.pp, s.num_micro_batches, s.virtual_stages)) {
+    return why;
   }
   std::int64_t chunks = static_cast<std::int64_t>(s.pp) * s.virtual_stages;
   if (chunks > model.layers) {
@@ -181,7 +154,7 @@ Strategy strategy_from_json(const nlohmann::json& value, const std::string& sour
   // A million micro-batches per step is far beyond any real job, and keeps the simulator's task
   // graph (a few tasks per micro-batch and layer) within memory.
   s.num_micro_batches = r.integer("num_micro_batches", 1, 1'000'000);
-  s.schedule = *parse_schedule(r.choice("schedule", {"gpipe", "1f1b", "interleaved"}));
+  s.schedule = *parse_schedule(r.choice("schedule", schedule_names()));
   s.virtual_stages = static_cast<int>(r.optional_integer("virtual_stages", 1, kIntMax).value_or(1));
   s.recompute = *parse_recompute(r.choice("recompute", {"none", "selective", "full"}));
   s.sequence_parallel = r.optional_boolean("sequence_parallel").value_or(false);

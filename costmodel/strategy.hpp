@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "costmodel/schedule.hpp"
 #include "profiles/cluster.hpp"
 #include "profiles/model_spec.hpp"
 
@@ -18,12 +19,9 @@ namespace loom::costmodel {
 
 using profiles::Precision;
 
-enum class Schedule { kGpipe, k1F1B, kInterleaved };
 enum class Recompute { kNone, kSelective, kFull };
 
-const char* to_string(Schedule schedule);
 const char* to_string(Recompute recompute);
-std::optional<Schedule> parse_schedule(const std::string& text);
 std::optional<Recompute> parse_recompute(const std::string& text);
 
 // The largest global batch Loom plans and reads (samples per step): far above real jobs, and
@@ -71,7 +69,8 @@ std::vector<StageRange> even_partition(const profiles::ModelSpec& model, int chu
 
 // Why `strategy` cannot run `job` on `devices` devices for `model`, or nullopt when it can: tp
 // divides heads and ffn, pp * v chunks have at least one transformer layer each, the batch splits,
-// the schedule and virtual stages agree, and so on. Messages name the dimension and the numbers.
+// the schedule accepts pp, the micro-batches and the virtual stages (check_schedule), and so on.
+// Messages name the dimension and the numbers.
 std::optional<std::string> check_strategy(const profiles::ModelSpec& model, std::int64_t devices,
                                           const Job& job, const Strategy& strategy);
 // The same for a partition: pp * v contiguous ranges covering the whole layer sequence.

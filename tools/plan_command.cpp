@@ -157,8 +157,11 @@ planner::SearchOptions search_options(const PlanArgs& a, const profiles::ModelSp
                            n(a.global_batch));
     }
   }
-  if (a.virtual_stages && *a.virtual_stages > 1 && a.schedule && *a.schedule != "interleaved") {
-    throw InputError("--virtual-stages", "", "virtual stages > 1 need --schedule interleaved");
+  // Both pinned: refused before the search when the schedule cannot run that many virtual stages.
+  if (o.schedule && a.virtual_stages) {
+    if (auto why = costmodel::check_virtual_stages(*o.schedule, *a.virtual_stages)) {
+      throw InputError("--virtual-stages", "", *why);
+    }
   }
   return o;
 }
@@ -270,7 +273,7 @@ Runner add_plan_command(CLI::App& app) {
   cmd->add_option("--micro-batch", args->micro_batch, "samples per micro-batch")
       ->check(kPositiveNumber);
   cmd->add_option("--schedule", args->schedule, "gpipe | 1f1b | interleaved")
-      ->check(CLI::IsMember({"gpipe", "1f1b", "interleaved"}));
+      ->check(CLI::IsMember(costmodel::schedule_names()));
   cmd->add_option("--virtual-stages", args->virtual_stages, "model chunks per pipeline rank")
       ->check(kPositiveNumber);
   cmd->add_option("--recompute", args->recompute, "none | selective | full")
