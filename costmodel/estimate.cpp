@@ -10,6 +10,7 @@
 #include "costmodel/layers.hpp"
 #include "costmodel/memory.hpp"
 #include "costmodel/pipeline.hpp"
+#include "costmodel/zero.hpp"
 #include "profiles/topology.hpp"
 
 namespace loom::costmodel {
@@ -245,7 +246,8 @@ Terms compute_terms(const profiles::ModelSpec& m, const CostOptions& options,
     return factor(Collective::kAllReduce) *
            collective_time_s(Collective::kAllReduce, bytes, ranks, link);
   };
-  if (s.dp > 1 && s.zero > 0) t.step_sync_s += scalar_s(8, s.dp, links.group(world, s.dp, s.tp));
+  if (s.dp > 1 && zero_policy(s.zero).reduces_norm_over_dp)
+    t.step_sync_s += scalar_s(8, s.dp, links.group(world, s.dp, s.tp));
   if (s.tp > 1) t.step_sync_s += scalar_s(8, s.tp, links.group(world, s.tp, 1));
   if (s.pp > 1) t.step_sync_s += scalar_s(8, s.pp, links.group(world, s.pp, s.tp * s.dp));
   if (world > 1) t.step_sync_s += scalar_s(kStepStatsBytes, world, links.group(world, world, 1));
@@ -439,13 +441,14 @@ MemoryBreakdown CostModel::stage_memory(const Job& job, const Strategy& s, int p
 }
 
 double zero_staging_bytes_per_parameter(const Strategy& s) {
-  if (s.dp <= 1 || s.zero < 2) return 0;
+  if (s.dp <= 1 || !zero_policy(s.zero).reduces_every_micro_batch) return 0;
   return 8 + 12.0 / s.dp;
 }
 
 double zeroed_gradient_parameters(const Strategy& s, bool cpu, double rank_parameters) {
   if (s.world_size() == 1) return cpu ? rank_parameters : 0;
-  return s.dp > 1 && s.zero >= 2 ? rank_parameters / s.dp : rank_parameters;
+  return s.dp > 1 && zero_policy(s.zero).shards_gradients ? rank_parameters / s.dp
+                                                          : rank_parameters;
 }
 
 double CostModel::recompute_buffer_bytes(const Job& job, const Strategy& s) const {
@@ -456,6 +459,7 @@ double CostModel::recompute_buffer_bytes(const Job& job, const Strategy& s) cons
 MemoryBreakdown CostModel::stage_memory_from(double recompute_buffer, const Job& job,
                                              const Strategy& s, int pipeline_rank,
                                              const StageLoad& load) const {
+  const ZeroPolicy zero = zero_policy(s.zero);
   const ModelStateBytes states = model_state_bytes(load.parameters, s.dp, s.zero, job.precision);
   MemoryBreakdown mem;
   mem.parameters = states.parameters;
@@ -471,7 +475,7 @@ MemoryBreakdown CostModel::stage_memory_from(double recompute_buffer, const Job&
   // word embedding, or an MLP weight with a small vocabulary) with one fp32 temporary of a chunk
   // (executor/flat_adamw.hpp), and its own flat AdamW on the rank's shard with many (one fp32
   // temporary of the shard).
-  const double shard = load.parameters / (s.zero >= 1 ? s.dp : 1);
+  const double shard = load.parameters / (zero.shards_optimizer_states ? s.dp : 1);
   const double largest = static_cast<double>(std::max(model_.vocab, model_.ffn_hidden)) *
                          static_cast<double>(model_.hidden) / s.tp;
   const double optimizer_working =
@@ -484,11 +488,11 @@ MemoryBreakdown CostModel::stage_memory_from(double recompute_buffer, const Job&
   // ZeRO-3 gathers the stage's parameters for the whole step (not layer by layer).
   double persistent = 0;
   double transient = optimizer_working;
-  if (s.dp > 1 && s.zero >= 2) {
+  if (s.dp > 1 && zero.reduces_every_micro_batch) {
     const double staging = std::min(options_.dp_bucket_bytes, states.gradients * s.dp);
     persistent += staging;
     transient = std::max(transient, staging);
-    if (s.zero == 3) persistent += states.parameters * s.dp;
+    if (zero.gathers_before_forward) persistent += states.parameters * s.dp;
   }
   // The word embedding's backward (on the rank holding it, pipeline rank 0) makes a dense fp32
   // gradient of the whole table (of its vocabulary shard under tp) before adding it to the
@@ -520,6 +524,7 @@ Prediction CostModel::estimate(const Job& job, const Strategy& s,
   const double h = static_cast<double>(m.hidden);
   const double v = static_cast<double>(m.vocab);
   const double mb = static_cast<double>(s.num_micro_batches);
+  const ZeroPolicy zero = zero_policy(s.zero);
   const Terms terms = compute_terms(m, options_, links_, cluster_, calibration_.get(), job, s);
   const SequenceCosts& cost = terms.costs;
   const double p2p = terms.p2p_s;
@@ -613,14 +618,17 @@ Prediction CostModel::estimate(const Job& job, const Strategy& s,
       const double bucket = std::min(options_.dp_bucket_bytes, grads);
       const double ar = dp_time(Collective::kAllReduce, grads);
       const double last = std::max(ar - window_b, dp_time(Collective::kAllReduce, bucket));
-      dp_exposed = s.zero <= 1 ? last : (mb - 1) * std::max(0.0, ar - window_b) + last;
+      dp_exposed =
+          zero.reduces_every_micro_batch ? (mb - 1) * std::max(0.0, ar - window_b) + last : last;
       // ZeRO-1/2 all-gather the updated shards after the optimizer step; ZeRO-3 gathers the
       // stage's parameters before the step's first forward pass.
-      if (s.zero >= 1) zero_exposed = dp_time(Collective::kAllGather, grads);
+      if (zero.gathers_after_step || zero.gathers_before_forward) {
+        zero_exposed = dp_time(Collective::kAllGather, grads);
+      }
     }
     // AdamW reads and writes the fp32 master weights, both moments, the gradient and the
     // low-precision weights: about 28 bytes per parameter of this rank's optimizer shard.
-    double shard = l.parameters / (s.zero >= 1 ? s.dp : 1);
+    double shard = l.parameters / (zero.shards_optimizer_states ? s.dp : 1);
     double optimizer_s = shard * terms.optimizer_s_per_parameter;
     out.optimizer_s = std::max(out.optimizer_s, optimizer_s);
     out.exposed_communication_s.dp = std::max(out.exposed_communication_s.dp, dp_exposed);

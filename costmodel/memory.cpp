@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "costmodel/zero.hpp"
+
 namespace loom::costmodel {
 
 ModelStateBytes model_state_bytes(double parameters, int dp, int zero, Precision precision) {
@@ -9,10 +11,11 @@ ModelStateBytes model_state_bytes(double parameters, int dp, int zero, Precision
   double param_bytes = mixed ? 2 : 4;
   double grad_bytes = mixed ? 2 : 4;
   double optimizer_bytes = mixed ? 12 : 8;
+  const ZeroPolicy policy = zero_policy(zero);
   ModelStateBytes out;
-  out.parameters = parameters * param_bytes / (zero >= 3 ? dp : 1);
-  out.gradients = parameters * grad_bytes / (zero >= 2 ? dp : 1);
-  out.optimizer = parameters * optimizer_bytes / (zero >= 1 ? dp : 1);
+  out.parameters = parameters * param_bytes / (policy.shards_parameters ? dp : 1);
+  out.gradients = parameters * grad_bytes / (policy.shards_gradients ? dp : 1);
+  out.optimizer = parameters * optimizer_bytes / (policy.shards_optimizer_states ? dp : 1);
   return out;
 }
 

@@ -14,6 +14,7 @@
 #include "costmodel/comm.hpp"
 #include "costmodel/layers.hpp"
 #include "costmodel/memory.hpp"
+#include "costmodel/zero.hpp"
 #include "profiles/topology.hpp"
 
 namespace loom::costmodel {
@@ -552,7 +553,7 @@ struct StepSpec {
   int virtual_stages = 1;
   int ranks_per_stage = 1;  // dp * tp
   int dp = 1;
-  int zero = 0;
+  ZeroPolicy zero;
   std::int64_t micro_batches = 1;
   Schedule schedule = Schedule::k1F1B;
   double bucket_bytes = 0;
@@ -677,7 +678,7 @@ class StepBuilder {
   void build_rank(int r) {
     const int chunks = static_cast<int>(spec_.chunks.size());
     int prev = -1;  // the previous op's last task: the compute stream waits for it
-    if (comms_ && spec_.dp > 1 && spec_.zero == 3) {
+    if (comms_ && spec_.dp > 1 && spec_.zero.gathers_before_forward) {
       // ZeRO-3: the stage's parameters are gathered before the step's first forward pass.
       const double bytes = spec_.post_all_gather_bytes[static_cast<std::size_t>(r)];
       prev = flow(r, Stream::kZero, Phase::kOther,
@@ -709,7 +710,7 @@ class StepBuilder {
       }
       int last = -1;
       if (!op.forward && comms_ && spec_.dp > 1 && c.gradient_bytes > 0 &&
-          (spec_.zero >= 2 || op.micro_batch == spec_.micro_batches - 1)) {
+          (spec_.zero.reduces_every_micro_batch || op.micro_batch == spec_.micro_batches - 1)) {
         last = bucketed_backward(r, c, what, prev, ot);
       } else {
         int t = compute(r, pass, op.forward ? c.forward_s : c.backward_s, true, what);
@@ -749,7 +750,7 @@ class StepBuilder {
       engine_.depend(engine_.last_on(r, Stream::kDataParallel), opt);
     }
     int gather = -1;
-    if (comms_ && (spec_.zero == 1 || spec_.zero == 2)) {
+    if (comms_ && spec_.zero.gathers_after_step) {
       double bytes = spec_.post_all_gather_bytes[static_cast<std::size_t>(r)];
       gather = flow(r, Stream::kZero, Phase::kOptimizer,
                     comms_->collective(Collective::kAllGather, Group::kData, r, bytes),
@@ -779,10 +780,10 @@ class StepBuilder {
       engine_.depend(last, seg);
       if (j == 0) ot.first = seg;
       // ZeRO-2/3's executor reduces each micro-batch's buckets inside its backward pass.
-      int bucket =
-          flow(r, Stream::kDataParallel, spec_.zero >= 2 ? Phase::kBackward : Phase::kGradients,
-               comms_->collective(Collective::kAllReduce, Group::kData, r, bytes),
-               "allreduce dp " + bytes_text(bytes));
+      int bucket = flow(r, Stream::kDataParallel,
+                        spec_.zero.reduces_every_micro_batch ? Phase::kBackward : Phase::kGradients,
+                        comms_->collective(Collective::kAllReduce, Group::kData, r, bytes),
+                        "allreduce dp " + bytes_text(bytes));
       engine_.depend(seg, bucket);
       last = seg;
     }
@@ -937,7 +938,7 @@ SimulationResult simulate(const CostModel& cost, const Job& job, const Strategy&
   spec.virtual_stages = s.virtual_stages;
   spec.ranks_per_stage = per_stage;
   spec.dp = s.dp;
-  spec.zero = s.zero;
+  spec.zero = zero_policy(s.zero);
   spec.micro_batches = s.num_micro_batches;
   spec.schedule = s.schedule;
   spec.bucket_bytes = cost.options().dp_bucket_bytes;
@@ -1012,7 +1013,7 @@ SimulationResult simulate(const CostModel& cost, const Job& job, const Strategy&
   for (int r = 0; r < s.pp; ++r) {
     const StageLoad& l = load[static_cast<std::size_t>(r)];
     memory[static_cast<std::size_t>(r)] = cost.stage_memory(job, s, r, l);
-    double shard = l.parameters / (s.zero >= 1 ? s.dp : 1);
+    double shard = l.parameters / (spec.zero.shards_optimizer_states ? s.dp : 1);
     spec.optimizer_s.push_back(shard * terms.optimizer_s_per_parameter);
     spec.zero_grad_s.push_back(zeroed_gradient_parameters(s, spec.cpu, l.parameters) *
                                terms.zero_grad_s_per_parameter);
