@@ -8,6 +8,7 @@
 
 #include "costmodel/calibration.hpp"
 #include "costmodel/layers.hpp"
+#include "costmodel/lowering.hpp"
 #include "costmodel/memory.hpp"
 #include "costmodel/pipeline.hpp"
 #include "costmodel/zero.hpp"
@@ -62,23 +63,6 @@ std::vector<int> identity_mapping(const profiles::Cluster& cluster) {
   std::vector<int> out(static_cast<std::size_t>(cluster.device_count()));
   std::iota(out.begin(), out.end(), 0);
   return out;
-}
-
-// What one pipeline chunk holds: how many transformer layers, and the embedding or head.
-struct Chunk {
-  int layers = 0;
-  bool embedding = false;
-  bool head = false;
-};
-
-Chunk chunk_of(const StageRange& r, int sequence_length) {
-  Chunk c;
-  c.embedding = r.first_layer == 0;
-  c.head = r.last_layer == sequence_length - 1;
-  int first = std::max(r.first_layer, 1);
-  int last = std::min(r.last_layer, sequence_length - 2);
-  c.layers = std::max(0, last - first + 1);
-  return c;
 }
 
 }  // namespace
@@ -185,178 +169,214 @@ CalibratedEntry calibrate(const Calibration& calibration, const LayerQuery& quer
   return {a.how, a.tp_communication};
 }
 
-Terms compute_terms(const profiles::ModelSpec& m, const CostOptions& options,
-                    const GroupLinks& links, const profiles::Cluster& cluster,
-                    const Calibration* calibration, const Job& job, const Strategy& s) {
-  Terms t;
-  const profiles::DeviceSpec& device = cluster.device;
-  const int world = s.world_size();
-  const int e = element_bytes(job.precision);
-  const double b = static_cast<double>(s.micro_batch);
-  const double seq = static_cast<double>(job.seq_len);
-  const double h = static_cast<double>(m.hidden);
-  const double v = static_cast<double>(m.vocab);
-  const double sp_split = s.sequence_parallel ? s.tp : 1;
+// What every part of compute_terms() reads: the model, the cluster, the job and the strategy.
+struct TermsInput {
+  const profiles::ModelSpec& m;
+  const CostOptions& options;
+  const GroupLinks& links;
+  const profiles::Cluster& cluster;
+  const Calibration* calibration;
+  const Job& job;
+  const Strategy& s;
+  int world = 1;
+  int e = 2;       // element bytes of the job's precision
+  double b = 1;    // micro-batch
+  double seq = 1;  // sequence length
+  double h = 1;    // hidden size
+  double v = 1;    // vocabulary
+  // Measured / modelled time of a collective (1 without a profile's link measurements).
+  double factor(Collective c) const {
+    return calibration != nullptr ? calibration->collective_factor(c) : 1.0;
+  }
+};
 
-  const DeviceRates core_rates = device_rates(device, job.precision, options.efficiency);
-  t.threads = threads_per_rank(cluster, world);
+// The rank's device rates (scaled by its CPU threads), and the per-parameter optimizer and
+// gradient-zeroing times. Returns the rates of one device (one core on CPUs).
+DeviceRates set_rates(const TermsInput& in, Terms& t) {
+  const DeviceRates core_rates =
+      device_rates(in.cluster.device, in.job.precision, in.options.efficiency);
+  t.threads = threads_per_rank(in.cluster, in.world);
   const DeviceRates rates = scaled_rates(core_rates, t.threads);
   t.rate_memory_bytes_per_s = rates.memory_bytes_per_s;
   t.optimizer_s_per_parameter = CostModel::kOptimizerBytesPerParameter / rates.memory_bytes_per_s;
   t.zero_grad_s_per_parameter = 4 / rates.memory_bytes_per_s;  // one fp32 write
-  if (calibration != nullptr) {
+  if (in.calibration != nullptr) {
     // Loom's executor runs one rank with torch::optim::AdamW, many over flat buffers.
-    if (auto measured = calibration->optimizer_s_per_parameter(t.threads, world > 1)) {
+    if (auto measured = in.calibration->optimizer_s_per_parameter(t.threads, in.world > 1)) {
       t.optimizer_s_per_parameter = *measured;
     }
   }
-  // Measured / modelled time of each collective (1 without a profile's link measurements).
-  auto factor = [&](Collective c) {
-    return calibration != nullptr ? calibration->collective_factor(c) : 1.0;
-  };
-  const LayerShape shape{s.micro_batch, job.seq_len, s.tp, e, s.recompute};
-  t.layer = transformer_layer_time(m, shape, rates);
-  t.embed = embedding_time(m, shape, rates);
-  t.head = head_time(m, shape, rates);
-  const ParameterCounts params = count_parameters(m);
+  return core_rates;
+}
 
-  const double act_bytes = b * seq * h * e;  // one micro-batch's hidden states
-  if (s.pp > 1) {
-    t.p2p_bytes = act_bytes / s.tp;
-    if (s.tp > 1 && !s.sequence_parallel) t.p2p_all_gather_bytes = act_bytes;
+// Megatron's scatter-gather between stages: each tensor-parallel rank sends 1/tp of the
+// activation and the receiving group all-gathers it over the tp link (with sequence parallelism
+// the activation is already split).
+void set_pipeline_transfer(const TermsInput& in, double act_bytes, Terms& t) {
+  const Strategy& s = in.s;
+  if (s.pp <= 1) return;
+  t.p2p_bytes = act_bytes / s.tp;
+  if (s.tp > 1 && !s.sequence_parallel) t.p2p_all_gather_bytes = act_bytes;
+  profiles::PathMetrics pp_link = in.links.group(in.world, s.pp, s.tp * s.dp);
+  t.p2p_s = in.factor(Collective::kP2p) *
+            collective_time_s(Collective::kP2p, act_bytes / s.tp, 2, pp_link);
+  if (s.tp > 1 && !s.sequence_parallel) {
+    t.p2p_s += in.factor(Collective::kAllGather) *
+               collective_time_s(Collective::kAllGather, act_bytes, s.tp,
+                                 in.links.group(in.world, s.tp, 1));
   }
-  if (s.pp > 1) {
-    // Megatron's scatter-gather between stages: each tensor-parallel rank sends 1/tp of the
-    // activation and the receiving group all-gathers it over the tp link (with sequence
-    // parallelism the activation is already split).
-    profiles::PathMetrics pp_link = links.group(world, s.pp, s.tp * s.dp);
-    t.p2p_s = factor(Collective::kP2p) *
-              collective_time_s(Collective::kP2p, act_bytes / s.tp, 2, pp_link);
-    if (s.tp > 1 && !s.sequence_parallel) {
-      t.p2p_s +=
-          factor(Collective::kAllGather) *
-          collective_time_s(Collective::kAllGather, act_bytes, s.tp, links.group(world, s.tp, 1));
-    }
-  }
+}
 
-  // Loom's executor sums a few scalars per step, each a latency-bound all-reduce: the gradient
-  // norm over dp (ZeRO 1-3: each rank holds a shard), tp and pp, and then one all-reduce over the
-  // world of the loss and the stop vote (kStepStatsBytes).
+// Loom's executor sums a few scalars per step, each a latency-bound all-reduce: the gradient norm
+// over dp (when each rank holds a shard), tp and pp, and then one all-reduce over the world of
+// the loss and the stop vote (kStepStatsBytes).
+double step_sync_s(const TermsInput& in) {
+  const Strategy& s = in.s;
+  const int world = in.world;
+  const GroupLinks& links = in.links;
   auto scalar_s = [&](double bytes, int ranks, const profiles::PathMetrics& link) {
-    return factor(Collective::kAllReduce) *
+    return in.factor(Collective::kAllReduce) *
            collective_time_s(Collective::kAllReduce, bytes, ranks, link);
   };
-  if (s.dp > 1 && zero_policy(s.zero).reduces_norm_over_dp)
-    t.step_sync_s += scalar_s(8, s.dp, links.group(world, s.dp, s.tp));
-  if (s.tp > 1) t.step_sync_s += scalar_s(8, s.tp, links.group(world, s.tp, 1));
-  if (s.pp > 1) t.step_sync_s += scalar_s(8, s.pp, links.group(world, s.pp, s.tp * s.dp));
-  if (world > 1) t.step_sync_s += scalar_s(kStepStatsBytes, world, links.group(world, world, 1));
-
-  // Per-micro-batch activations kept for backward.
-  ActivationShape ashape{job.seq_len, s.micro_batch, m.hidden, m.heads, m.ffn_hidden, e};
-  double layer_act = transformer_layer_activation_bytes(ashape, s.tp, s.sequence_parallel,
-                                                        s.recompute, options.attention_scores);
-  const double sbh = b * seq * h;
-  double embed_act =
-      (m.family == Family::kEncoder ? (e + 1) * sbh : sbh) / sp_split;  // LayerNorm in, mask
-  double head_act = 3 * e * b * h;
-  if (!m.num_labels) {
-    head_act = (m.family == Family::kEncoder ? 3 : 1) * e * sbh / sp_split +
-               (e + 4) * b * seq * v / s.tp;  // logits and their fp32 softmax
+  double out = 0;
+  if (s.dp > 1 && zero_policy(s.zero).reduces_norm_over_dp) {
+    out += scalar_s(8, s.dp, links.group(world, s.dp, s.tp));
   }
-  // Working set while one layer is recomputed in the backward pass.
+  if (s.tp > 1) out += scalar_s(8, s.tp, links.group(world, s.tp, 1));
+  if (s.pp > 1) out += scalar_s(8, s.pp, links.group(world, s.pp, s.tp * s.dp));
+  if (world > 1) out += scalar_s(kStepStatsBytes, world, links.group(world, world, 1));
+  return out;
+}
+
+// Activation bytes per micro-batch each entry kind keeps for backward.
+struct EntryActivations {
+  double layer = 0;
+  double embed = 0;
+  double head = 0;
+};
+
+// The formulas' activations, and the working set while one layer is recomputed.
+EntryActivations activation_terms(const TermsInput& in, Terms& t) {
+  const profiles::ModelSpec& m = in.m;
+  const Strategy& s = in.s;
+  const double sp_split = s.sequence_parallel ? s.tp : 1;
+  const int e = in.e;
+  EntryActivations a;
+  ActivationShape ashape{in.job.seq_len, s.micro_batch, m.hidden, m.heads, m.ffn_hidden, e};
+  a.layer = transformer_layer_activation_bytes(ashape, s.tp, s.sequence_parallel, s.recompute,
+                                               in.options.attention_scores);
+  const double sbh = in.b * in.seq * in.h;
+  a.embed = (m.family == Family::kEncoder ? (e + 1) * sbh : sbh) / sp_split;  // LayerNorm in, mask
+  a.head = 3 * e * in.b * in.h;
+  if (!m.num_labels) {
+    a.head = (m.family == Family::kEncoder ? 3 : 1) * e * sbh / sp_split +
+             (e + 4) * in.b * in.seq * in.v / s.tp;  // logits and their fp32 softmax
+  }
   if (s.recompute != Recompute::kNone) {
     double full = transformer_layer_activation_bytes(ashape, s.tp, s.sequence_parallel,
-                                                     Recompute::kNone, options.attention_scores);
-    t.recompute_buffer = full - layer_act;
+                                                     Recompute::kNone, in.options.attention_scores);
+    t.recompute_buffer = full - a.layer;
   }
+  return a;
+}
 
-  // Measured times that already include an entry's tensor-parallel all-reduces (the tp ranks of
-  // the profile measured together) get none added below.
-  CalibratedEntry layer_cal;
-  CalibratedEntry embed_cal;
-  CalibratedEntry head_cal;
-  if (calibration != nullptr) {
-    const double formula_layer_act = layer_act;
-    const int tpn = s.tp;
-    const int ek = e;
-    const auto embed_formula = [&](const LayerQuery& q) {
-      const double x = static_cast<double>(q.micro_batch) * static_cast<double>(q.seq_len) * h;
-      return (m.family == Family::kEncoder ? (ek + 1) * x : x) / (s.sequence_parallel ? q.tp : 1);
-    };
-    const auto head_formula = [&](const LayerQuery& q) {
-      const double qb = static_cast<double>(q.micro_batch);
-      const double qs = static_cast<double>(q.seq_len);
-      if (m.num_labels) return 3.0 * ek * qb * h;
-      return (m.family == Family::kEncoder ? 3 : 1) * ek * qb * qs * h /
-                 (s.sequence_parallel ? q.tp : 1) +
-             (ek + 4) * qb * qs * v / q.tp;
-    };
-    const auto layer_formula = [&](const LayerQuery& q) {
-      ActivationShape a{q.seq_len, q.micro_batch, m.hidden, m.heads, m.ffn_hidden, ek};
-      return transformer_layer_activation_bytes(
-          a, q.tp, s.sequence_parallel, *parse_recompute(q.recompute), options.attention_scores);
-    };
-    auto roofline = [&](const LayerQuery& q,
-                        LayerTime (*time)(const profiles::ModelSpec&, const LayerShape&,
-                                          const DeviceRates&)) {
-      return time(m, LayerShape{q.micro_batch, q.seq_len, q.tp, ek, *parse_recompute(q.recompute)},
-                  scaled_rates(core_rates, q.threads));
-    };
-    const LayerQuery base{profiles::LayerKind::kEncoderLayer,
-                          s.micro_batch,
-                          job.seq_len,
-                          tpn,
-                          to_string(s.recompute),
-                          t.threads};
-    LayerQuery q = base;
-    q.kind = m.family == Family::kEncoder ? profiles::LayerKind::kEncoderLayer
-                                          : profiles::LayerKind::kDecoderLayer;
-    layer_cal = calibrate(
-        *calibration, q, [&](const LayerQuery& x) { return roofline(x, transformer_layer_time); },
-        layer_formula, &t.layer, &layer_act);
-    q.kind = profiles::LayerKind::kEmbedding;
-    embed_cal = calibrate(
-        *calibration, q, [&](const LayerQuery& x) { return roofline(x, embedding_time); },
-        embed_formula, &t.embed, &embed_act);
-    q.kind = profiles::LayerKind::kHead;
-    head_cal = calibrate(
-        *calibration, q, [&](const LayerQuery& x) { return roofline(x, head_time); }, head_formula,
-        &t.head, &head_act);
-    if (formula_layer_act > 0) t.recompute_buffer *= layer_act / formula_layer_act;
-  }
-  t.how_layer = layer_cal.how;
-  t.how_embedding = embed_cal.how;
-  t.how_head = head_cal.how;
+struct EntryCalibrations {
+  CalibratedEntry layer;
+  CalibratedEntry embed;
+  CalibratedEntry head;
+};
 
-  // Tensor parallelism: two collectives over the layer's activations forward (after attention and
-  // after the MLP) and two backward (Megatron's f and g), plus two more when full recomputation
-  // replays the forward pass; the vocab-parallel embedding all-reduces its output. With sequence
-  // parallelism each all-reduce becomes a reduce-scatter and an all-gather of the same total size,
-  // which costs the same in the alpha-beta model.
+// Replaces the roofline times and formula activations of every entry kind by what the
+// calibration answers (calibrate()), and scales the recomputation working set alike.
+EntryCalibrations calibrate_entries(const TermsInput& in, const DeviceRates& core_rates, Terms& t,
+                                    EntryActivations& act) {
+  const profiles::ModelSpec& m = in.m;
+  const Strategy& s = in.s;
+  const double h = in.h;
+  const double v = in.v;
+  const int ek = in.e;
+  const double formula_layer_act = act.layer;
+  const auto embed_formula = [&](const LayerQuery& q) {
+    const double x = static_cast<double>(q.micro_batch) * static_cast<double>(q.seq_len) * h;
+    return (m.family == Family::kEncoder ? (ek + 1) * x : x) / (s.sequence_parallel ? q.tp : 1);
+  };
+  const auto head_formula = [&](const LayerQuery& q) {
+    const double qb = static_cast<double>(q.micro_batch);
+    const double qs = static_cast<double>(q.seq_len);
+    if (m.num_labels) return 3.0 * ek * qb * h;
+    return (m.family == Family::kEncoder ? 3 : 1) * ek * qb * qs * h /
+               (s.sequence_parallel ? q.tp : 1) +
+           (ek + 4) * qb * qs * v / q.tp;
+  };
+  const auto layer_formula = [&](const LayerQuery& q) {
+    ActivationShape a{q.seq_len, q.micro_batch, m.hidden, m.heads, m.ffn_hidden, ek};
+    return transformer_layer_activation_bytes(
+        a, q.tp, s.sequence_parallel, *parse_recompute(q.recompute), in.options.attention_scores);
+  };
+  auto roofline = [&](const LayerQuery& q,
+                      LayerTime (*time)(const profiles::ModelSpec&, const LayerShape&,
+                                        const DeviceRates&)) {
+    return time(m, LayerShape{q.micro_batch, q.seq_len, q.tp, ek, *parse_recompute(q.recompute)},
+                scaled_rates(core_rates, q.threads));
+  };
+  LayerQuery q{profiles::LayerKind::kEncoderLayer,
+               s.micro_batch,
+               in.job.seq_len,
+               s.tp,
+               to_string(s.recompute),
+               t.threads};
+  EntryCalibrations out;
+  q.kind = m.family == Family::kEncoder ? profiles::LayerKind::kEncoderLayer
+                                        : profiles::LayerKind::kDecoderLayer;
+  out.layer = calibrate(
+      *in.calibration, q, [&](const LayerQuery& x) { return roofline(x, transformer_layer_time); },
+      layer_formula, &t.layer, &act.layer);
+  q.kind = profiles::LayerKind::kEmbedding;
+  out.embed = calibrate(
+      *in.calibration, q, [&](const LayerQuery& x) { return roofline(x, embedding_time); },
+      embed_formula, &t.embed, &act.embed);
+  q.kind = profiles::LayerKind::kHead;
+  out.head = calibrate(
+      *in.calibration, q, [&](const LayerQuery& x) { return roofline(x, head_time); }, head_formula,
+      &t.head, &act.head);
+  if (formula_layer_act > 0) t.recompute_buffer *= act.layer / formula_layer_act;
+  return out;
+}
+
+// Tensor parallelism: two collectives over the layer's activations forward (after attention and
+// after the MLP) and two backward (Megatron's f and g), plus two more when full recomputation
+// replays the forward pass; the vocab-parallel embedding all-reduces its output. With sequence
+// parallelism each all-reduce becomes a reduce-scatter and an all-gather of the same total size,
+// which costs the same in the alpha-beta model. Measured times that already include an entry's
+// tensor-parallel all-reduces (the tp ranks of the profile measured together) get none added.
+// Fills the entries' terms and costs.
+void set_entry_costs(const TermsInput& in, const EntryCalibrations& cal,
+                     const EntryActivations& act, double act_bytes, Terms& t) {
+  const profiles::ModelSpec& m = in.m;
+  const Strategy& s = in.s;
   double layer_ar = 0;
   double embed_ar = 0;
   double tp_head_fwd = 0;
   double tp_head_bwd = 0;
   if (s.tp > 1) {
-    const profiles::PathMetrics tp_link = links.group(world, s.tp, 1);
-    const double tp_ar = factor(Collective::kAllReduce) *
+    const profiles::PathMetrics tp_link = in.links.group(in.world, s.tp, 1);
+    const double tp_ar = in.factor(Collective::kAllReduce) *
                          collective_time_s(Collective::kAllReduce, act_bytes, s.tp, tp_link);
-    if (!layer_cal.tp_communication) {
+    if (!cal.layer.tp_communication) {
       layer_ar = tp_ar;
       t.layer_terms.forward_tp = {2, act_bytes};
       t.layer_terms.backward_tp = {s.recompute == Recompute::kFull ? 4.0 : 2.0, act_bytes};
     }
-    if (!embed_cal.tp_communication) {
+    if (!cal.embed.tp_communication) {
       embed_ar = tp_ar;
       t.embed_terms.forward_tp = {1, act_bytes};
     }
-    if (!m.num_labels && !head_cal.tp_communication) {
+    if (!m.num_labels && !cal.head.tp_communication) {
       // Vocab-parallel cross-entropy: max, sum-exp and target-logit reductions over b*s floats.
-      tp_head_fwd = 3 * factor(Collective::kAllReduce) *
-                    collective_time_s(Collective::kAllReduce, b * seq * 4, s.tp, tp_link);
+      tp_head_fwd = 3 * in.factor(Collective::kAllReduce) *
+                    collective_time_s(Collective::kAllReduce, in.b * in.seq * 4, s.tp, tp_link);
       tp_head_bwd = tp_ar;
-      t.head_terms.forward_tp = {3, b * seq * 4};
+      t.head_terms.forward_tp = {3, in.b * in.seq * 4};
       t.head_terms.backward_tp = {1, act_bytes};
     }
   }
@@ -366,16 +386,68 @@ Terms compute_terms(const profiles::ModelSpec& m, const CostOptions& options,
   t.embed_terms.backward_compute_s = t.embed.backward_s;
   t.head_terms.forward_compute_s = t.head.forward_s;
   t.head_terms.backward_compute_s = t.head.backward_s;
+  const ParameterCounts params = count_parameters(m);
   t.costs.layer = {t.layer.forward_s + 2 * layer_ar,
                    t.layer.backward_s + t.layer.recompute_s +
                        (s.recompute == Recompute::kFull ? 4 : 2) * layer_ar,
-                   static_cast<double>(params.transformer_layer.per_rank(s.tp)), layer_act};
+                   static_cast<double>(params.transformer_layer.per_rank(s.tp)), act.layer};
   // Vocab-parallel embedding: an all-reduce of its output.
   t.costs.embedding = {t.embed.forward_s + embed_ar, t.embed.backward_s,
-                       static_cast<double>(params.embedding.per_rank(s.tp)), embed_act};
+                       static_cast<double>(params.embedding.per_rank(s.tp)), act.embed};
   t.costs.head = {t.head.forward_s + tp_head_fwd, t.head.backward_s + tp_head_bwd,
-                  static_cast<double>(params.head.per_rank(s.tp)), head_act};
+                  static_cast<double>(params.head.per_rank(s.tp)), act.head};
+}
+
+Terms compute_terms(const profiles::ModelSpec& m, const CostOptions& options,
+                    const GroupLinks& links, const profiles::Cluster& cluster,
+                    const Calibration* calibration, const Job& job, const Strategy& s) {
+  const TermsInput in{m,
+                      options,
+                      links,
+                      cluster,
+                      calibration,
+                      job,
+                      s,
+                      s.world_size(),
+                      element_bytes(job.precision),
+                      static_cast<double>(s.micro_batch),
+                      static_cast<double>(job.seq_len),
+                      static_cast<double>(m.hidden),
+                      static_cast<double>(m.vocab)};
+  Terms t;
+  const DeviceRates core_rates = set_rates(in, t);
+  const DeviceRates rates = scaled_rates(core_rates, t.threads);
+  const LayerShape shape{s.micro_batch, job.seq_len, s.tp, in.e, s.recompute};
+  t.layer = transformer_layer_time(m, shape, rates);
+  t.embed = embedding_time(m, shape, rates);
+  t.head = head_time(m, shape, rates);
+  const double act_bytes = in.b * in.seq * in.h * in.e;  // one micro-batch's hidden states
+  set_pipeline_transfer(in, act_bytes, t);
+  t.step_sync_s = step_sync_s(in);
+  EntryActivations act = activation_terms(in, t);
+  EntryCalibrations cal;
+  if (calibration != nullptr) cal = calibrate_entries(in, core_rates, t, act);
+  t.how_layer = cal.layer.how;
+  t.how_embedding = cal.embed.how;
+  t.how_head = cal.head.how;
+  set_entry_costs(in, cal, act, act_bytes, t);
   return t;
+}
+
+StepTerms step_terms_of(const Terms& t) {
+  StepTerms out;
+  out.costs = t.costs;
+  out.embedding = t.embed_terms;
+  out.layer = t.layer_terms;
+  out.head = t.head_terms;
+  out.p2p_bytes = t.p2p_bytes;
+  out.p2p_all_gather_bytes = t.p2p_all_gather_bytes;
+  out.recompute_buffer_bytes = t.recompute_buffer;
+  out.memory_bytes_per_s = t.rate_memory_bytes_per_s;
+  out.optimizer_s_per_parameter = t.optimizer_s_per_parameter;
+  out.step_sync_s = t.step_sync_s;
+  out.zero_grad_s_per_parameter = t.zero_grad_s_per_parameter;
+  return out;
 }
 
 }  // namespace
@@ -417,21 +489,8 @@ SequenceCosts CostModel::sequence_costs(const Job& job, const Strategy& strategy
 }
 
 StepTerms CostModel::step_terms(const Job& job, const Strategy& strategy) const {
-  const Terms t =
-      compute_terms(model_, options_, links_, cluster_, calibration_.get(), job, strategy);
-  StepTerms out;
-  out.costs = t.costs;
-  out.embedding = t.embed_terms;
-  out.layer = t.layer_terms;
-  out.head = t.head_terms;
-  out.p2p_bytes = t.p2p_bytes;
-  out.p2p_all_gather_bytes = t.p2p_all_gather_bytes;
-  out.recompute_buffer_bytes = t.recompute_buffer;
-  out.memory_bytes_per_s = t.rate_memory_bytes_per_s;
-  out.optimizer_s_per_parameter = t.optimizer_s_per_parameter;
-  out.step_sync_s = t.step_sync_s;
-  out.zero_grad_s_per_parameter = t.zero_grad_s_per_parameter;
-  return out;
+  return step_terms_of(
+      compute_terms(model_, options_, links_, cluster_, calibration_.get(), job, strategy));
 }
 
 MemoryBreakdown CostModel::stage_memory(const Job& job, const Strategy& s, int pipeline_rank,
@@ -521,60 +580,22 @@ Prediction CostModel::estimate(const Job& job, const Strategy& s,
   const int world = s.world_size();
   const int e = element_bytes(job.precision);
   const double seq = static_cast<double>(job.seq_len);
-  const double h = static_cast<double>(m.hidden);
-  const double v = static_cast<double>(m.vocab);
   const double mb = static_cast<double>(s.num_micro_batches);
   const ZeroPolicy zero = zero_policy(s.zero);
   const Terms terms = compute_terms(m, options_, links_, cluster_, calibration_.get(), job, s);
-  const SequenceCosts& cost = terms.costs;
   const double p2p = terms.p2p_s;
 
-  const int sequence_length = layer_sequence_length(m);
-  const int chunks = s.pp * s.virtual_stages;
+  const std::vector<ChunkCost> lowered = lower_chunks(m, s, step_terms_of(terms), stages);
+  const std::vector<StageLoad> load = stage_loads(lowered, s.pp);
   std::vector<StageTime> compute(s.pp), with_tp(s.pp), with_pp(s.pp);
-  std::vector<StageLoad> load(s.pp);
-  for (int c = 0; c < chunks; ++c) {
-    const Chunk k = chunk_of(stages[static_cast<std::size_t>(c)], sequence_length);
-    const int r = c % s.pp;
-    double f = k.layers * terms.layer.forward_s;
-    double bw = k.layers * (terms.layer.backward_s + terms.layer.recompute_s);
-    double tf = k.layers * cost.layer.forward_s;
-    double tb = k.layers * cost.layer.backward_s;
-    double p = k.layers * cost.layer.parameters;
-    double a = k.layers * cost.layer.activations;
-    if (k.embedding) {
-      f += terms.embed.forward_s;
-      bw += terms.embed.backward_s;
-      tf += cost.embedding.forward_s;
-      tb += cost.embedding.backward_s;
-      p += cost.embedding.parameters;
-      a += cost.embedding.activations;
-    }
-    if (k.head) {
-      f += terms.head.forward_s;
-      bw += terms.head.backward_s;
-      tf += cost.head.forward_s;
-      tb += cost.head.backward_s;
-      p += cost.head.parameters;
-      // A tied LM head on another stage than the embedding keeps its own copy of the word table.
-      if (!m.num_labels && m.tied_embeddings && r != 0) p += v * h / s.tp;
-      a += cost.head.activations;
-    }
-    // ZeRO-2/3 stage each backward pass's gradients through one buffer (on the compute stream).
-    const double staging_s =
-        p * zero_staging_bytes_per_parameter(s) / terms.rate_memory_bytes_per_s;
-    bw += staging_s;
-    tb += staging_s;
-    compute[r].forward_s += f;
-    compute[r].backward_s += bw;
-    with_tp[r].forward_s += tf;
-    with_tp[r].backward_s += tb;
-    with_pp[r].forward_s += tf + (s.pp > 1 ? p2p : 0);
-    with_pp[r].backward_s += tb + (s.pp > 1 ? p2p : 0);
-    load[r].parameters += p;
-    load[r].activations += a;
-    load[r].layers += k.layers;
-    load[r].largest_chunk_parameters = std::max(load[r].largest_chunk_parameters, p);
+  for (const ChunkCost& k : lowered) {
+    const auto r = static_cast<std::size_t>(k.pipeline_rank);
+    compute[r].forward_s += k.compute_s.forward_s;
+    compute[r].backward_s += k.compute_s.backward_s;
+    with_tp[r].forward_s += k.with_tp_s.forward_s;
+    with_tp[r].backward_s += k.with_tp_s.backward_s;
+    with_pp[r].forward_s += k.with_tp_s.forward_s + (s.pp > 1 ? p2p : 0);
+    with_pp[r].backward_s += k.with_tp_s.backward_s + (s.pp > 1 ? p2p : 0);
   }
   const double pipe_compute =
       pipeline_time_s(compute, s.num_micro_batches, s.schedule, s.virtual_stages);

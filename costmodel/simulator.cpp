@@ -13,6 +13,7 @@
 
 #include "costmodel/comm.hpp"
 #include "costmodel/layers.hpp"
+#include "costmodel/lowering.hpp"
 #include "costmodel/memory.hpp"
 #include "costmodel/zero.hpp"
 #include "profiles/topology.hpp"
@@ -890,20 +891,36 @@ SimulationResult collect(Engine& engine, const StepSpec& spec, int ranks_per_sta
   return out;
 }
 
-// What one chunk of the layer sequence holds.
-struct ChunkContent {
-  int layers = 0;
-  bool embedding = false;
-  bool head = false;
-};
-
-ChunkContent content_of(const StageRange& r, int sequence_length) {
-  ChunkContent c;
-  c.embedding = r.first_layer == 0;
-  c.head = r.last_layer == sequence_length - 1;
-  c.layers =
-      std::max(0, std::min(r.last_layer, sequence_length - 2) - std::max(r.first_layer, 1) + 1);
-  return c;
+// The tasks' inputs for one chunk: its compute from the lowering, its tensor-parallel all-reduces
+// (every entry's, in sequence order) lumped into one flow per pass.
+ChunkSpec chunk_spec(Comms& comms, const StepTerms& terms, const StageRange& range,
+                     const ChunkCost& k, double state_bytes) {
+  ChunkSpec out;
+  out.range = range;
+  out.forward_s = k.compute_s.forward_s;
+  out.backward_s = k.compute_s.backward_s;
+  out.activation_bytes = k.activation_bytes;
+  out.gradient_bytes = k.num_parameters * state_bytes;
+  const int r = k.pipeline_rank;
+  auto add = [&](TpSpec& tp, const TensorParallelAllReduces& ar, double times) {
+    if (times <= 0) return;
+    FlowSpec f =
+        comms.collective(Collective::kAllReduce, Group::kTensor, r, ar.bytes, times * ar.count);
+    if (f.empty()) return;
+    tp.flow.shape = f.shape;
+    tp.flow.latency_s += f.latency_s;
+    tp.flow.hop_bytes += f.hop_bytes;
+    tp.count += times * ar.count;
+    tp.bytes = std::max(tp.bytes, ar.bytes);
+  };
+  auto add_entry = [&](const EntryTerms& e, double times) {
+    add(out.tp_forward, e.forward_tp, times);
+    add(out.tp_backward, e.backward_tp, times);
+  };
+  if (k.content.embedding) add_entry(terms.embedding, 1);
+  add_entry(terms.layer, k.content.num_layers);
+  if (k.content.head) add_entry(terms.head, 1);
+  return out;
 }
 
 }  // namespace
@@ -917,10 +934,8 @@ SimulationResult simulate(const CostModel& cost, const Job& job, const Strategy&
   if (auto why = check_partition(m, s, stages)) throw std::invalid_argument(*why);
 
   const StepTerms terms = cost.step_terms(job, s);
-  const SequenceCosts& costs = terms.costs;
   const int world = s.world_size();
   const int per_stage = s.dp * s.tp;
-  const int sequence_length = layer_sequence_length(m);
   const int chunks = s.pp * s.virtual_stages;
   const double state_bytes = element_bytes(job.precision) == 2 ? 2 : 4;
 
@@ -946,67 +961,11 @@ SimulationResult simulate(const CostModel& cost, const Job& job, const Strategy&
   spec.p2p_all_gather_bytes = terms.p2p_all_gather_bytes;
   spec.cpu = cost.cluster().device.kind == profiles::DeviceKind::kCpu;
 
-  std::vector<StageLoad> load(static_cast<std::size_t>(s.pp));
+  const std::vector<ChunkCost> lowered = lower_chunks(m, s, terms, stages);
+  const std::vector<StageLoad> load = stage_loads(lowered, s.pp);
   for (int c = 0; c < chunks; ++c) {
-    const StageRange& range = stages[static_cast<std::size_t>(c)];
-    const ChunkContent k = content_of(range, sequence_length);
-    const int r = c % s.pp;
-    ChunkSpec spec_c;
-    spec_c.range = range;
-    double tp_fwd_latency = 0, tp_fwd_bytes = 0, tp_bwd_latency = 0, tp_bwd_bytes = 0;
-    double tp_fwd_count = 0, tp_bwd_count = 0;
-    double parameters = 0;
-    auto add = [&](const EntryTerms& e, const EntryCost& ec, double times,
-                   double extra_parameters) {
-      if (times <= 0) return;
-      spec_c.forward_s += times * e.forward_compute_s;
-      spec_c.backward_s += times * e.backward_compute_s;
-      FlowSpec f = comms.collective(Collective::kAllReduce, Group::kTensor, r, e.forward_tp.bytes,
-                                    times * e.forward_tp.count);
-      FlowSpec b = comms.collective(Collective::kAllReduce, Group::kTensor, r, e.backward_tp.bytes,
-                                    times * e.backward_tp.count);
-      if (!f.empty()) {
-        spec_c.tp_forward.flow.shape = f.shape;
-        tp_fwd_latency += f.latency_s;
-        tp_fwd_bytes += f.hop_bytes;
-        tp_fwd_count += times * e.forward_tp.count;
-        spec_c.tp_forward.bytes = std::max(spec_c.tp_forward.bytes, e.forward_tp.bytes);
-      }
-      if (!b.empty()) {
-        spec_c.tp_backward.flow.shape = b.shape;
-        tp_bwd_latency += b.latency_s;
-        tp_bwd_bytes += b.hop_bytes;
-        tp_bwd_count += times * e.backward_tp.count;
-        spec_c.tp_backward.bytes = std::max(spec_c.tp_backward.bytes, e.backward_tp.bytes);
-      }
-      spec_c.activation_bytes += times * ec.activations;
-      parameters += times * ec.parameters + extra_parameters;
-    };
-    if (k.embedding) add(terms.embedding, costs.embedding, 1, 0);
-    add(terms.layer, costs.layer, k.layers, 0);
-    if (k.head) {
-      // A tied LM head on another stage than the embedding keeps its own copy of the word table.
-      double tied = (!m.num_labels && m.tied_embeddings && r != 0)
-                        ? static_cast<double>(m.vocab) * static_cast<double>(m.hidden) / s.tp
-                        : 0;
-      add(terms.head, costs.head, 1, tied);
-    }
-    spec_c.tp_forward.flow.latency_s = tp_fwd_latency;
-    spec_c.tp_forward.flow.hop_bytes = tp_fwd_bytes;
-    spec_c.tp_forward.count = tp_fwd_count;
-    spec_c.tp_backward.flow.latency_s = tp_bwd_latency;
-    spec_c.tp_backward.flow.hop_bytes = tp_bwd_bytes;
-    spec_c.tp_backward.count = tp_bwd_count;
-    spec_c.gradient_bytes = parameters * state_bytes;
-    // ZeRO-2/3 stage each backward pass's gradients through one buffer (as estimate()).
-    spec_c.backward_s +=
-        parameters * zero_staging_bytes_per_parameter(s) / terms.memory_bytes_per_s;
-    StageLoad& l = load[static_cast<std::size_t>(r)];
-    l.parameters += parameters;
-    l.activations += spec_c.activation_bytes;
-    l.layers += k.layers;
-    l.largest_chunk_parameters = std::max(l.largest_chunk_parameters, parameters);
-    spec.chunks.push_back(spec_c);
+    spec.chunks.push_back(chunk_spec(comms, terms, stages[static_cast<std::size_t>(c)],
+                                     lowered[static_cast<std::size_t>(c)], state_bytes));
   }
 
   std::vector<MemoryBreakdown> memory(static_cast<std::size_t>(s.pp));

@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <limits>
 
+#include "costmodel/lowering.hpp"
 #include "profiles/errors.hpp"
 
 namespace loom::planner {
@@ -32,10 +33,6 @@ class Partitioner {
     add(c.embedding, false);
     for (std::int64_t i = 0; i < m.layers; ++i) add(c.layer, true);
     add(c.head, false);
-    // A tied LM head away from the embedding keeps its own copy of the word table.
-    if (!m.num_labels && m.tied_embeddings) {
-      tied_head_copy_ = static_cast<double>(m.vocab) * static_cast<double>(m.hidden) / s.tp;
-    }
   }
 
   int size() const { return static_cast<int>(time_.size()) - 1; }
@@ -52,7 +49,9 @@ class Partitioner {
     load.parameters = sum(parameters_);
     load.activations = sum(activations_);
     load.layers = sum(layers_);
-    if (stage != 0 && last == size() - 1) load.parameters += tied_head_copy_;
+    if (costmodel::chunk_content({first, last}, size()).head) {
+      load.parameters += costmodel::tied_head_copy_parameters(cost_.model(), s_.tp, stage);
+    }
     load.largest_chunk_parameters = load.parameters;
     return cost_.stage_memory_from(recompute_buffer_, job_, s_, stage, load).total() <= limit_;
   }
@@ -83,7 +82,6 @@ class Partitioner {
   // Prefix sums over the layer sequence: element i covers entries [0, i).
   std::vector<double> time_{0}, parameters_{0}, activations_{0}, layers_{0};
   double largest_entry_s_ = 0;
-  double tied_head_copy_ = 0;
 };
 
 }  // namespace

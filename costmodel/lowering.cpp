@@ -1,0 +1,79 @@
+#include "costmodel/lowering.hpp"
+
+#include <algorithm>
+
+namespace loom::costmodel {
+
+ChunkContent chunk_content(const StageRange& range, int sequence_length) {
+  ChunkContent c;
+  c.embedding = range.first_layer == 0;
+  c.head = range.last_layer == sequence_length - 1;
+  const int first = std::max(range.first_layer, 1);
+  const int last = std::min(range.last_layer, sequence_length - 2);
+  c.num_layers = std::max(0, last - first + 1);
+  return c;
+}
+
+double tied_head_copy_parameters(const profiles::ModelSpec& model, int tp, int pipeline_rank) {
+  if (model.num_labels || !model.tied_embeddings || pipeline_rank == 0) return 0;
+  return static_cast<double>(model.vocab) * static_cast<double>(model.hidden) / tp;
+}
+
+std::vector<ChunkCost> lower_chunks(const profiles::ModelSpec& model, const Strategy& s,
+                                    const StepTerms& terms, const std::vector<StageRange>& stages) {
+  const int sequence_length = layer_sequence_length(model);
+  const SequenceCosts& cost = terms.costs;
+  const double staging_bytes_per_parameter = zero_staging_bytes_per_parameter(s);
+  std::vector<ChunkCost> out;
+  out.reserve(stages.size());
+  for (std::size_t c = 0; c < stages.size(); ++c) {
+    ChunkCost k;
+    k.pipeline_rank = static_cast<int>(c % static_cast<std::size_t>(s.pp));
+    k.content = chunk_content(stages[c], sequence_length);
+    const double layers = k.content.num_layers;
+    double f = layers * terms.layer.forward_compute_s;
+    double bw = layers * terms.layer.backward_compute_s;
+    double tf = layers * cost.layer.forward_s;
+    double tb = layers * cost.layer.backward_s;
+    double p = layers * cost.layer.parameters;
+    double a = layers * cost.layer.activations;
+    if (k.content.embedding) {
+      f += terms.embedding.forward_compute_s;
+      bw += terms.embedding.backward_compute_s;
+      tf += cost.embedding.forward_s;
+      tb += cost.embedding.backward_s;
+      p += cost.embedding.parameters;
+      a += cost.embedding.activations;
+    }
+    if (k.content.head) {
+      f += terms.head.forward_compute_s;
+      bw += terms.head.backward_compute_s;
+      tf += cost.head.forward_s;
+      tb += cost.head.backward_s;
+      p += cost.head.parameters;
+      p += tied_head_copy_parameters(model, s.tp, k.pipeline_rank);
+      a += cost.head.activations;
+    }
+    const double staging_s = p * staging_bytes_per_parameter / terms.memory_bytes_per_s;
+    k.compute_s = {f, bw + staging_s};
+    k.with_tp_s = {tf, tb + staging_s};
+    k.num_parameters = p;
+    k.activation_bytes = a;
+    out.push_back(k);
+  }
+  return out;
+}
+
+std::vector<StageLoad> stage_loads(const std::vector<ChunkCost>& chunks, int pp) {
+  std::vector<StageLoad> out(static_cast<std::size_t>(pp));
+  for (const ChunkCost& k : chunks) {
+    StageLoad& l = out[static_cast<std::size_t>(k.pipeline_rank)];
+    l.parameters += k.num_parameters;
+    l.activations += k.activation_bytes;
+    l.layers += k.content.num_layers;
+    l.largest_chunk_parameters = std::max(l.largest_chunk_parameters, k.num_parameters);
+  }
+  return out;
+}
+
+}  // namespace loom::costmodel
