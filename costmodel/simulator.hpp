@@ -2,78 +2,27 @@
 // compute and communication streams over the links of the cluster, with the cost model's
 // durations. Where estimate() adds closed forms, the simulator plays the dependencies, so it sees
 // what they miss: contention on shared links, stalls of blocking transfers, DP buckets that do
-// not fit behind the backward pass, uneven stages.
+// not fit behind the backward pass, uneven stages. Deterministic: a plan always plays the same
+// way.
 //
-// The model, in the order a reader needs to trust the numbers:
+// One representative rank per pipeline rank is played (the rank with dp = tp = 0); its tasks
+// follow pipeline_order() and the ZeRO policy (zero.hpp), as the executor runs them. Results:
+// - The step time is the last rank's finish. A rank's compute stream that waits is charged to
+//   what it waited for: exposed communication of that kind (tp, pp, dp, zero: the meaning of
+//   ExposedCommunication) or bubble; the step's exposed communication per kind is the largest
+//   rank's.
+// - The bubble fraction is the schedule's own, as bubble_fraction() defines it: the same schedule
+//   with the same compute replayed without communication, exact where the closed form is
+//   approximate (uneven stages).
+// - Memory per rank over time: CostModel::stage_memory's static bytes plus the activations of the
+//   chunks in flight; the peak is the prediction's memory.
+// - Phases: a rank's step splits into the phases `loom train` records in metrics.jsonl
+//   (phases_s); the time after a rank's last task until the step ends counts as gradients. The
+//   phases add up to the step time.
 //
-// - Core. Events are kept in order of (time, sequence number), so events at equal times run in
-//   the order they were scheduled and a plan always plays the same way. Tasks have predecessors
-//   and a stream; a stream runs its tasks one at a time in the order they were issued (program
-//   order, like a CUDA stream); a task starts when its predecessors are done and it heads its
-//   stream. There is no other state: no globals, no clocks.
-//
-// - Symmetry. Ranks of one pipeline stage that differ only in their dp or tp index run the same
-//   tasks at the same times, so one representative per pipeline rank is played: the rank with
-//   dp = tp = 0, global rank pipeline_rank * dp * tp. Every communication task is a flow that
-//   stands for all of its copies (all dp or tp groups of the stage, every rank pair between two
-//   stages), so the links carry the load of every group, as GroupLinks accounts for it.
-//
-// - Network. Links are the directed links of the cluster graph (profiles::Topology's: device
-//   uplinks to a node switch and node uplinks to the fabric, or the explicit links, widest path
-//   first). A link's bandwidth is shared equally by the transfers crossing it at that moment (the
-//   rule of Topology::concurrent_rings); a flow moves at the rate of its narrowest share, and the
-//   rates of the flows that share a link with a flow are recomputed whenever it starts or ends. A
-//   collective over rings of n ranks is one flow whose every ring hop carries the ring
-//   algorithm's bytes (all-reduce 2 (n-1)/n * bytes, reduce-scatter and all-gather (n-1)/n *
-//   bytes, p2p all of them), after the algorithm's latency (2 (n-1), n-1 or 1 hop latencies, the
-//   hop latency being the largest route latency of the flow). Alone, a flow takes exactly
-//   collective_time_s() over the link GroupLinks gives its group.
-//
-// - Tasks of one rank, per micro-batch and model chunk (a StageRange):
-//   forward and backward compute (recomputation inside the backward); the chunk's tensor-parallel
-//   all-reduces lumped into one flow right after each (blocking: the compute stream waits, as the
-//   all-reduces sit inside the layers); a send of the activation (forward) or its gradient
-//   (backward) to the neighbouring chunk's rank, blocking like Megatron-LM's p2p calls, which wait
-//   on their requests, and, when tp > 1 without sequence parallelism, the receiving group's
-//   all-gather of it (Megatron's scatter-gather; on the receiver's pp stream). Data parallelism:
-//   the gradients of a chunk are all-reduced in buckets of CostOptions::dp_bucket_bytes issued
-//   as its backward produces them (gradient bytes in proportion to backward time): during the
-//   chunk's last micro-batch (ZeRO 0/1) or during every micro-batch (ZeRO-2/3, whose gradients
-//   do not accumulate unsharded), as Loom's executor does. ZeRO-3 gathers the stage's parameters
-//   before the step's first forward pass (the executor holds them for the whole step). Then the
-//   optimizer step on the rank's shard (CostModel::kOptimizerBytesPerParameter bytes per
-//   parameter at the device's memory rate, after every gradient reduction) and, with ZeRO-1/2,
-//   the all-gather of the updated parameters. A rank's step ends when all its streams
-//   are done; the step time is the last rank's.
-//
-// - Schedules: each rank runs its passes in pipeline_order() (schedule.hpp), the order the
-//   executor runs.
-//
-// - Memory per rank over time: the static bytes of CostModel::stage_memory (parameters,
-//   gradients, optimizer states, buffers) plus activations, allocated when a chunk's forward
-//   starts and freed when its backward ends. The peak is the prediction's memory.
-//
-// - Phases. A rank's step also splits into the phases `loom train` records in metrics.jsonl
-//   (phases_s), so a prediction can be read next to a measurement: a compute task counts in its
-//   own phase (F: forward, B: backward, the optimizer step: optimizer, the step's scalar
-//   all-reduces: other); a wait counts in the phase of what it waited for (a tp all-reduce: its
-//   pass's; a pp transfer and the bubble: pipeline_wait; a dp bucket: backward with ZeRO-2/3 (the
-//   executor reduces them inside the backward pass) or when a backward segment waits for it (CPU
-//   ranks), else gradients; ZeRO's gather: other before the step's first
-//   forward (ZeRO-3), optimizer after the step (ZeRO-1/2)); the time after a rank's last task until
-//   the step ends is gradients (the executor's first collective over all ranks after the backward
-//   passes: the gradient reduction or the norm's all-reduce). The phases add up to the step time.
-//
-// - Accounting. A compute stream that waits is charged to what it waited for: when a task starts
-//   after a gap, the part of the gap during which the predecessor that finished last (a
-//   communication task) ran is exposed communication of that task's kind (tp, pp, dp, zero: the
-//   meaning of ExposedCommunication; the chain of communication tasks that released the waiting
-//   task is followed back, across ranks, until a compute task), the rest is bubble (waiting on
-//   other ranks' compute, which includes their own stalls). The step's exposed communication per
-//   kind is the largest rank's. The bubble fraction is the schedule's own, as bubble_fraction()
-//   defines it: the same schedule with the same compute replayed without communication, (end of
-//   the last forward or backward - m * max_r T_r) / (m * max_r T_r), T_r the forward and backward
-//   compute of rank r per micro-batch; exact where the closed form is approximate (uneven stages).
+// The pieces, each with its own contract: sim_events.hpp (the event queue), sim_network.hpp
+// (links, sharing, a plan's flows), sim_engine.hpp (streams, waits, memory accounting),
+// sim_step.hpp (the step's task graph).
 //
 // Cost: events grow with ranks-per-pipeline x micro-batches x chunks (plus buckets and layers for
 // ZeRO), not with dp or tp: GPT-3 175B on 1024 GPUs (pp 16, 192 micro-batches) plays in well under
@@ -82,7 +31,6 @@
 
 #include <array>
 #include <cstdint>
-#include <queue>
 #include <string>
 #include <vector>
 
@@ -92,40 +40,6 @@
 #include "profiles/cluster.hpp"
 
 namespace loom::costmodel {
-
-// ---- The discrete-event core ------------------------------------------------------------------
-
-enum class EventKind {
-  kTaskEnd,     // a task with a fixed duration (compute, or a flow with nothing to move) ends
-  kLatencyEnd,  // a flow's latency has passed: its bytes enter the network
-  kFlowDrain,   // a flow's last byte arrives, if `version` is still the flow's current one
-};
-
-struct Event {
-  double time_s = 0;
-  std::uint64_t sequence = 0;  // order of scheduling: breaks ties between equal times
-  EventKind kind = EventKind::kTaskEnd;
-  int task = 0;
-  std::uint64_t version = 0;  // kFlowDrain: the flow's rate version when scheduled
-};
-
-// Events in order of (time_s, sequence); sequence numbers are given in push order.
-class EventQueue {
- public:
-  void push(double time_s, EventKind kind, int task, std::uint64_t version = 0);
-  bool empty() const { return heap_.empty(); }
-  // The earliest event; requires !empty().
-  Event pop();
-
- private:
-  struct Later {
-    bool operator()(const Event& a, const Event& b) const {
-      return a.time_s != b.time_s ? a.time_s > b.time_s : a.sequence > b.sequence;
-    }
-  };
-  std::priority_queue<Event, std::vector<Event>, Later> heap_;
-  std::uint64_t next_sequence_ = 0;
-};
 
 // ---- One training step ------------------------------------------------------------------------
 

@@ -11,6 +11,7 @@
 #include "costmodel/comm.hpp"
 #include "costmodel/memory.hpp"
 #include "costmodel/pipeline.hpp"
+#include "costmodel/sim_events.hpp"
 #include "costmodel/simulator.hpp"
 #include "costmodel/trace.hpp"
 #include "profiles/cluster.hpp"
@@ -93,7 +94,8 @@ const TraceSlice* first_slice(const SimulationResult& r, int rank, const std::st
 }  // namespace
 
 TEST_CASE("the event queue orders by time, then by scheduling order", "[simulator]") {
-  EventQueue q;
+  using sim::EventKind;
+  sim::EventQueue q;
   q.push(2.0, EventKind::kTaskEnd, 1);
   q.push(1.0, EventKind::kTaskEnd, 2);
   q.push(2.0, EventKind::kLatencyEnd, 3);
