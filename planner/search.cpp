@@ -418,6 +418,34 @@ void refine_by_simulation(ShapeCosts& costs, std::vector<Plan>* plans, bool pinn
   *plans = std::move(ranked);
 }
 
+// The balanced partition, for the pipelined strategies that could win: within 30 % of the best
+// feasible time with even stages (all pipelined ones when none fits). Counts its estimates in
+// `evaluated`.
+void rebalance(ShapeCosts& costs, const costmodel::Job& job, double limit,
+               std::vector<Candidate>* all, std::int64_t* evaluated) {
+  double best = std::numeric_limits<double>::infinity();
+  for (const Candidate& c : *all) {
+    if (c.fits) best = std::min(best, c.step_time_s);
+  }
+  for (Candidate& c : *all) {
+    const Strategy& s = c.strategy;
+    if (s.pp == 1 || s.schedule == Schedule::kInterleaved) continue;
+    if (std::isfinite(best) && c.step_time_s > 1.3 * best) continue;
+    const costmodel::CostModel& shaped = costs.of(s);
+    auto balanced = balanced_partition(shaped, job, s, limit);
+    if (!balanced || *balanced == c.stages) continue;
+    const costmodel::Prediction p = shaped.estimate(job, s, *balanced);
+    ++*evaluated;
+    const bool fits = p.peak_memory_bytes <= limit;
+    if ((fits && !c.fits) || (fits == c.fits && p.step_time_s < c.step_time_s)) {
+      c.stages = *balanced;
+      c.step_time_s = p.step_time_s;
+      c.peak_memory_bytes = p.peak_memory_bytes;
+      c.fits = fits;
+    }
+  }
+}
+
 }  // namespace
 
 SearchResult search(const costmodel::CostModel& cost, const costmodel::Job& job,
@@ -493,31 +521,7 @@ SearchResult search(const costmodel::CostModel& cost, const costmodel::Job& job,
     }
   }
 
-  // The balanced partition, for the pipelined strategies that could win: within 30 % of the best
-  // feasible time with even stages (all pipelined ones when none fits).
-  if (!o.stages) {
-    double best = std::numeric_limits<double>::infinity();
-    for (const Candidate& c : all) {
-      if (c.fits) best = std::min(best, c.step_time_s);
-    }
-    for (Candidate& c : all) {
-      const Strategy& s = c.strategy;
-      if (s.pp == 1 || s.schedule == Schedule::kInterleaved) continue;
-      if (std::isfinite(best) && c.step_time_s > 1.3 * best) continue;
-      const costmodel::CostModel& shaped = costs.of(s);
-      auto balanced = balanced_partition(shaped, job, s, limit);
-      if (!balanced || *balanced == c.stages) continue;
-      const costmodel::Prediction p = shaped.estimate(job, s, *balanced);
-      ++result.evaluated;
-      const bool fits = p.peak_memory_bytes <= limit;
-      if ((fits && !c.fits) || (fits == c.fits && p.step_time_s < c.step_time_s)) {
-        c.stages = *balanced;
-        c.step_time_s = p.step_time_s;
-        c.peak_memory_bytes = p.peak_memory_bytes;
-        c.fits = fits;
-      }
-    }
-  }
+  if (!o.stages) rebalance(costs, job, limit, &all, &result.evaluated);
   for (const Candidate& c : all) {
     if (c.fits) ++result.feasible;
   }
