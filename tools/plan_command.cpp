@@ -244,8 +244,7 @@ int run_plan(const PlanArgs& a) {
 
 Runner add_plan_command(CLI::App& app) {
   auto args = std::make_shared<PlanArgs>();
-  CLI::App* cmd = app.add_subcommand(
-      "plan", "Search parallel strategies; predict step time and memory of the best");
+  CLI::App* cmd = add_subcommand(app, "plan");
   cmd->add_option("--model", args->model, "built-in name, loom-model JSON or HF config.json")
       ->required();
   cmd->add_option("--cluster", args->cluster, "built-in name or loom-cluster JSON")->required();

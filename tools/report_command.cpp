@@ -50,8 +50,7 @@ int run_report(const ReportArgs& a) {
 
 Runner add_report_command(CLI::App& app) {
   auto args = std::make_shared<ReportArgs>();
-  CLI::App* cmd = app.add_subcommand(
-      "report", "Write a self-contained HTML report of a plan: timeline, memory, alternatives");
+  CLI::App* cmd = add_subcommand(app, "report");
   cmd->add_option("plan", args->plan, "PLAN.json (loom-plan/1)")->required();
   cmd->add_option("-o", args->output, "write the HTML page here")->required();
   cmd->add_option("--trace", args->trace, "also write the simulated step as a Chrome trace");

@@ -327,7 +327,7 @@ int run_train(const TrainArgs& a) {
 
 Runner add_train_command(CLI::App& app) {
   auto args = std::make_shared<TrainArgs>();
-  CLI::App* cmd = app.add_subcommand("train", "Train as one rank of a plan");
+  CLI::App* cmd = add_subcommand(app, "train");
   cmd->add_option("plan", args->plan, "PLAN.json (loom-plan/1)")->required();
   cmd->add_option("--data", args->data,
                   "aclImdb/ folder, Kaggle IMDB CSV (review,sentiment) or synthetic[:N]")

@@ -283,8 +283,7 @@ int run_validate(const ValidateArgs& a) {
 
 Runner add_validate_command(CLI::App& app) {
   auto args = std::make_shared<ValidateArgs>();
-  CLI::App* cmd = app.add_subcommand(
-      "validate", "Run a plan for N steps here; print predicted vs measured step time and memory");
+  CLI::App* cmd = add_subcommand(app, "validate");
   cmd->add_option("plan", args->plan, "PLAN.json (loom-plan/1)")->required();
   cmd->add_option("--steps", args->steps, "steps to run (default 10)")->check(kPositiveNumber);
   cmd->add_option("--warmup", args->warmup, "first steps left out of the median (default 2)")
