@@ -8,7 +8,9 @@
 
 #include "costmodel/simulator.hpp"
 #include "costmodel/trace.hpp"
+#include "executor/metrics.hpp"
 #include "planner/plan.hpp"
+#include "planner/replan.hpp"
 #include "planner/report.hpp"
 #include "profiles/json_reader.hpp"
 #include "profiles/loader.hpp"
@@ -30,7 +32,7 @@ int run_report(const ReportArgs& a) {
       profiles::parse_json_text(profiles::read_text_file(a.plan), a.plan), a.plan);
   planner::ReportOptions options;
   if (!a.metrics.empty()) {
-    options.measured = planner::summarize_metrics(profiles::read_text_file(a.metrics), a.metrics);
+    options.measured = executor::summarize_metrics(profiles::read_text_file(a.metrics), a.metrics);
   }
   const costmodel::SimulationResult sim = planner::simulate_plan(plan);
   const std::vector<planner::Plan> alternatives =

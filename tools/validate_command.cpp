@@ -28,7 +28,9 @@
 #include "costmodel/calibration.hpp"
 #include "costmodel/simulator.hpp"
 #include "executor/dataset.hpp"
+#include "executor/metrics.hpp"
 #include "planner/plan.hpp"
+#include "planner/replan.hpp"
 #include "planner/report.hpp"
 #include "profiles/errors.hpp"
 #include "profiles/json_reader.hpp"
@@ -206,7 +208,7 @@ int run_validate(const ValidateArgs& a) {
   for (int r = 0; r < world; ++r) {
     predicted_ranks.push_back({{"rank", r}, {"phases_s", predicted_phases(simulation, r)}});
     const fs::path metrics = dir / ("metrics." + std::to_string(r) + ".jsonl");
-    const planner::MeasuredSteps m = planner::summarize_metrics(
+    const planner::MeasuredSteps m = executor::summarize_metrics(
         profiles::read_text_file(metrics.string()), metrics.string(), a.warmup);
     step_time_s = std::max(step_time_s, m.median_step_time_s);
     peak_bytes = std::max(peak_bytes, m.peak_memory_bytes.value_or(0));
