@@ -4,7 +4,7 @@ BUILD ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: all deps configure build demo test test-torch2 bench format tidy clean fuzz fuzz-build fuzz-smoke
+.PHONY: all deps configure build demo test test-torch2 bench format tidy check-size clean fuzz fuzz-build fuzz-smoke
 
 all: build
 
@@ -20,9 +20,11 @@ build: configure
 demo: build
 	@$(BUILD)/tools/loom demo
 
+# After the tests, the style check: the sizes of files and functions.
 test: build
 	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 	@$(MAKE) --no-print-directory fuzz-smoke
+	@$(MAKE) --no-print-directory check-size
 
 # The same build and tests against LibTorch 2.x (Debian 13's 2.6, in a debootstrapped root; needs
 # root and the Debian mirror; not part of make test or CI).
@@ -54,6 +56,10 @@ format:
 
 tidy: configure
 	@git ls-files 'profiles/*.cpp' 'costmodel/*.cpp' 'planner/*.cpp' 'tools/*.cpp' | xargs clang-tidy -p $(BUILD) --quiet
+
+# No source file over 800 lines, no function over 150 (tools/check-size.sh).
+check-size:
+	@tools/check-size.sh
 
 clean:
 	@rm -rf $(BUILD)

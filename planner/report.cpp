@@ -3,15 +3,12 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
-#include <cstdio>
-#include <nlohmann/json.hpp>
-#include <sstream>
-#include <tuple>
 #include <utility>
 
 #include "costmodel/estimate.hpp"
+#include "planner/report_timeline.hpp"
 #include "planner/search.hpp"
-#include "profiles/errors.hpp"
+#include "profiles/units.hpp"
 
 namespace loom::planner {
 namespace {
@@ -24,40 +21,24 @@ using costmodel::TraceSlice;
 
 // ---- Numbers as text (fixed formats: the page is byte-for-byte deterministic) -----------------
 
-std::string fixed(double v, int digits) {
-  if (!std::isfinite(v)) return "-";
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.*f", digits, v);
-  std::string out = buf;
-  // No "-0.00": a value that rounds to zero prints as zero.
-  if (out[0] == '-' && out.find_first_not_of("-0.") == std::string::npos) out.erase(0, 1);
-  return out;
-}
+using profiles::fixed_text;
+using profiles::gib_text;
+using profiles::percent_text;
+using profiles::seconds_text;
+using report_svg::kSliceColors;
+using report_svg::kSliceKinds;
+using report_svg::kSliceNames;
+using report_svg::px;
+using report_svg::tick_step;
 
 std::string integer(std::int64_t v) { return std::to_string(v); }
 
-std::string seconds(double s) {
-  if (s >= 1) return fixed(s, 3) + " s";
-  if (s >= 1e-3) return fixed(s * 1e3, 3) + " ms";
-  if (s > 0) return fixed(s * 1e6, 1) + " &micro;s";
-  return "0 s";
-}
-
-std::string gib(double bytes) { return fixed(bytes / (1024.0 * 1024 * 1024), 2) + " GiB"; }
-
-std::string percent(double fraction, int digits = 1) {
-  return fixed(100 * fraction, digits) + " %";
-}
-
 std::string signed_percent(double fraction) {
-  std::string text = percent(fraction);
-  return fraction > 0 && text != percent(0) ? "+" + text : text;
+  std::string text = percent_text(fraction);
+  return fraction > 0 && text != percent_text(0) ? "+" + text : text;
 }
 
-std::string gbps(double v) { return fixed(v, 1) + " GB/s"; }
-
-// A coordinate in the SVG: two decimals are far below a pixel.
-std::string px(double v) { return fixed(v, 2); }
+std::string gbps(double v) { return fixed_text(v, 1) + " GB/s"; }
 
 // ---- HTML pieces ------------------------------------------------------------------------------
 
@@ -163,262 +144,6 @@ constexpr const char* kScript = R"(
 })();
 )";
 
-// ---- Timeline ---------------------------------------------------------------------------------
-
-enum class SliceKind { kForward, kBackward, kOther, kTp, kPp, kDp, kZero };
-constexpr int kSliceKinds = 7;
-constexpr std::array<const char*, kSliceKinds> kSliceColors = {
-    "#4e79a7", "#f28e2b", "#59a14f", "#b07aa1", "#76b7b2", "#edc948", "#9c755f"};
-constexpr std::array<const char*, kSliceKinds> kSliceNames = {
-    "forward", "backward", "optimizer", "comm tp", "comm pp", "comm dp", "comm zero"};
-
-SliceKind kind_of(const TraceSlice& s) {
-  switch (s.stream) {
-    case Stream::kCompute:
-      if (s.name.rfind("F ", 0) == 0) return SliceKind::kForward;
-      if (s.name.rfind("B ", 0) == 0) return SliceKind::kBackward;
-      return SliceKind::kOther;
-    case Stream::kTensorParallel:
-      return SliceKind::kTp;
-    case Stream::kPipeline:
-      return SliceKind::kPp;
-    case Stream::kDataParallel:
-      return SliceKind::kDp;
-    case Stream::kZero:
-      return SliceKind::kZero;
-  }
-  return SliceKind::kOther;
-}
-
-// The micro-batch of a compute slice ("F mb12 L0-5" -> "12"), empty when it has none.
-std::string micro_batch_of(const std::string& name) {
-  std::size_t at = name.find("mb");
-  if (at == std::string::npos) return "";
-  std::size_t end = at + 2;
-  while (end < name.size() && name[end] >= '0' && name[end] <= '9') ++end;
-  return end > at + 2 ? name.substr(at + 2, end - at - 2) : "";
-}
-
-struct TimelineRow {
-  int stage = 0;
-  int rank = 0;
-  Stream stream = Stream::kCompute;
-  std::vector<const TraceSlice*> slices;  // in order of start
-};
-
-// What one place of a row draws: one slice, or several merged (drawn as stacked bands).
-struct Box {
-  double start_s = 0;
-  double end_s = 0;
-  std::size_t count = 0;
-  const TraceSlice* only = nullptr;  // when count == 1
-  std::array<double, kSliceKinds> time_by_kind{};
-
-  // Rectangles it draws: one, or one band per kind when merged.
-  std::size_t rects() const {
-    if (count <= 1) return 1;
-    return static_cast<std::size_t>(
-        std::count_if(time_by_kind.begin(), time_by_kind.end(), [](double t) { return t > 0; }));
-  }
-};
-
-// Slices grouped greedily: a box grows while it spans less than `min_width_s`; a slice that is
-// wider stays alone. min_width_s = 0 draws every slice.
-std::vector<Box> boxes_of(const TimelineRow& row, double min_width_s) {
-  std::vector<Box> out;
-  for (const TraceSlice* s : row.slices) {
-    const double end = s->start_s + s->duration_s;
-    const bool join = !out.empty() && min_width_s > 0 && end - out.back().start_s < min_width_s;
-    if (!join) {
-      out.emplace_back();
-      out.back().start_s = s->start_s;
-    }
-    Box& b = out.back();
-    b.end_s = std::max(b.end_s, end);
-    b.only = b.count == 0 ? s : nullptr;
-    ++b.count;
-    b.time_by_kind[static_cast<std::size_t>(kind_of(*s))] += s->duration_s;
-  }
-  return out;
-}
-
-// "Nice" tick spacing (1, 2 or 5 times a power of ten) for about `target` ticks over `span`.
-double tick_step(double span, int target) {
-  const double raw = span / target;
-  const double magnitude = std::pow(10.0, std::floor(std::log10(raw)));
-  const double norm = raw / magnitude;
-  const double nice = norm < 1.5 ? 1 : norm < 3.5 ? 2 : norm < 7.5 ? 5 : 10;
-  return nice * magnitude;
-}
-
-struct TimelineSvg {
-  std::string svg;
-  std::size_t slices = 0;  // slices of the simulation
-  std::size_t rects = 0;   // rectangles drawn
-  bool merged = false;
-  bool truncated = false;
-};
-
-TimelineSvg render_timeline(const SimulationResult& sim, std::size_t max_rects) {
-  constexpr double kLeft = 150, kPlotWidth = 1000, kRight = 20, kTop = 10;
-  constexpr double kComputeHeight = 20, kCommHeight = 11, kRowGap = 3, kStageGap = 8;
-  constexpr double kAxisHeight = 34;
-
-  // Slices by pipeline rank and stream.
-  using ByStream = std::array<std::vector<const TraceSlice*>, costmodel::kStreamCount>;
-  std::vector<ByStream> by_rank(sim.ranks.size());
-  const int per_stage = std::max(1, sim.ranks_per_stage);
-  for (const TraceSlice& s : sim.slices) {
-    const auto r = static_cast<std::size_t>(s.rank / per_stage);
-    if (r < by_rank.size() && s.duration_s > 0) {
-      by_rank[r][static_cast<std::size_t>(s.stream)].push_back(&s);
-    }
-  }
-  std::vector<TimelineRow> rows;
-  for (std::size_t r = 0; r < sim.ranks.size(); ++r) {
-    const costmodel::RankTimeline& t = sim.ranks[r];
-    for (int k = 0; k < costmodel::kStreamCount; ++k) {
-      auto& list = by_rank[r][static_cast<std::size_t>(k)];
-      if (k != 0 && list.empty()) continue;
-      std::stable_sort(list.begin(), list.end(), [](const TraceSlice* a, const TraceSlice* b) {
-        return a->start_s < b->start_s;
-      });
-      rows.push_back(TimelineRow{t.pipeline_rank, t.rank, static_cast<Stream>(k), std::move(list)});
-    }
-  }
-
-  double span_s = sim.step_time_s;
-  for (const TraceSlice& s : sim.slices) span_s = std::max(span_s, s.start_s + s.duration_s);
-  if (!(span_s > 0)) span_s = 1e-3;
-  const double scale = kPlotWidth / span_s;  // pixels per second
-  auto x_of = [&](double t) { return kLeft + t * scale; };
-
-  TimelineSvg out;
-  for (const TimelineRow& r : rows) out.slices += r.slices.size();
-
-  // Merge more and more (slices narrower than 0.5, 1, 2, ... pixels) until the boxes fit.
-  std::vector<std::vector<Box>> boxes;
-  double min_width_px = 0;
-  for (;;) {
-    boxes.clear();
-    std::size_t count = 0;
-    for (const TimelineRow& r : rows) {
-      boxes.push_back(boxes_of(r, min_width_px / scale));
-      for (const Box& b : boxes.back()) count += b.rects();
-    }
-    if (count <= max_rects || min_width_px > kPlotWidth) break;
-    min_width_px = min_width_px == 0 ? 0.5 : 2 * min_width_px;
-    out.merged = true;
-  }
-
-  double height = kTop;
-  for (std::size_t i = 0; i < rows.size(); ++i) {
-    if (i > 0 && rows[i].stage != rows[i - 1].stage) height += kStageGap;
-    height += (rows[i].stream == Stream::kCompute ? kComputeHeight : kCommHeight) + kRowGap;
-  }
-  const double plot_bottom = height;
-  height += kAxisHeight;
-  const double width = kLeft + kPlotWidth + kRight;
-
-  std::string& svg = out.svg;
-  svg += "<svg id=\"timeline\" class=\"chart\" width=\"" + px(width) + "\" height=\"" + px(height) +
-         "\" viewBox=\"0 0 " + px(width) + " " + px(height) +
-         "\" role=\"img\" aria-label=\"Pipeline timeline of one simulated step\">\n";
-
-  // Grid and time axis in ms.
-  const double span_ms = span_s * 1e3;
-  const double step_ms = tick_step(span_ms, 10);
-  const int tick_digits =
-      std::max(0, std::min(6, static_cast<int>(-std::floor(std::log10(step_ms)))));
-  svg += "<g class=\"axis-x\">";
-  for (int i = 0;; ++i) {
-    const double t_ms = i * step_ms;
-    if (t_ms > span_ms * (1 + 1e-9)) break;
-    const double x = x_of(t_ms / 1e3);
-    svg += "<line class=\"grid\" x1=\"" + px(x) + "\" y1=\"" + px(kTop) + "\" x2=\"" + px(x) +
-           "\" y2=\"" + px(plot_bottom) + "\"/>";
-    svg += "<text x=\"" + px(x) + "\" y=\"" + px(plot_bottom + 14) + "\" text-anchor=\"middle\">" +
-           fixed(t_ms, tick_digits) + "</text>";
-  }
-  svg += "<line class=\"axis\" x1=\"" + px(kLeft) + "\" y1=\"" + px(plot_bottom) + "\" x2=\"" +
-         px(kLeft + kPlotWidth) + "\" y2=\"" + px(plot_bottom) + "\"/>";
-  svg += "<text x=\"" + px(kLeft + kPlotWidth / 2) + "\" y=\"" + px(plot_bottom + 29) +
-         "\" text-anchor=\"middle\">time (ms)</text></g>\n";
-  if (sim.step_time_s > 0) {
-    const double x = x_of(sim.step_time_s);
-    svg += "<line class=\"limit\" x1=\"" + px(x) + "\" y1=\"" + px(kTop) + "\" x2=\"" + px(x) +
-           "\" y2=\"" + px(plot_bottom) + "\"><title>end of step: " + seconds(sim.step_time_s) +
-           "</title></line>\n";
-  }
-
-  double y = kTop;
-  for (std::size_t i = 0; i < rows.size(); ++i) {
-    const TimelineRow& row = rows[i];
-    if (i > 0 && row.stage != rows[i - 1].stage) y += kStageGap;
-    const bool compute = row.stream == Stream::kCompute;
-    const double h = compute ? kComputeHeight : kCommHeight;
-    const std::string stream = costmodel::to_string(row.stream);
-    svg += "<g class=\"row\" data-stage=\"" + std::to_string(row.stage) + "\" data-stream=\"" +
-           escape_html(stream) + "\">";
-    const std::string label =
-        compute ? "stage " + std::to_string(row.stage) + " (rank " + std::to_string(row.rank) + ")"
-                : stream;
-    svg += "<text x=\"" + px(kLeft - 8) + "\" y=\"" + px(y + h / 2 + 4) + "\" text-anchor=\"end\"" +
-           (compute ? "" : " class=\"muted\" font-size=\"10\"") + ">" + escape_html(label) +
-           "</text>";
-    for (const Box& b : boxes[i]) {
-      if (out.rects + b.rects() > max_rects) {
-        out.truncated = true;
-        break;
-      }
-      const double x = x_of(b.start_s);
-      const double w = std::max(0.5, (b.end_s - b.start_s) * scale);
-      if (b.only != nullptr) {
-        const SliceKind kind = kind_of(*b.only);
-        svg += "<rect class=\"slice\" x=\"" + px(x) + "\" y=\"" + px(y) + "\" width=\"" + px(w) +
-               "\" height=\"" + px(h) + "\" fill=\"" +
-               kSliceColors[static_cast<std::size_t>(kind)] + "\"><title>" +
-               escape_html(b.only->name) + ": " + seconds(b.only->duration_s) + " at " +
-               fixed(b.only->start_s * 1e3, 3) + " ms</title></rect>";
-        ++out.rects;
-        // Micro-batch numbers on forward and backward slices wide enough to hold them.
-        const std::string mb = micro_batch_of(b.only->name);
-        if ((kind == SliceKind::kForward || kind == SliceKind::kBackward) && !mb.empty() &&
-            w >= 5.5 * static_cast<double>(mb.size()) + 4) {
-          svg += "<text class=\"mb\" x=\"" + px(x + w / 2) + "\" y=\"" + px(y + h / 2 + 3) +
-                 "\" text-anchor=\"middle\">" + mb + "</text>";
-        }
-        continue;
-      }
-      // Merged: one band per kind, as high as its share of the busy time.
-      double busy = 0;
-      for (double t : b.time_by_kind) busy += t;
-      std::string title = std::to_string(b.count) + " slices from " + fixed(b.start_s * 1e3, 3) +
-                          " to " + fixed(b.end_s * 1e3, 3) + " ms:";
-      for (std::size_t k = 0; k < b.time_by_kind.size(); ++k) {
-        if (b.time_by_kind[k] > 0) {
-          title += std::string(" ") + kSliceNames[k] + " " + percent(b.time_by_kind[k] / busy, 0);
-        }
-      }
-      double band_y = y;
-      for (std::size_t k = 0; k < b.time_by_kind.size(); ++k) {
-        if (!(b.time_by_kind[k] > 0)) continue;
-        const double band_h = h * b.time_by_kind[k] / busy;
-        svg += "<rect class=\"slice\" x=\"" + px(x) + "\" y=\"" + px(band_y) + "\" width=\"" +
-               px(w) + "\" height=\"" + px(band_h) + "\" fill=\"" + kSliceColors[k] +
-               "\" data-merged=\"" + std::to_string(b.count) + "\"><title>" + title +
-               "</title></rect>";
-        band_y += band_h;
-        ++out.rects;
-      }
-    }
-    svg += "</g>\n";
-    y += h + kRowGap;
-  }
-  svg += "</svg>\n";
-  return out;
-}
-
 // ---- Memory bars ------------------------------------------------------------------------------
 
 constexpr std::array<const char*, 5> kMemoryParts = {"parameters", "gradients", "optimizer",
@@ -452,7 +177,7 @@ std::string render_memory(const Plan& plan, const std::vector<MemoryBreakdown>& 
     const double x = x_of(v * 1024.0 * 1024 * 1024);
     svg += "<line class=\"grid\" x1=\"" + px(x) + "\" y1=\"" + px(kTop - 4) + "\" x2=\"" + px(x) +
            "\" y2=\"" + px(plot_bottom) + "\"/><text x=\"" + px(x) + "\" y=\"" +
-           px(plot_bottom + 14) + "\" text-anchor=\"middle\">" + fixed(v, digits) + "</text>";
+           px(plot_bottom + 14) + "\" text-anchor=\"middle\">" + fixed_text(v, digits) + "</text>";
   }
   svg += "<text x=\"" + px(kLeft + kPlotWidth / 2) + "\" y=\"" + px(plot_bottom + 28) +
          "\" text-anchor=\"middle\">GiB per rank</text>\n";
@@ -471,22 +196,23 @@ std::string render_memory(const Plan& plan, const std::vector<MemoryBreakdown>& 
       svg += "<rect class=\"mem-part\" data-part=\"" + std::string(kMemoryParts[k]) + "\" x=\"" +
              px(x_of(at)) + "\" y=\"" + px(y) + "\" width=\"" + px(x_of(at + parts[k]) - x_of(at)) +
              "\" height=\"" + px(kBar) + "\" fill=\"" + kMemoryColors[k] + "\"><title>stage " +
-             std::to_string(r) + " " + kMemoryParts[k] + ": " + gib(parts[k]) + "</title></rect>";
+             std::to_string(r) + " " + kMemoryParts[k] + ": " + gib_text(parts[k]) +
+             "</title></rect>";
       at += parts[k];
     }
     svg += "<text x=\"" + px(x_of(at) + 6) + "\" y=\"" + px(y + kBar / 2 + 4) + "\">" +
-           gib(m.total()) + "</text></g>\n";
+           gib_text(m.total()) + "</text></g>\n";
   }
   if (device > 0) {
     const double x = x_of(device);
     svg += "<line class=\"limit\" x1=\"" + px(x) + "\" y1=\"" + px(kTop - 10) + "\" x2=\"" + px(x) +
            "\" y2=\"" + px(plot_bottom) + "\"/><text x=\"" + px(x) + "\" y=\"" + px(kTop - 13) +
-           "\" text-anchor=\"end\">device memory " + gib(device) + "</text>\n";
+           "\" text-anchor=\"end\">device memory " + gib_text(device) + "</text>\n";
     const double xm = x_of(device * memory_margin);
     if (memory_margin < 1) {
       svg += "<line class=\"margin\" x1=\"" + px(xm) + "\" y1=\"" + px(kTop - 4) + "\" x2=\"" +
              px(xm) + "\" y2=\"" + px(plot_bottom) + "\"><title>planning margin " +
-             percent(memory_margin, 0) + "</title></line>\n";
+             percent_text(memory_margin, 0) + "</title></line>\n";
     }
   }
   svg += "</svg>\n";
@@ -526,16 +252,16 @@ std::string plan_section(const Plan& plan) {
       {"name", escape_html(c.name)},
       {"devices", integer(c.nodes) + " nodes &times; " + integer(c.devices_per_node) + " " +
                       escape_html(c.device.name)},
-      {"device memory", gib(static_cast<double>(c.device.memory_bytes))},
+      {"device memory", gib_text(static_cast<double>(c.device.memory_bytes))},
       {"peak " + std::string(profiles::to_string(plan.job.precision)),
-       fixed(c.device.peak_tflops.of(plan.job.precision), 1) + " TFLOP/s"},
+       fixed_text(c.device.peak_tflops.of(plan.job.precision), 1) + " TFLOP/s"},
       {"memory bandwidth", gbps(c.device.memory_bandwidth_gbps)},
       {"intra-node", escape_html(c.intra_node.kind) + ", " + gbps(c.intra_node.bandwidth_gbps) +
-                         ", " + fixed(c.intra_node.latency_us, 1) + " &micro;s"}};
+                         ", " + fixed_text(c.intra_node.latency_us, 1) + " µs"}};
   if (c.inter_node) {
     cluster.emplace_back("inter-node", escape_html(c.inter_node->kind) + ", " +
                                            gbps(c.inter_node->bandwidth_gbps) + ", " +
-                                           fixed(c.inter_node->latency_us, 1) + " &micro;s");
+                                           fixed_text(c.inter_node->latency_us, 1) + " µs");
   }
   if (!c.links.empty()) cluster.emplace_back("explicit links", integer(std::ssize(c.links)));
   if (!c.source.empty()) cluster.emplace_back("source", escape_html(c.source));
@@ -558,13 +284,13 @@ std::string plan_section(const Plan& plan) {
        {"sequence parallel", s.sequence_parallel ? "yes" : "no"},
        {"world size", integer(s.world_size()) + " ranks"}});
   const costmodel::CostOptions& o = plan.cost_options;
-  out += key_values("Provenance",
-                    {{"loom version", escape_html(plan.loom_version)},
-                     {"prediction source", escape_html(plan.predicted.source)},
-                     {"GPU matrix efficiency", fixed(o.efficiency.gpu_matrix, 2)},
-                     {"GPU memory efficiency", fixed(o.efficiency.gpu_memory, 2)},
-                     {"DP bucket", fixed(o.dp_bucket_bytes / (1024.0 * 1024), 1) + " MiB"},
-                     {"attention scores kept", o.attention_scores ? "yes" : "no"}});
+  out +=
+      key_values("Provenance", {{"loom version", escape_html(plan.loom_version)},
+                                {"prediction source", escape_html(plan.predicted.source)},
+                                {"GPU matrix efficiency", fixed_text(o.efficiency.gpu_matrix, 2)},
+                                {"GPU memory efficiency", fixed_text(o.efficiency.gpu_memory, 2)},
+                                {"DP bucket", profiles::mib_text(o.dp_bucket_bytes)},
+                                {"attention scores kept", o.attention_scores ? "yes" : "no"}});
   return out + "</div></section>\n";
 }
 
@@ -580,24 +306,25 @@ std::string prediction_section(const Plan& plan, const SimulationResult& sim,
     out += "<tr><th scope=\"row\">" + escape_html(label) + "</th>" + num_cell(a) + num_cell(b) +
            "</tr>";
   };
-  row("step time", seconds(p.step_time_s), seconds(q.step_time_s));
-  row("samples/s", fixed(p.samples_per_s, 1), fixed(q.samples_per_s, 1));
-  row("tokens/s", fixed(p.tokens_per_s, 0), fixed(q.tokens_per_s, 0));
-  row("model TFLOP/s per GPU", fixed(p.model_tflops_per_gpu, 2), fixed(q.model_tflops_per_gpu, 2));
-  row("hardware TFLOP/s per GPU", fixed(p.hardware_tflops_per_gpu, 2),
-      fixed(q.hardware_tflops_per_gpu, 2));
-  row("MFU", percent(p.mfu), percent(q.mfu));
-  row("peak memory (largest rank)", gib(p.peak_memory_bytes), gib(q.peak_memory_bytes));
-  row("pipeline bubble", percent(p.bubble_fraction), percent(q.bubble_fraction));
-  row("exposed communication: dp", seconds(p.exposed_communication_s.dp),
-      seconds(q.exposed_communication_s.dp));
-  row("exposed communication: tp", seconds(p.exposed_communication_s.tp),
-      seconds(q.exposed_communication_s.tp));
-  row("exposed communication: pp", seconds(p.exposed_communication_s.pp),
-      seconds(q.exposed_communication_s.pp));
-  row("exposed communication: zero", seconds(p.exposed_communication_s.zero),
-      seconds(q.exposed_communication_s.zero));
-  row("optimizer step", seconds(p.optimizer_s), seconds(q.optimizer_s));
+  row("step time", seconds_text(p.step_time_s), seconds_text(q.step_time_s));
+  row("samples/s", fixed_text(p.samples_per_s, 1), fixed_text(q.samples_per_s, 1));
+  row("tokens/s", fixed_text(p.tokens_per_s, 0), fixed_text(q.tokens_per_s, 0));
+  row("model TFLOP/s per GPU", fixed_text(p.model_tflops_per_gpu, 2),
+      fixed_text(q.model_tflops_per_gpu, 2));
+  row("hardware TFLOP/s per GPU", fixed_text(p.hardware_tflops_per_gpu, 2),
+      fixed_text(q.hardware_tflops_per_gpu, 2));
+  row("MFU", percent_text(p.mfu), percent_text(q.mfu));
+  row("peak memory (largest rank)", gib_text(p.peak_memory_bytes), gib_text(q.peak_memory_bytes));
+  row("pipeline bubble", percent_text(p.bubble_fraction), percent_text(q.bubble_fraction));
+  row("exposed communication: dp", seconds_text(p.exposed_communication_s.dp),
+      seconds_text(q.exposed_communication_s.dp));
+  row("exposed communication: tp", seconds_text(p.exposed_communication_s.tp),
+      seconds_text(q.exposed_communication_s.tp));
+  row("exposed communication: pp", seconds_text(p.exposed_communication_s.pp),
+      seconds_text(q.exposed_communication_s.pp));
+  row("exposed communication: zero", seconds_text(p.exposed_communication_s.zero),
+      seconds_text(q.exposed_communication_s.zero));
+  row("optimizer step", seconds_text(p.optimizer_s), seconds_text(q.optimizer_s));
   out += "</tbody></table>\n";
   out += "<p class=\"note\">Bound by: <strong>" +
          escape_html(binding_constraint(plan, options.memory_margin)) +
@@ -616,13 +343,13 @@ std::string prediction_section(const Plan& plan, const SimulationResult& sim,
       return actual > 0 ? signed_percent((predicted - actual) / actual) : std::string("-");
     };
     out += "<tr><th scope=\"row\">step time (median of " + integer(m.steps) + " steps)</th>" +
-           num_cell(seconds(p.step_time_s)) + num_cell(seconds(q.step_time_s)) +
-           num_cell(seconds(m.median_step_time_s)) +
+           num_cell(seconds_text(p.step_time_s)) + num_cell(seconds_text(q.step_time_s)) +
+           num_cell(seconds_text(m.median_step_time_s)) +
            num_cell(error(p.step_time_s, m.median_step_time_s)) +
            num_cell(error(q.step_time_s, m.median_step_time_s)) + "</tr>";
     if (m.peak_memory_bytes) {
-      out += "<tr><th scope=\"row\">peak memory</th>" + num_cell(gib(p.peak_memory_bytes)) +
-             num_cell(gib(q.peak_memory_bytes)) + num_cell(gib(*m.peak_memory_bytes)) +
+      out += "<tr><th scope=\"row\">peak memory</th>" + num_cell(gib_text(p.peak_memory_bytes)) +
+             num_cell(gib_text(q.peak_memory_bytes)) + num_cell(gib_text(*m.peak_memory_bytes)) +
              num_cell(error(p.peak_memory_bytes, *m.peak_memory_bytes)) +
              num_cell(error(q.peak_memory_bytes, *m.peak_memory_bytes)) + "</tr>";
     }
@@ -640,9 +367,9 @@ std::string prediction_section(const Plan& plan, const SimulationResult& sim,
 }
 
 std::string timeline_section(const SimulationResult& sim, const ReportOptions& options) {
-  TimelineSvg t = render_timeline(sim, options.max_timeline_rects);
+  report_svg::TimelineSvg t = report_svg::render_timeline(sim, options.max_timeline_rects);
   std::string out = "<section id=\"timeline-section\"><h2>Pipeline timeline</h2>\n";
-  out += "<p class=\"note\">One simulated step (" + seconds(sim.step_time_s) +
+  out += "<p class=\"note\">One simulated step (" + seconds_text(sim.step_time_s) +
          "): one row per pipeline stage representative (dp = tp = 0) and stream. Numbers on "
          "forward and backward slices are micro-batches; hover a slice for its name and time.";
   if (t.merged) {
@@ -695,14 +422,14 @@ std::string stages_section(const Plan& plan, const SimulationResult& sim) {
     out += "<tr>" + cell(integer(r)) + cell(stage_layers(plan, r)) + cell(ranks);
     if (static_cast<std::size_t>(r) < sim.ranks.size()) {
       const costmodel::RankTimeline& t = sim.ranks[static_cast<std::size_t>(r)];
-      out += num_cell(seconds(t.busy_s)) + num_cell(seconds(t.bubble_s)) +
-             num_cell(seconds(exposed_total(t.exposed_communication_s))) +
-             num_cell(gib(t.peak_memory_bytes));
+      out += num_cell(seconds_text(t.busy_s)) + num_cell(seconds_text(t.bubble_s)) +
+             num_cell(seconds_text(exposed_total(t.exposed_communication_s))) +
+             num_cell(gib_text(t.peak_memory_bytes));
     } else {
       const double total = static_cast<std::size_t>(r) < memory.size()
                                ? memory[static_cast<std::size_t>(r)].total()
                                : 0;
-      out += num_cell("-") + num_cell("-") + num_cell("-") + num_cell(gib(total));
+      out += num_cell("-") + num_cell("-") + num_cell("-") + num_cell(gib_text(total));
     }
     out += "</tr>";
   }
@@ -747,7 +474,7 @@ std::string alternatives_section(const Plan& plan, const std::vector<Plan>& alte
   out +=
       "<p class=\"note\">The search re-run for the same model, cluster and job with nothing "
       "pinned, ranked by predicted step time; relative to this plan's " +
-      seconds(plan.predicted.step_time_s) + ".</p>\n";
+      seconds_text(plan.predicted.step_time_s) + ".</p>\n";
   out +=
       "<table class=\"alternatives\"><thead><tr><th class=\"num\">#</th>"
       "<th class=\"num\">dp</th><th class=\"num\">tp</th><th class=\"num\">pp</th>"
@@ -771,8 +498,9 @@ std::string alternatives_section(const Plan& plan, const std::vector<Plan>& alte
            num_cell(integer(s.tp)) + num_cell(integer(s.pp)) + num_cell(integer(s.zero)) +
            num_cell(integer(s.micro_batch)) + num_cell(integer(s.num_micro_batches)) +
            cell(escape_html(schedule)) + cell(escape_html(costmodel::to_string(s.recompute))) +
-           num_cell(seconds(a.predicted.step_time_s)) + num_cell(current ? "this plan" : relative) +
-           num_cell(gib(a.predicted.peak_memory_bytes)) +
+           num_cell(seconds_text(a.predicted.step_time_s)) +
+           num_cell(current ? "this plan" : relative) +
+           num_cell(gib_text(a.predicted.peak_memory_bytes)) +
            cell(escape_html(binding_constraint(a, options.memory_margin))) + "</tr>";
   }
   out += "</tbody></table>\n";
@@ -819,98 +547,6 @@ std::string escape_html(const std::string& text) {
   return out;
 }
 
-MeasuredSteps summarize_metrics(const std::string& jsonl, const std::string& source,
-                                std::int64_t warmup_steps) {
-  std::vector<double> times;
-  std::vector<double> warm;  // steps after the warm-up
-  // Phase samples in the lines' order: name, seconds, after the warm-up.
-  std::vector<std::tuple<std::string, double, bool>> phases;
-  auto median_of = [](std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    const std::size_t n = v.size();
-    return n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-  };
-  MeasuredSteps out;
-  std::istringstream in(jsonl);
-  std::string line;
-  int number = 0;
-  while (std::getline(in, line)) {
-    ++number;
-    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    const std::string where = "line " + std::to_string(number);
-    // Ordered: phases_s keeps loom train's order.
-    nlohmann::ordered_json value = nlohmann::ordered_json::parse(line, nullptr, false);
-    if (value.is_discarded() || !value.is_object()) {
-      throw InputError(source, where, "expected one JSON object per line");
-    }
-    auto number_field = [&](const char* key) -> std::optional<double> {
-      auto it = value.find(key);
-      if (it == value.end() || it->is_null()) return std::nullopt;
-      if (!it->is_number() || it->get<double>() < 0) {
-        throw InputError(source, where + ": " + key, "expected a non-negative number");
-      }
-      return it->get<double>();
-    };
-    if (auto t = number_field("step_time_s")) {
-      times.push_back(*t);
-      const auto step = number_field("step");
-      const bool after_warmup = !step || *step > static_cast<double>(warmup_steps);
-      if (after_warmup) warm.push_back(*t);
-      if (auto it = value.find("phases_s"); it != value.end()) {
-        if (!it->is_object()) {
-          throw InputError(source, where + ": phases_s", "expected an object of seconds");
-        }
-        for (const auto& [name, seconds] : it->items()) {
-          if (!seconds.is_number() || seconds.get<double>() < 0) {
-            throw InputError(source, where + ": phases_s." + name,
-                             "expected a non-negative number");
-          }
-          phases.emplace_back(name, seconds.get<double>(), after_warmup);
-        }
-      }
-    }
-    if (auto m = number_field("peak_memory_bytes")) {
-      out.peak_memory_bytes = std::max(out.peak_memory_bytes.value_or(0), *m);
-    }
-  }
-  if (times.empty()) throw InputError(source, "", "expected lines with a step_time_s, found none");
-  // The same steps as the step time: those after the warm-up, when there are any.
-  const bool only_warm = !warm.empty();
-  if (only_warm) times = warm;
-  out.steps = static_cast<std::int64_t>(times.size());
-  out.median_step_time_s = median_of(times);
-  std::vector<std::pair<std::string, std::vector<double>>> by_phase;
-  for (const auto& sample : phases) {
-    const std::string& name = std::get<0>(sample);
-    if (only_warm && !std::get<2>(sample)) continue;
-    auto it = std::find_if(by_phase.begin(), by_phase.end(),
-                           [&](const auto& p) { return p.first == name; });
-    if (it == by_phase.end()) it = by_phase.insert(by_phase.end(), {name, {}});
-    it->second.push_back(std::get<1>(sample));
-  }
-  for (const auto& [name, samples] : by_phase) {
-    out.median_phases_s.emplace_back(name, median_of(samples));
-  }
-  return out;
-}
-
-costmodel::SimulationResult simulate_plan(const Plan& plan,
-                                          const costmodel::SimulationOptions& options) {
-  return costmodel::simulate(cost_model_of(plan), plan.job, plan.strategy, plan.stages, options);
-}
-
-std::vector<Plan> alternatives_of(const Plan& plan, int top, double memory_margin) {
-  costmodel::CostModel cost(plan.model, plan.cluster, plan.cost_options);
-  if (plan.profile) {
-    cost = cost.with_calibration(
-        std::make_shared<const costmodel::Calibration>(*plan.profile, plan.model));
-  }
-  SearchOptions options;
-  options.top = top;
-  options.memory_margin = memory_margin;
-  return search(cost, plan.job, options).plans;
-}
-
 std::string render_report(const Plan& plan, const costmodel::SimulationResult& simulation,
                           const std::vector<Plan>& alternatives, const ReportOptions& options) {
   const Prediction& p = plan.predicted;
@@ -930,11 +566,12 @@ std::string render_report(const Plan& plan, const costmodel::SimulationResult& s
     return "<div class=\"card\"><div class=\"label\">" + escape_html(label) +
            "</div><div class=\"value\">" + value + "</div></div>";
   };
-  out += "<div class=\"cards\">" + card("step time", seconds(p.step_time_s)) +
-         card("samples/s", fixed(p.samples_per_s, 1)) + card("tokens/s", fixed(p.tokens_per_s, 0)) +
-         card("MFU", percent(p.mfu)) + card("peak memory", gib(p.peak_memory_bytes)) +
-         card("bubble", percent(p.bubble_fraction)) +
-         card("exposed comm", seconds(exposed_total(p.exposed_communication_s))) + "</div>\n";
+  out += "<div class=\"cards\">" + card("step time", seconds_text(p.step_time_s)) +
+         card("samples/s", fixed_text(p.samples_per_s, 1)) +
+         card("tokens/s", fixed_text(p.tokens_per_s, 0)) + card("MFU", percent_text(p.mfu)) +
+         card("peak memory", gib_text(p.peak_memory_bytes)) +
+         card("bubble", percent_text(p.bubble_fraction)) +
+         card("exposed comm", seconds_text(exposed_total(p.exposed_communication_s))) + "</div>\n";
 
   out += plan_section(plan);
   out += prediction_section(plan, simulation, options);

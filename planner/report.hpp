@@ -32,7 +32,8 @@
 
 namespace loom::planner {
 
-// What a training run measured, summarised from its metrics.jsonl (spec/formats.md).
+// What a training run measured, summarised from its metrics.jsonl (spec/formats.md) by
+// executor/metrics.hpp.
 struct MeasuredSteps {
   std::int64_t steps = 0;         // lines with a step_time_s
   double median_step_time_s = 0;  // the median of those (the mean of the middle two when even)
@@ -43,14 +44,6 @@ struct MeasuredSteps {
   bool operator==(const MeasuredSteps&) const = default;
 };
 
-// Reads metrics JSON lines (blank lines skipped; evaluation lines have no step_time_s and are
-// ignored). Throws InputError naming `source` and the line number for a line that is not a JSON
-// object or whose step_time_s / peak_memory_bytes is not a non-negative number, and when no line
-// has a step_time_s, or whose phases_s is not an object of non-negative numbers. The first
-// `warmup_steps` steps are left out of the medians (when more were run).
-MeasuredSteps summarize_metrics(const std::string& jsonl, const std::string& source,
-                                std::int64_t warmup_steps = 0);
-
 struct ReportOptions {
   double memory_margin = 0.9;             // what the alternatives' binding constraint used
   std::size_t max_timeline_rects = 5000;  // slice rectangles in the timeline, at most
@@ -58,19 +51,9 @@ struct ReportOptions {
   std::optional<MeasuredSteps> measured;  // adds "predicted vs measured" when present
 };
 
-// The plan played by the simulator: its model, cluster, job, strategy and stages with its cost
-// options and its rank-to-device mapping (device_of_rank(plan)). Throws std::invalid_argument
-// when the plan does not pass check_strategy() / check_partition().
-costmodel::SimulationResult simulate_plan(const Plan& plan,
-                                          const costmodel::SimulationOptions& options = {});
-
-// The search re-run for the plan's model, cluster, job and cost options with nothing pinned:
-// the best `top` plans that fit under `memory_margin`, fastest first (empty when none fits).
-std::vector<Plan> alternatives_of(const Plan& plan, int top = 5, double memory_margin = 0.9);
-
-// The page. `simulation` is simulate_plan(plan) (its timeline, memory and simulated prediction);
-// `alternatives` are ranked plans for the same request (alternatives_of(plan)), possibly empty.
-// No I/O.
+// The page. `simulation` is simulate_plan(plan) (its timeline, memory and simulated prediction;
+// planner/replan.hpp); `alternatives` are ranked plans for the same request
+// (alternatives_of(plan)), possibly empty. No I/O.
 std::string render_report(const Plan& plan, const costmodel::SimulationResult& simulation,
                           const std::vector<Plan>& alternatives, const ReportOptions& options = {});
 

@@ -4,17 +4,57 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
 #include <ostream>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 
 #include "planner/plan.hpp"
 
 namespace loom::tools {
+
+// One subcommand: its name, the line `loom --help` shows for it, and whether it computes with
+// LibTorch (then it is built into loom-torch, the rest into loom; tools/cli.hpp).
+struct CommandInfo {
+  const char* name;
+  const char* description;
+  bool needs_torch;
+};
+
+// Every subcommand, in the order `loom --help` lists them.
+inline constexpr std::array<CommandInfo, 10> kCommands{{
+    {"plan", "Search parallel strategies; predict step time and memory of the best", false},
+    {"demo", "Plan, simulate and train a small encoder on this machine", true},
+    {"train", "Train as one rank of a plan", true},
+    {"simulate", "Play a plan's step on the event-driven simulator", false},
+    {"report", "Write a self-contained HTML report of a plan: timeline, memory, alternatives",
+     false},
+    {"launch", "Start N local ranks of a command: -- loom train PLAN.json ...", false},
+    {"slurm", "Write an sbatch script that runs a plan with srun", false},
+    {"profile", "Measure the model's layers on this device, or the links of a launched group",
+     true},
+    {"validate", "Run a plan for N steps here; print predicted vs measured step time and memory",
+     false},
+    {"logits", "A classifier's logits for given token ids, from a Hugging Face checkpoint", true},
+}};
+
+// The kCommands entry named `name`; throws std::logic_error for another name.
+inline const CommandInfo& command_info(std::string_view name) {
+  for (const CommandInfo& c : kCommands) {
+    if (name == c.name) return c;
+  }
+  throw std::logic_error("no subcommand " + std::string(name));
+}
+
+// Adds `name` (one of kCommands) to `app` with its description.
+inline CLI::App* add_subcommand(CLI::App& app, std::string_view name) {
+  return app.add_subcommand(std::string(name), command_info(name).description);
+}
 
 // Adds a subcommand to `app`; the returned function runs it after parsing and returns the exit
 // code.

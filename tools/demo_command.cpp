@@ -78,7 +78,7 @@ int run_demo() {
 }  // namespace
 
 Runner add_demo_command(CLI::App& app) {
-  app.add_subcommand("demo", "Plan, simulate and train a small encoder on this machine");
+  add_subcommand(app, "demo");
   return []() { return run_demo(); };
 }
 

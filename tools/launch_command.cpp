@@ -23,7 +23,6 @@
 #include <set>
 #include <stdexcept>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "planner/plan.hpp"
@@ -334,23 +333,9 @@ int run_slurm(const SlurmArgs& a) {
 
 }  // namespace
 
-std::string self_executable() {
-  std::error_code error;
-  const fs::path self = fs::read_symlink("/proc/self/exe", error);
-  return error ? std::string("loom") : self.string();
-}
-
-int local_cpu_threads() {
-  const int cores = static_cast<int>(std::max(1U, std::thread::hardware_concurrency()));
-  const char* local = std::getenv("LOCAL_WORLD_SIZE");
-  const int local_ranks = std::max(1, local != nullptr ? std::atoi(local) : 1);
-  return std::max(1, cores / local_ranks);
-}
-
 Runner add_launch_command(CLI::App& app) {
   auto args = std::make_shared<LaunchArgs>();
-  CLI::App* cmd =
-      app.add_subcommand("launch", "Start N local ranks of a command: -- loom train PLAN.json ...");
+  CLI::App* cmd = add_subcommand(app, "launch");
   cmd->add_option("--nproc", args->nproc, "number of ranks")->required()->check(kPositiveNumber);
   cmd->add_option("--master-port", args->master_port, "rendezvous port (default 29500)")
       ->check(CLI::Range(1, 65535));
@@ -360,7 +345,7 @@ Runner add_launch_command(CLI::App& app) {
 
 Runner add_slurm_command(CLI::App& app) {
   auto args = std::make_shared<SlurmArgs>();
-  CLI::App* cmd = app.add_subcommand("slurm", "Write an sbatch script that runs a plan with srun");
+  CLI::App* cmd = add_subcommand(app, "slurm");
   cmd->add_option("plan", args->plan, "PLAN.json (loom-plan/1)")->required();
   cmd->add_option("--partition", args->partition, "Slurm partition");
   cmd->add_option("--time", args->time, "time limit HH:MM:SS");

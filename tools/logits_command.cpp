@@ -109,8 +109,7 @@ int run_logits(const LogitsArgs& a) {
 
 Runner add_logits_command(CLI::App& app) {
   auto args = std::make_shared<LogitsArgs>();
-  CLI::App* cmd = app.add_subcommand(
-      "logits", "A classifier's logits for given token ids, from a Hugging Face checkpoint");
+  CLI::App* cmd = add_subcommand(app, "logits");
   cmd->add_option("--init", args->init, "checkpoint folder (config.json, model.safetensors)")
       ->required();
   cmd->add_option("--ids", args->ids,

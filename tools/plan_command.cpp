@@ -15,6 +15,7 @@
 #include "profiles/errors.hpp"
 #include "profiles/loader.hpp"
 #include "profiles/profile.hpp"
+#include "profiles/units.hpp"
 #include "tools/commands.hpp"
 
 namespace loom::tools {
@@ -37,19 +38,9 @@ struct PlanArgs {
   bool json = false;
 };
 
-std::string fixed(double v, int digits) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.*f", digits, v);
-  return buf;
-}
-
-std::string gib(double bytes) { return fixed(bytes / (1024.0 * 1024 * 1024), 2) + " GiB"; }
-
-std::string seconds(double s) {
-  if (s >= 1) return fixed(s, 3) + " s";
-  if (s >= 1e-3) return fixed(s * 1e3, 3) + " ms";
-  return fixed(s * 1e6, 1) + " us";
-}
+using profiles::fixed_text;
+using profiles::gib_text;
+using profiles::seconds_text;
 
 }  // namespace
 
@@ -62,19 +53,20 @@ void print_plan(std::ostream& out, const planner::Plan& plan) {
       << "job      global batch " << plan.job.global_batch << ", seq " << plan.job.seq_len << ", "
       << profiles::to_string(plan.job.precision) << "\n"
       << "strategy " << costmodel::describe(plan.strategy) << "\n\n";
-  out << "step time              " << seconds(p.step_time_s) << "\n"
-      << "samples/s              " << fixed(p.samples_per_s, 1) << "\n"
-      << "tokens/s               " << fixed(p.tokens_per_s, 0) << "\n"
-      << "model TFLOP/s per GPU  " << fixed(p.model_tflops_per_gpu, 2) << "  (MFU "
-      << fixed(100 * p.mfu, 1) << " %)\n"
-      << "hw TFLOP/s per GPU     " << fixed(p.hardware_tflops_per_gpu, 2) << "\n"
-      << "peak memory            " << gib(p.peak_memory_bytes) << " of "
-      << gib(static_cast<double>(plan.cluster.device.memory_bytes)) << "\n"
-      << "pipeline bubble        " << fixed(100 * p.bubble_fraction, 1) << " %\n"
-      << "exposed communication  dp " << seconds(p.exposed_communication_s.dp) << ", tp "
-      << seconds(p.exposed_communication_s.tp) << ", pp " << seconds(p.exposed_communication_s.pp)
-      << ", zero " << seconds(p.exposed_communication_s.zero) << "\n"
-      << "optimizer step         " << seconds(p.optimizer_s) << "\n"
+  out << "step time              " << seconds_text(p.step_time_s) << "\n"
+      << "samples/s              " << fixed_text(p.samples_per_s, 1) << "\n"
+      << "tokens/s               " << fixed_text(p.tokens_per_s, 0) << "\n"
+      << "model TFLOP/s per GPU  " << fixed_text(p.model_tflops_per_gpu, 2) << "  (MFU "
+      << profiles::percent_text(p.mfu) << ")\n"
+      << "hw TFLOP/s per GPU     " << fixed_text(p.hardware_tflops_per_gpu, 2) << "\n"
+      << "peak memory            " << gib_text(p.peak_memory_bytes) << " of "
+      << gib_text(static_cast<double>(plan.cluster.device.memory_bytes)) << "\n"
+      << "pipeline bubble        " << profiles::percent_text(p.bubble_fraction) << "\n"
+      << "exposed communication  dp " << seconds_text(p.exposed_communication_s.dp) << ", tp "
+      << seconds_text(p.exposed_communication_s.tp) << ", pp "
+      << seconds_text(p.exposed_communication_s.pp) << ", zero "
+      << seconds_text(p.exposed_communication_s.zero) << "\n"
+      << "optimizer step         " << seconds_text(p.optimizer_s) << "\n"
       << "prediction             " << p.source << "\n\n";
   out << "stage  layers      params      grads       optimizer   activations buffers     total\n";
   for (std::size_t r = 0; r < p.memory_by_stage.size(); ++r) {
@@ -85,8 +77,9 @@ void print_plan(std::ostream& out, const planner::Plan& plan) {
     std::snprintf(
         line, sizeof line, "%-6zu %-11s %-11s %-11s %-11s %-11s %-11s %s\n", r,
         (std::to_string(range.first_layer) + "-" + std::to_string(range.last_layer)).c_str(),
-        gib(m.parameters).c_str(), gib(m.gradients).c_str(), gib(m.optimizer).c_str(),
-        gib(m.activations).c_str(), gib(m.buffers).c_str(), gib(m.total()).c_str());
+        gib_text(m.parameters).c_str(), gib_text(m.gradients).c_str(),
+        gib_text(m.optimizer).c_str(), gib_text(m.activations).c_str(), gib_text(m.buffers).c_str(),
+        gib_text(m.total()).c_str());
     out << line;
   }
   for (const std::string& w : plan.why) out << "why: " << w << "\n";
@@ -181,9 +174,9 @@ void print_table(std::ostream& out, const std::vector<planner::Plan>& plans, dou
                   "%3zu %3d %3d %3d %4d %5lld %7lld %-15s %-10s %-12s %9.1f %5.1f %% %10s    %s\n",
                   i + 1, s.dp, s.tp, s.pp, s.zero, static_cast<long long>(s.micro_batch),
                   static_cast<long long>(s.num_micro_batches), schedule.c_str(),
-                  costmodel::to_string(s.recompute), seconds(p.predicted.step_time_s).c_str(),
+                  costmodel::to_string(s.recompute), seconds_text(p.predicted.step_time_s).c_str(),
                   p.predicted.samples_per_s, 100 * p.predicted.mfu,
-                  gib(p.predicted.peak_memory_bytes).c_str(),
+                  gib_text(p.predicted.peak_memory_bytes).c_str(),
                   planner::binding_constraint(p, margin).c_str());
     out << line;
   }
@@ -247,8 +240,7 @@ int run_plan(const PlanArgs& a) {
 
 Runner add_plan_command(CLI::App& app) {
   auto args = std::make_shared<PlanArgs>();
-  CLI::App* cmd = app.add_subcommand(
-      "plan", "Search parallel strategies; predict step time and memory of the best");
+  CLI::App* cmd = add_subcommand(app, "plan");
   cmd->add_option("--model", args->model, "built-in name, loom-model JSON or HF config.json")
       ->required();
   cmd->add_option("--cluster", args->cluster, "built-in name or loom-cluster JSON")->required();

@@ -135,8 +135,7 @@ int run_profile(const ProfileArgs& a) {
 
 Runner add_profile_command(CLI::App& app) {
   auto args = std::make_shared<ProfileArgs>();
-  CLI::App* cmd = app.add_subcommand(
-      "profile", "Measure the model's layers on this device, or the links of a launched group");
+  CLI::App* cmd = add_subcommand(app, "profile");
   cmd->add_option("--model", args->model, "built-in name, loom-model JSON or HF config.json");
   cmd->add_option("--device", args->device, "cpu | cuda (default cpu)");
   cmd->add_option("--precision", args->precision,

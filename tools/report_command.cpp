@@ -8,7 +8,9 @@
 
 #include "costmodel/simulator.hpp"
 #include "costmodel/trace.hpp"
+#include "executor/metrics.hpp"
 #include "planner/plan.hpp"
+#include "planner/replan.hpp"
 #include "planner/report.hpp"
 #include "profiles/json_reader.hpp"
 #include "profiles/loader.hpp"
@@ -30,7 +32,7 @@ int run_report(const ReportArgs& a) {
       profiles::parse_json_text(profiles::read_text_file(a.plan), a.plan), a.plan);
   planner::ReportOptions options;
   if (!a.metrics.empty()) {
-    options.measured = planner::summarize_metrics(profiles::read_text_file(a.metrics), a.metrics);
+    options.measured = executor::summarize_metrics(profiles::read_text_file(a.metrics), a.metrics);
   }
   const costmodel::SimulationResult sim = planner::simulate_plan(plan);
   const std::vector<planner::Plan> alternatives =
@@ -50,8 +52,7 @@ int run_report(const ReportArgs& a) {
 
 Runner add_report_command(CLI::App& app) {
   auto args = std::make_shared<ReportArgs>();
-  CLI::App* cmd = app.add_subcommand(
-      "report", "Write a self-contained HTML report of a plan: timeline, memory, alternatives");
+  CLI::App* cmd = add_subcommand(app, "report");
   cmd->add_option("plan", args->plan, "PLAN.json (loom-plan/1)")->required();
   cmd->add_option("-o", args->output, "write the HTML page here")->required();
   cmd->add_option("--trace", args->trace, "also write the simulated step as a Chrome trace");

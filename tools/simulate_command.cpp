@@ -67,8 +67,7 @@ int run_simulate(const SimulateArgs& a) {
 
 Runner add_simulate_command(CLI::App& app) {
   auto args = std::make_shared<SimulateArgs>();
-  CLI::App* cmd =
-      app.add_subcommand("simulate", "Play a plan's step on the event-driven simulator");
+  CLI::App* cmd = add_subcommand(app, "simulate");
   cmd->add_option("plan", args->plan, "PLAN.json (loom-plan/1)")->required();
   cmd->add_option("--trace", args->trace, "write a Chrome trace (open in Perfetto)");
   cmd->add_option("--profile", args->profile,

@@ -168,6 +168,43 @@ void read_fault_injection(executor::TrainOptions& o, int rank) {
   (kind == "kill-in-step" ? o.fault_kill_in_step : o.fault_kill_in_checkpoint) = step;
 }
 
+// Rank 0's account of the run: why it stopped early, then the summary as JSON or text.
+void print_summary(const TrainArgs& a, const executor::TrainSummary& s) {
+  if (s.stopped_by_signal != 0) {
+    std::cerr << "loom train: stopped by signal " << s.stopped_by_signal << " after step "
+              << s.steps
+              << (a.checkpoint.empty() ? std::string(" (no --checkpoint: nothing saved)")
+                                       : " (checkpoint written to " + a.checkpoint + ")")
+              << "\n";
+  }
+  if (a.json) {
+    nlohmann::json j{{"steps", s.steps},
+                     {"final_loss", s.final_loss},
+                     {"median_step_time_s", s.median_step_time_s},
+                     {"samples_per_s", s.samples_per_s},
+                     {"peak_memory_bytes", s.peak_memory_bytes},
+                     {"precision", s.precision},
+                     {"losses", s.losses}};
+    if (s.validation_accuracy) j["validation_accuracy"] = *s.validation_accuracy;
+    if (s.validation_loss) j["validation_loss"] = *s.validation_loss;
+    if (s.resumed_from_step) j["resumed_from_step"] = *s.resumed_from_step;
+    std::cout << j.dump(2) << "\n";
+    return;
+  }
+  char line[256];
+  std::snprintf(line, sizeof line,
+                "trained %lld steps: loss %.4f, %.1f samples/s, median step %.4f s, peak memory "
+                "%.1f MiB\n",
+                static_cast<long long>(s.steps), s.final_loss, s.samples_per_s,
+                s.median_step_time_s, static_cast<double>(s.peak_memory_bytes) / (1 << 20));
+  std::cout << line;
+  if (s.validation_accuracy) {
+    std::snprintf(line, sizeof line, "validation accuracy %.2f %%, loss %.4f\n",
+                  100 * *s.validation_accuracy, s.validation_loss.value_or(0));
+    std::cout << line;
+  }
+}
+
 int run_train(const TrainArgs& a) {
   const std::string text = profiles::read_text_file(a.plan);
   const planner::Plan plan =
@@ -286,48 +323,15 @@ int run_train(const TrainArgs& a) {
     }
   }
 
-  const int exit_code = s.stopped_by_signal != 0 ? 128 + s.stopped_by_signal : 0;
-  if (s.stopped_by_signal != 0) {
-    std::cerr << "loom train: stopped by signal " << s.stopped_by_signal << " after step "
-              << s.steps
-              << (a.checkpoint.empty() ? std::string(" (no --checkpoint: nothing saved)")
-                                       : " (checkpoint written to " + a.checkpoint + ")")
-              << "\n";
-  }
-  if (a.json) {
-    nlohmann::json j{{"steps", s.steps},
-                     {"final_loss", s.final_loss},
-                     {"median_step_time_s", s.median_step_time_s},
-                     {"samples_per_s", s.samples_per_s},
-                     {"peak_memory_bytes", s.peak_memory_bytes},
-                     {"precision", s.precision},
-                     {"losses", s.losses}};
-    if (s.validation_accuracy) j["validation_accuracy"] = *s.validation_accuracy;
-    if (s.validation_loss) j["validation_loss"] = *s.validation_loss;
-    if (s.resumed_from_step) j["resumed_from_step"] = *s.resumed_from_step;
-    std::cout << j.dump(2) << "\n";
-    return exit_code;
-  }
-  char line[256];
-  std::snprintf(line, sizeof line,
-                "trained %lld steps: loss %.4f, %.1f samples/s, median step %.4f s, peak memory "
-                "%.1f MiB\n",
-                static_cast<long long>(s.steps), s.final_loss, s.samples_per_s,
-                s.median_step_time_s, static_cast<double>(s.peak_memory_bytes) / (1 << 20));
-  std::cout << line;
-  if (s.validation_accuracy) {
-    std::snprintf(line, sizeof line, "validation accuracy %.2f %%, loss %.4f\n",
-                  100 * *s.validation_accuracy, s.validation_loss.value_or(0));
-    std::cout << line;
-  }
-  return exit_code;
+  print_summary(a, s);
+  return s.stopped_by_signal != 0 ? 128 + s.stopped_by_signal : 0;
 }
 
 }  // namespace
 
 Runner add_train_command(CLI::App& app) {
   auto args = std::make_shared<TrainArgs>();
-  CLI::App* cmd = app.add_subcommand("train", "Train as one rank of a plan");
+  CLI::App* cmd = add_subcommand(app, "train");
   cmd->add_option("plan", args->plan, "PLAN.json (loom-plan/1)")->required();
   cmd->add_option("--data", args->data,
                   "aclImdb/ folder, Kaggle IMDB CSV (review,sentiment) or synthetic[:N]")

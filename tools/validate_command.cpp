@@ -28,7 +28,9 @@
 #include "costmodel/calibration.hpp"
 #include "costmodel/simulator.hpp"
 #include "executor/dataset.hpp"
+#include "executor/metrics.hpp"
 #include "planner/plan.hpp"
+#include "planner/replan.hpp"
 #include "planner/report.hpp"
 #include "profiles/errors.hpp"
 #include "profiles/json_reader.hpp"
@@ -122,31 +124,11 @@ double relative_error(double predicted, double measured) {
   return measured > 0 ? (predicted - measured) / measured : 0;
 }
 
-int run_validate(const ValidateArgs& a) {
-  planner::Plan plan = planner::plan_from_json(
-      profiles::parse_json_text(profiles::read_text_file(a.plan), a.plan), a.plan);
-  if (a.warmup >= a.steps) {
-    throw InputError("--warmup", "",
-                     "fewer warm-up steps than --steps (" + std::to_string(a.steps) + ")");
-  }
-  if (!a.profile.empty()) planner::apply_profiles(&plan, a.profile);
-  const costmodel::SimulationResult simulation = planner::simulate_plan(plan);
-  const costmodel::Prediction& predicted = simulation.prediction;
-
-  // The run, in a temporary folder (or --keep).
+// Runs `plan` for a.steps steps with loom train (through loom launch for several ranks), each
+// rank writing dir/metrics.RANK.jsonl; the run's log goes to dir/train.log. A failed run throws its
+// last error line (an InputError when the run blamed its input).
+void run_training(const ValidateArgs& a, const planner::Plan& plan, const fs::path& dir) {
   const int world = plan.strategy.world_size();
-  fs::path dir = a.keep.empty()
-                     ? fs::temp_directory_path() / ("loom-validate-" + std::to_string(::getpid()))
-                     : fs::path(a.keep);
-  fs::create_directories(dir);
-  struct Cleanup {
-    fs::path dir;
-    bool keep;
-    ~Cleanup() {
-      std::error_code ec;
-      if (!keep) fs::remove_all(dir, ec);
-    }
-  } cleanup{dir, !a.keep.empty()};
   const fs::path plan_copy = dir / "plan.json";
   profiles::write_file_atomically(plan_copy.string(), planner::plan_to_json(plan).dump(2) + "\n");
   const std::string self = self_executable();
@@ -196,6 +178,34 @@ int run_validate(const ValidateArgs& a) {
     }
     throw std::runtime_error("the run failed: " + last);
   }
+}
+
+int run_validate(const ValidateArgs& a) {
+  planner::Plan plan = planner::plan_from_json(
+      profiles::parse_json_text(profiles::read_text_file(a.plan), a.plan), a.plan);
+  if (a.warmup >= a.steps) {
+    throw InputError("--warmup", "",
+                     "fewer warm-up steps than --steps (" + std::to_string(a.steps) + ")");
+  }
+  if (!a.profile.empty()) planner::apply_profiles(&plan, a.profile);
+  const costmodel::SimulationResult simulation = planner::simulate_plan(plan);
+  const costmodel::Prediction& predicted = simulation.prediction;
+
+  // The run, in a temporary folder (or --keep).
+  const int world = plan.strategy.world_size();
+  fs::path dir = a.keep.empty()
+                     ? fs::temp_directory_path() / ("loom-validate-" + std::to_string(::getpid()))
+                     : fs::path(a.keep);
+  fs::create_directories(dir);
+  struct Cleanup {
+    fs::path dir;
+    bool keep;
+    ~Cleanup() {
+      std::error_code ec;
+      if (!keep) fs::remove_all(dir, ec);
+    }
+  } cleanup{dir, !a.keep.empty()};
+  run_training(a, plan, dir);
 
   // Per rank: the median step time after the warm-up and the peak memory.
   double step_time_s = 0;
@@ -206,7 +216,7 @@ int run_validate(const ValidateArgs& a) {
   for (int r = 0; r < world; ++r) {
     predicted_ranks.push_back({{"rank", r}, {"phases_s", predicted_phases(simulation, r)}});
     const fs::path metrics = dir / ("metrics." + std::to_string(r) + ".jsonl");
-    const planner::MeasuredSteps m = planner::summarize_metrics(
+    const planner::MeasuredSteps m = executor::summarize_metrics(
         profiles::read_text_file(metrics.string()), metrics.string(), a.warmup);
     step_time_s = std::max(step_time_s, m.median_step_time_s);
     peak_bytes = std::max(peak_bytes, m.peak_memory_bytes.value_or(0));
@@ -283,8 +293,7 @@ int run_validate(const ValidateArgs& a) {
 
 Runner add_validate_command(CLI::App& app) {
   auto args = std::make_shared<ValidateArgs>();
-  CLI::App* cmd = app.add_subcommand(
-      "validate", "Run a plan for N steps here; print predicted vs measured step time and memory");
+  CLI::App* cmd = add_subcommand(app, "validate");
   cmd->add_option("plan", args->plan, "PLAN.json (loom-plan/1)")->required();
   cmd->add_option("--steps", args->steps, "steps to run (default 10)")->check(kPositiveNumber);
   cmd->add_option("--warmup", args->warmup, "first steps left out of the median (default 2)")

@@ -222,19 +222,24 @@ std::string train_with(const std::string& plan, const std::string& extra) {
   return "train " + plan + " " + extra;
 }
 
-std::vector<Row> table(const Plans& plans) {
+// add(name, files, args, expected substrings, env): appends a row to `rows`.
+auto row_adder(std::vector<Row>& rows) {
+  return [&rows](std::string name, Files files, std::string args, std::vector<std::string> expected,
+                 std::string env = "") {
+    rows.push_back(Row{std::move(name), std::move(files), std::move(args), std::move(expected),
+                       std::move(env)});
+  };
+}
+
+// Rows for the files a plan is made from (models, configs, profiles, clusters) and loom plan's
+// flags.
+void add_input_file_rows(std::vector<Row>& rows, const Plans& plans) {
   const json model = valid_model();
   const json hf = valid_hf_config();
   const json cluster = cpu_cluster(1);
   const json& plan = plans.one;
-  const json& plan2 = plans.two;
   using J = json&;
-  std::vector<Row> rows;
-  auto add = [&rows](std::string name, Files files, std::string args,
-                     std::vector<std::string> expected, std::string env = "") {
-    rows.push_back(Row{std::move(name), std::move(files), std::move(args), std::move(expected),
-                       std::move(env)});
-  };
+  auto add = row_adder(rows);
 
   // --- loom-model/1 files ---------------------------------------------------------------------
   add("model: missing field", {{"m.json", text(edited(model, [](J j) { j.erase("layers"); }))}},
@@ -352,6 +357,17 @@ std::vector<Row> table(const Plans& plans) {
       plan_with("bert-large", "small.json", "-o out.json"),
       {"bert-large on small.json", "does not fit", "smallest memory need is",
        "device has 1.0 GiB"});
+}
+
+// Rows for loom-plan/1 files and loom train's checks of a plan.
+void add_plan_file_rows(std::vector<Row>& rows, const Plans& plans) {
+  const json model = valid_model();
+  const json hf = valid_hf_config();
+  const json cluster = cpu_cluster(1);
+  const json& plan = plans.one;
+  const json& plan2 = plans.two;
+  using J = json&;
+  auto add = row_adder(rows);
 
   // --- loom-plan/1 files ----------------------------------------------------------------------
   add("plan file: missing field",
@@ -416,6 +432,16 @@ std::vector<Row> table(const Plans& plans) {
       {{"other/config.json", text(other)}},
       train_with("plan.json", "--data synthetic:400 --steps 5 --init other"),
       {"other/config.json", "$.hidden_size", "24", "48", "another model"});
+}
+
+// Rows for checkpoints, vocabularies, data sets and the flags of the other commands.
+void add_data_and_flag_rows(std::vector<Row>& rows, const Plans& plans) {
+  const json model = valid_model();
+  const json hf = valid_hf_config();
+  const json cluster = cpu_cluster(1);
+  const json& plan = plans.one;
+  using J = json&;
+  auto add = row_adder(rows);
 
   // --- safetensors ----------------------------------------------------------------------------
   const std::string tensor_header =
@@ -492,7 +518,7 @@ std::vector<Row> table(const Plans& plans) {
        {"hf/model.safetensors", "x"},
        {"ids.json", R"({"input_ids": [[2, "a", 3]]})"}},
       "logits --init hf --ids ids.json", {"ids.json", "$.input_ids[0][1]", "an integer"});
-  // --- refusals found by the session-9 spec audit ----------------------------------------------
+  // --- more refusals the contract asks for ------------------------------------------------------
   add("flag: a global batch beyond any job", {},
       "plan --model model.json --cluster cluster-1.json --global-batch 1000000000000 "
       "--seq-len 32",
@@ -534,6 +560,13 @@ std::vector<Row> table(const Plans& plans) {
       {"--time", "minutes and seconds below 60", "found 99:99:99"});
   add("top level: unknown subcommand", {}, "frobnicate",
       {"\"frobnicate\" is not a subcommand", "expected one of", "plan", "train"});
+}
+
+std::vector<Row> table(const Plans& plans) {
+  std::vector<Row> rows;
+  add_input_file_rows(rows, plans);
+  add_plan_file_rows(rows, plans);
+  add_data_and_flag_rows(rows, plans);
   return rows;
 }
 

@@ -1,7 +1,8 @@
 // Faults (issue 9): a rank killed mid-step, a process killed while writing a checkpoint, SIGTERM
 // at a step boundary, and writes that fail for lack of space (a file-size limit stands in for a
-// full disk: the same EFBIG/ENOSPC path through write()). Tagged [slow]: each trains for a few
-// seconds; they run in CI.
+// full disk: the same EFBIG/ENOSPC path through write()). Tagged [.slow]: each trains for a few
+// seconds, so a plain run of test_tools skips them (`test_tools "[slow]"` runs them); CTest and
+// so CI run them (tests/CMakeLists.txt).
 #include <signal.h>
 #include <sys/wait.h>
 
@@ -52,7 +53,7 @@ std::vector<double> losses(const std::string& json_text) {
 }  // namespace
 
 TEST_CASE("a rank killed mid-step makes its peer fail within 60 s naming it",
-          "[tools][faults][slow]") {
+          "[tools][faults][.slow]") {
   CliSandbox box("fault-kill");
   REQUIRE(box.loom(kPlan + " --dp 2 --zero 0 -o plan.json").exit_code == 0);
   // Two ranks started by hand (no launcher to stop them): rank 1 dies in step 3.
@@ -82,7 +83,7 @@ TEST_CASE("a rank killed mid-step makes its peer fail within 60 s naming it",
 }
 
 TEST_CASE("SIGKILL while a checkpoint is written leaves the previous one to resume from exactly",
-          "[tools][faults][slow]") {
+          "[tools][faults][.slow]") {
   CliSandbox box("fault-checkpoint");
   REQUIRE(box.loom(kPlan + " --dp 1 --tp 1 --pp 1 -o plan.json").exit_code == 0);
   const CliResult straight = box.loom("train plan.json" + kTrain + " --steps 6 --json");
@@ -109,7 +110,7 @@ TEST_CASE("SIGKILL while a checkpoint is written leaves the previous one to resu
   for (std::size_t i = 0; i < 4; ++i) CHECK(rest[i] == expected[i + 2]);
 }
 
-TEST_CASE("SIGTERM stops training at a step boundary with a checkpoint", "[tools][faults][slow]") {
+TEST_CASE("SIGTERM stops training at a step boundary with a checkpoint", "[tools][faults][.slow]") {
   CliSandbox box("fault-term");
   REQUIRE(box.loom(kPlan + " --dp 1 --tp 1 --pp 1 -o plan.json").exit_code == 0);
   const int code = shell(
@@ -134,7 +135,7 @@ TEST_CASE("SIGTERM stops training at a step boundary with a checkpoint", "[tools
 }
 
 TEST_CASE("SIGTERM during the final evaluation abandons it, on one rank and on two",
-          "[tools][faults][slow]") {
+          "[tools][faults][.slow]") {
   // 10,000 held-out reviews in batches of one: the evaluation after the single step takes
   // seconds, and the signal comes as soon as the step's metrics line is written.
   CliSandbox box("fault-term-eval");
@@ -164,7 +165,7 @@ TEST_CASE("SIGTERM during the final evaluation abandons it, on one rank and on t
 }
 
 TEST_CASE("writes that run out of space fail cleanly and leave no partial file",
-          "[tools][faults][slow]") {
+          "[tools][faults][.slow]") {
   CliSandbox box("fault-space");
   // ulimit -f counts 1024-byte blocks: a plan is several kilobytes.
   int code = shell(box, "ulimit -f 1; $LOOM " + kPlan + " -o plan.json 2>err.txt");
@@ -200,7 +201,7 @@ TEST_CASE("writes that run out of space fail cleanly and leave no partial file",
 }
 
 TEST_CASE("a 4-rank checkpoint resumes in a 4-rank run with the uninterrupted losses",
-          "[tools][faults][slow]") {
+          "[tools][faults][.slow]") {
   CliSandbox box("checkpoint-4");
   // Four CPU ranks: local-cpu with four "cores" (they time-share this machine's).
   json cluster = json::parse(
