@@ -85,8 +85,9 @@ void print_plan(std::ostream& out, const planner::Plan& plan) {
     std::snprintf(
         line, sizeof line, "%-6zu %-11s %-11s %-11s %-11s %-11s %-11s %s\n", r,
         (std::to_string(range.first_layer) + "-" + std::to_string(range.last_layer)).c_str(),
-        gib(m.parameters).c_str(), gib(m.gradients).c_str(), gib(m.optimizer).c_str(),
-        gib(m.activations).c_str(), gib(m.buffers).c_str(), gib(m.total()).c_str());
+        gib(m.parameter_bytes).c_str(), gib(m.gradient_bytes).c_str(),
+        gib(m.optimizer_bytes).c_str(), gib(m.activation_bytes).c_str(),
+        gib(m.buffer_bytes).c_str(), gib(m.total()).c_str());
     out << line;
   }
   for (const std::string& w : plan.why) out << "why: " << w << "\n";
