@@ -32,11 +32,11 @@ nlohmann::json prediction_to_json(const Prediction& p) {
   auto bytes = [](double v) { return static_cast<std::int64_t>(std::llround(v)); };
   nlohmann::json stages = nlohmann::json::array();
   for (const MemoryBreakdown& m : p.memory_by_stage) {
-    stages.push_back({{"parameters", bytes(m.parameters)},
-                      {"gradients", bytes(m.gradients)},
-                      {"optimizer", bytes(m.optimizer)},
-                      {"activations", bytes(m.activations)},
-                      {"buffers", bytes(m.buffers)},
+    stages.push_back({{"parameters", bytes(m.parameter_bytes)},
+                      {"gradients", bytes(m.gradient_bytes)},
+                      {"optimizer", bytes(m.optimizer_bytes)},
+                      {"activations", bytes(m.activation_bytes)},
+                      {"buffers", bytes(m.buffer_bytes)},
                       {"total", bytes(m.total())}});
   }
   return {{"step_time_s", p.step_time_s},
@@ -519,26 +519,27 @@ MemoryBreakdown CostModel::stage_memory_from(double recompute_buffer, const Job&
                                              const Strategy& s, int pipeline_rank,
                                              const StageLoad& load) const {
   const ZeroPolicy zero = zero_policy(s.zero);
-  const ModelStateBytes states = model_state_bytes(load.parameters, s.dp, s.zero, job.precision);
+  const ModelStateBytes states =
+      model_state_bytes(load.num_parameters, s.dp, s.zero, job.precision);
   MemoryBreakdown mem;
-  mem.parameters = states.parameters;
-  mem.gradients = states.gradients;
-  mem.optimizer = states.optimizer;
-  mem.activations =
-      load.activations * activation_micro_batches_in_flight(s.schedule, s.pp, pipeline_rank,
+  mem.parameter_bytes = states.parameter_bytes;
+  mem.gradient_bytes = states.gradient_bytes;
+  mem.optimizer_bytes = states.optimizer_bytes;
+  mem.activation_bytes = load.activation_bytes *
+                         activation_micro_batches_in_flight(s.schedule, s.pp, pipeline_rank,
                                                             s.num_micro_batches, s.virtual_stages);
-  mem.buffers = load.layers > 0 ? recompute_buffer : 0;
+  mem.buffer_bytes = load.num_layers > 0 ? recompute_buffer : 0;
   // The optimizer step's working set, when it exceeds the backward pass's activations and
   // buffers (the step's peak is then the model states plus it). Loom's executor runs AdamW over
   // lists of tensors on one rank, in chunks of at most twice the largest tensor's elements (the
   // word embedding, or an MLP weight with a small vocabulary) with one fp32 temporary of a chunk
   // (executor/flat_adamw.hpp), and its own flat AdamW on the rank's shard with many (one fp32
   // temporary of the shard).
-  const double shard = load.parameters / (zero.shards_optimizer_states ? s.dp : 1);
+  const double shard = load.num_parameters / (zero.shards_optimizer_states ? s.dp : 1);
   const double largest = static_cast<double>(std::max(model_.vocab, model_.ffn_hidden)) *
                          static_cast<double>(model_.hidden) / s.tp;
   const double optimizer_working =
-      s.world_size() == 1 ? 4 * std::min(2 * largest, load.parameters) : 4 * shard;
+      s.world_size() == 1 ? 4 * std::min(2 * largest, load.num_parameters) : 4 * shard;
   // What Loom's executor holds beyond the model states. ZeRO 0/1 need no bucket copies: the
   // executor reduces gradient buckets in place in its flat gradient buffer (as Megatron-LM's
   // contiguous buffer, or DDP's gradient_as_bucket_view). ZeRO-2/3 keep no full gradient buffer:
@@ -548,24 +549,24 @@ MemoryBreakdown CostModel::stage_memory_from(double recompute_buffer, const Job&
   double persistent = 0;
   double transient = optimizer_working;
   if (s.dp > 1 && zero.reduces_every_micro_batch) {
-    const double staging = std::min(options_.dp_bucket_bytes, states.gradients * s.dp);
+    const double staging = std::min(options_.dp_bucket_bytes, states.gradient_bytes * s.dp);
     persistent += staging;
     transient = std::max(transient, staging);
-    if (zero.gathers_before_forward) persistent += states.parameters * s.dp;
+    if (zero.gathers_before_forward) persistent += states.parameter_bytes * s.dp;
   }
   // The word embedding's backward (on the rank holding it, pipeline rank 0) makes a dense fp32
   // gradient of the whole table (of its vocabulary shard under tp) before adding it to the
   // parameter's: at the end of a micro-batch's backward, while the other micro-batches in flight
   // keep their activations (a GPipe stage 0 holds all but one).
   double embedding_grad_extra = 0;
-  if (pipeline_rank == 0 && load.activations > 0) {
+  if (pipeline_rank == 0 && load.activation_bytes > 0) {
     const double table =
         4.0 * static_cast<double>(model_.vocab) * static_cast<double>(model_.hidden) / s.tp;
-    const double chunk_activations = load.activations / s.virtual_stages;
-    embedding_grad_extra = table - std::min(chunk_activations, mem.activations);
+    const double chunk_activations = load.activation_bytes / s.virtual_stages;
+    embedding_grad_extra = table - std::min(chunk_activations, mem.activation_bytes);
   }
-  mem.buffers =
-      persistent + std::max({mem.buffers, transient - mem.activations, embedding_grad_extra});
+  mem.buffer_bytes = persistent + std::max({mem.buffer_bytes, transient - mem.activation_bytes,
+                                            embedding_grad_extra});
   return mem;
 }
 
@@ -627,7 +628,7 @@ Prediction CostModel::estimate(const Job& job, const Strategy& s,
 
     double dp_exposed = 0;
     double zero_exposed = 0;
-    const double grads = l.parameters * state_bytes;
+    const double grads = l.num_parameters * state_bytes;
     // What communication can hide behind: the last micro-batch's backward pass, on
     // GPUs; nothing on CPU ranks, where Gloo's reductions and copies use the compute's cores.
     const bool cpu = cluster_.device.kind == profiles::DeviceKind::kCpu;
@@ -649,7 +650,7 @@ Prediction CostModel::estimate(const Job& job, const Strategy& s,
     }
     // AdamW reads and writes the fp32 master weights, both moments, the gradient and the
     // low-precision weights: about 28 bytes per parameter of this rank's optimizer shard.
-    double shard = l.parameters / (zero.shards_optimizer_states ? s.dp : 1);
+    double shard = l.num_parameters / (zero.shards_optimizer_states ? s.dp : 1);
     double optimizer_s = shard * terms.optimizer_s_per_parameter;
     out.optimizer_s = std::max(out.optimizer_s, optimizer_s);
     out.exposed_communication_s.dp = std::max(out.exposed_communication_s.dp, dp_exposed);
@@ -657,7 +658,7 @@ Prediction CostModel::estimate(const Job& job, const Strategy& s,
     // The gradients zeroed at the step's start (before the rank's first pass: with one stage
     // exactly, in a pipeline a rank's own delay).
     const double zero_grad_s =
-        zeroed_gradient_parameters(s, cpu, l.parameters) * terms.zero_grad_s_per_parameter;
+        zeroed_gradient_parameters(s, cpu, l.num_parameters) * terms.zero_grad_s_per_parameter;
     tail = std::max(tail, dp_exposed + zero_exposed + optimizer_s + zero_grad_s);
     out.peak_memory_bytes = std::max(out.peak_memory_bytes, mem.total());
   }

@@ -26,15 +26,19 @@ struct CostOptions {
 
 nlohmann::json cost_options_to_json(const CostOptions& options);
 
+// Bytes one rank holds at the step's peak, by kind (the "memory_bytes_by_stage" objects of
+// loom-plan/1 keep the unit-free JSON names: "parameters", "gradients", ...).
 struct MemoryBreakdown {
-  double parameters = 0;
-  double gradients = 0;
-  double optimizer = 0;
-  double activations = 0;
+  double parameter_bytes = 0;
+  double gradient_bytes = 0;
+  double optimizer_bytes = 0;
+  double activation_bytes = 0;
   // Working memory at the step's peak beyond kept activations: gradient buckets, ZeRO-3 gathers,
   // the recomputation working set, or the optimizer step's temporaries when those are larger.
-  double buffers = 0;
-  double total() const { return parameters + gradients + optimizer + activations + buffers; }
+  double buffer_bytes = 0;
+  double total() const {
+    return parameter_bytes + gradient_bytes + optimizer_bytes + activation_bytes + buffer_bytes;
+  }
 };
 
 struct ExposedCommunication {
@@ -64,19 +68,19 @@ nlohmann::json prediction_to_json(const Prediction& prediction);
 
 // What one pipeline rank holds, summed over its chunks: the inputs of its memory.
 struct StageLoad {
-  double parameters = 0;   // parameters on this rank (after tp), all chunks
-  double activations = 0;  // activation bytes one micro-batch keeps for backward, all chunks
-  double layers = 0;       // transformer layers on this rank
-  double largest_chunk_parameters = 0;
+  double num_parameters = 0;    // parameters on this rank (after tp), all chunks
+  double activation_bytes = 0;  // what one micro-batch keeps for backward, all chunks
+  double num_layers = 0;        // transformer layers on this rank
+  double largest_chunk_num_parameters = 0;
 };
 
 // Per-micro-batch cost of each kind of entry of the layer sequence on one rank, tensor-parallel
 // collectives included (what the layer-to-stage partition balances).
 struct EntryCost {
   double forward_s = 0;
-  double backward_s = 0;   // with recomputation
-  double parameters = 0;   // on one rank, after tp
-  double activations = 0;  // kept for backward, one micro-batch
+  double backward_s = 0;        // with recomputation
+  double num_parameters = 0;    // on one rank, after tp
+  double activation_bytes = 0;  // kept for backward, one micro-batch
 };
 struct SequenceCosts {
   EntryCost embedding;

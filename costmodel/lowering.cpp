@@ -35,24 +35,24 @@ std::vector<ChunkCost> lower_chunks(const profiles::ModelSpec& model, const Stra
     double bw = layers * terms.layer.backward_compute_s;
     double tf = layers * cost.layer.forward_s;
     double tb = layers * cost.layer.backward_s;
-    double p = layers * cost.layer.parameters;
-    double a = layers * cost.layer.activations;
+    double p = layers * cost.layer.num_parameters;
+    double a = layers * cost.layer.activation_bytes;
     if (k.content.embedding) {
       f += terms.embedding.forward_compute_s;
       bw += terms.embedding.backward_compute_s;
       tf += cost.embedding.forward_s;
       tb += cost.embedding.backward_s;
-      p += cost.embedding.parameters;
-      a += cost.embedding.activations;
+      p += cost.embedding.num_parameters;
+      a += cost.embedding.activation_bytes;
     }
     if (k.content.head) {
       f += terms.head.forward_compute_s;
       bw += terms.head.backward_compute_s;
       tf += cost.head.forward_s;
       tb += cost.head.backward_s;
-      p += cost.head.parameters;
+      p += cost.head.num_parameters;
       p += tied_head_copy_parameters(model, s.tp, k.pipeline_rank);
-      a += cost.head.activations;
+      a += cost.head.activation_bytes;
     }
     const double staging_s = p * staging_bytes_per_parameter / terms.memory_bytes_per_s;
     k.compute_s = {f, bw + staging_s};
@@ -68,10 +68,10 @@ std::vector<StageLoad> stage_loads(const std::vector<ChunkCost>& chunks, int pp)
   std::vector<StageLoad> out(static_cast<std::size_t>(pp));
   for (const ChunkCost& k : chunks) {
     StageLoad& l = out[static_cast<std::size_t>(k.pipeline_rank)];
-    l.parameters += k.num_parameters;
-    l.activations += k.activation_bytes;
-    l.layers += k.content.num_layers;
-    l.largest_chunk_parameters = std::max(l.largest_chunk_parameters, k.num_parameters);
+    l.num_parameters += k.num_parameters;
+    l.activation_bytes += k.activation_bytes;
+    l.num_layers += k.content.num_layers;
+    l.largest_chunk_num_parameters = std::max(l.largest_chunk_num_parameters, k.num_parameters);
   }
   return out;
 }

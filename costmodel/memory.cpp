@@ -13,9 +13,9 @@ ModelStateBytes model_state_bytes(double parameters, int dp, int zero, Precision
   double optimizer_bytes = mixed ? 12 : 8;
   const ZeroPolicy policy = zero_policy(zero);
   ModelStateBytes out;
-  out.parameters = parameters * param_bytes / (policy.shards_parameters ? dp : 1);
-  out.gradients = parameters * grad_bytes / (policy.shards_gradients ? dp : 1);
-  out.optimizer = parameters * optimizer_bytes / (policy.shards_optimizer_states ? dp : 1);
+  out.parameter_bytes = parameters * param_bytes / (policy.shards_parameters ? dp : 1);
+  out.gradient_bytes = parameters * grad_bytes / (policy.shards_gradients ? dp : 1);
+  out.optimizer_bytes = parameters * optimizer_bytes / (policy.shards_optimizer_states ? dp : 1);
   return out;
 }
 

@@ -10,10 +10,10 @@ namespace loom::costmodel {
 
 // Bytes of parameters, gradients and optimizer states one data-parallel rank holds.
 struct ModelStateBytes {
-  double parameters = 0;
-  double gradients = 0;
-  double optimizer = 0;
-  double total() const { return parameters + gradients + optimizer; }
+  double parameter_bytes = 0;
+  double gradient_bytes = 0;
+  double optimizer_bytes = 0;
+  double total() const { return parameter_bytes + gradient_bytes + optimizer_bytes; }
 };
 
 // Rajbhandari et al. 2020 (ZeRO), section 3.1 and Table 1: with mixed precision (fp16/bf16) and

@@ -204,18 +204,18 @@ SimulationResult simulate(const CostModel& cost, const Job& job, const Strategy&
   for (int r = 0; r < s.pp; ++r) {
     const StageLoad& l = load[static_cast<std::size_t>(r)];
     memory[static_cast<std::size_t>(r)] = cost.stage_memory(job, s, r, l);
-    double shard = l.parameters / (spec.zero.shards_optimizer_states ? s.dp : 1);
+    double shard = l.num_parameters / (spec.zero.shards_optimizer_states ? s.dp : 1);
     spec.optimizer_s.push_back(shard * terms.optimizer_s_per_parameter);
-    spec.zero_grad_s.push_back(zeroed_gradient_parameters(s, spec.cpu, l.parameters) *
+    spec.zero_grad_s.push_back(zeroed_gradient_parameters(s, spec.cpu, l.num_parameters) *
                                terms.zero_grad_s_per_parameter);
-    spec.post_all_gather_bytes.push_back(l.parameters * state_bytes);
+    spec.post_all_gather_bytes.push_back(l.num_parameters * state_bytes);
   }
   spec.step_sync_s = terms.step_sync_s;
 
   Engine engine(s.pp, &network);
   for (int r = 0; r < s.pp; ++r) {
     const MemoryBreakdown& mem = memory[static_cast<std::size_t>(r)];
-    engine.rank(r).static_bytes = mem.total() - mem.activations;
+    engine.rank(r).static_bytes = mem.total() - mem.activation_bytes;
   }
   sim::build_step(spec, engine, &comms, options.record_trace);
   if (options.max_tasks > 0 &&
@@ -236,9 +236,9 @@ SimulationResult simulate(const CostModel& cost, const Job& job, const Strategy&
   Prediction& p = out.prediction;
   for (int r = 0; r < s.pp; ++r) {
     RankTimeline& t = out.ranks[static_cast<std::size_t>(r)];
-    t.activation_bytes_per_micro_batch = load[static_cast<std::size_t>(r)].activations;
+    t.activation_bytes_per_micro_batch = load[static_cast<std::size_t>(r)].activation_bytes;
     MemoryBreakdown mem = memory[static_cast<std::size_t>(r)];
-    mem.activations = t.peak_activation_bytes;
+    mem.activation_bytes = t.peak_activation_bytes;
     p.memory_by_stage.push_back(mem);
     p.peak_memory_bytes = std::max(p.peak_memory_bytes, t.peak_memory_bytes);
     p.optimizer_s = std::max(p.optimizer_s, t.optimizer_s);

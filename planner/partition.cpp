@@ -25,8 +25,8 @@ class Partitioner {
     const profiles::ModelSpec& m = cost.model();
     auto add = [&](const costmodel::EntryCost& e, bool layer) {
       time_.push_back(time_.back() + e.forward_s + e.backward_s);
-      parameters_.push_back(parameters_.back() + e.parameters);
-      activations_.push_back(activations_.back() + e.activations);
+      parameters_.push_back(parameters_.back() + e.num_parameters);
+      activations_.push_back(activations_.back() + e.activation_bytes);
       layers_.push_back(layers_.back() + (layer ? 1 : 0));
       largest_entry_s_ = std::max(largest_entry_s_, e.forward_s + e.backward_s);
     };
@@ -46,13 +46,13 @@ class Partitioner {
     };
     if (sum(time_) > bottleneck_s) return false;
     costmodel::StageLoad load;
-    load.parameters = sum(parameters_);
-    load.activations = sum(activations_);
-    load.layers = sum(layers_);
+    load.num_parameters = sum(parameters_);
+    load.activation_bytes = sum(activations_);
+    load.num_layers = sum(layers_);
     if (costmodel::chunk_content({first, last}, size()).head) {
-      load.parameters += costmodel::tied_head_copy_parameters(cost_.model(), s_.tp, stage);
+      load.num_parameters += costmodel::tied_head_copy_parameters(cost_.model(), s_.tp, stage);
     }
-    load.largest_chunk_parameters = load.parameters;
+    load.largest_chunk_num_parameters = load.num_parameters;
     return cost_.stage_memory_from(recompute_buffer_, job_, s_, stage, load).total() <= limit_;
   }
 

@@ -138,11 +138,11 @@ costmodel::Prediction prediction_from_json(profiles::ObjectReader r) {
   for (std::size_t i = 0; i < stages.size(); ++i) {
     profiles::ObjectReader m(stages[i], r.source(), r.element_path("memory_bytes_by_stage", i));
     costmodel::MemoryBreakdown b;
-    b.parameters = m.number("parameters", 0, false);
-    b.gradients = m.number("gradients", 0, false);
-    b.optimizer = m.number("optimizer", 0, false);
-    b.activations = m.number("activations", 0, false);
-    b.buffers = m.number("buffers", 0, false);
+    b.parameter_bytes = m.number("parameters", 0, false);
+    b.gradient_bytes = m.number("gradients", 0, false);
+    b.optimizer_bytes = m.number("optimizer", 0, false);
+    b.activation_bytes = m.number("activations", 0, false);
+    b.buffer_bytes = m.number("buffers", 0, false);
     // The sum of the others (as written), within rounding.
     const double total = m.number("total", 0, false);
     if (std::abs(total - b.total()) > 1e-9 * b.total() + 1) {

@@ -188,8 +188,8 @@ std::string render_memory(const Plan& plan, const std::vector<MemoryBreakdown>& 
     svg += "<g class=\"mem-bar\" data-stage=\"" + std::to_string(r) + "\">";
     svg += "<text x=\"" + px(kLeft - 8) + "\" y=\"" + px(y + kBar / 2 + 4) +
            "\" text-anchor=\"end\">stage " + std::to_string(r) + "</text>";
-    const std::array<double, 5> parts = {m.parameters, m.gradients, m.optimizer, m.activations,
-                                         m.buffers};
+    const std::array<double, 5> parts = {m.parameter_bytes, m.gradient_bytes, m.optimizer_bytes,
+                                         m.activation_bytes, m.buffer_bytes};
     double at = 0;
     for (std::size_t k = 0; k < parts.size(); ++k) {
       if (parts[k] <= 0) continue;

@@ -77,9 +77,9 @@ void print_plan(std::ostream& out, const planner::Plan& plan) {
     std::snprintf(
         line, sizeof line, "%-6zu %-11s %-11s %-11s %-11s %-11s %-11s %s\n", r,
         (std::to_string(range.first_layer) + "-" + std::to_string(range.last_layer)).c_str(),
-        gib_text(m.parameters).c_str(), gib_text(m.gradients).c_str(),
-        gib_text(m.optimizer).c_str(), gib_text(m.activations).c_str(), gib_text(m.buffers).c_str(),
-        gib_text(m.total()).c_str());
+        gib_text(m.parameter_bytes).c_str(), gib_text(m.gradient_bytes).c_str(),
+        gib_text(m.optimizer_bytes).c_str(), gib_text(m.activation_bytes).c_str(),
+        gib_text(m.buffer_bytes).c_str(), gib_text(m.total()).c_str());
     out << line;
   }
   for (const std::string& w : plan.why) out << "why: " << w << "\n";

@@ -59,13 +59,13 @@ TEST_CASE("with a synthetic profile the estimate uses exactly its times", "[cali
   CHECK(c.layer.backward_s == 0.021);
   CHECK(c.embedding.forward_s == 0.001);
   CHECK(c.head.backward_s == 0.005);
-  CHECK(c.layer.activations == 50'000'000);
+  CHECK(c.layer.activation_bytes == 50'000'000);
 
   const Prediction p = cost.estimate(job, s, even_partition(model, 1));
   const double per_micro_batch = 0.001 + 0.002 + 12 * (0.010 + 0.021) + 0.003 + 0.005;
   CHECK(cost.step_terms(job, s).step_sync_s == 0);  // one rank: no scalar all-reduces
   CHECK(p.step_time_s == Approx(2 * per_micro_batch + p.optimizer_s).epsilon(1e-12));
-  CHECK(p.memory_by_stage[0].activations == Approx(1'000'000 + 12 * 50'000'000.0 + 7'000));
+  CHECK(p.memory_by_stage[0].activation_bytes == Approx(1'000'000 + 12 * 50'000'000.0 + 7'000));
   // Without the profile the roofline gives other figures.
   CHECK(roofline.sequence_costs(job, s).layer.forward_s != Approx(0.010));
 
@@ -166,7 +166,8 @@ TEST_CASE("a scaled answer keeps the measured-to-roofline ratio", "[calibration]
   const SequenceCosts c = cost.sequence_costs(job256, single(4, 2));
   CHECK(c.layer.forward_s == Approx(1.5 * r256.layer.forward_s));
   CHECK(c.layer.backward_s == Approx(2 * r256.layer.backward_s));
-  CHECK(c.layer.activations == Approx(1000 * r256.layer.activations / r4.layer.activations));
+  CHECK(c.layer.activation_bytes ==
+        Approx(1000 * r256.layer.activation_bytes / r4.layer.activation_bytes));
 }
 
 TEST_CASE("CPU ranks share their node's cores", "[calibration]") {
@@ -262,16 +263,16 @@ TEST_CASE("the optimizer step's working set sets the peak when activations are s
                                 .memory_by_stage[0];
   const double parameters = count_parameters(tiny).total;
   CHECK(parameters < 2.0 * tiny.vocab * tiny.hidden);
-  CHECK(m.activations < 4 * parameters);
-  CHECK(m.activations + m.buffers == Approx(4 * parameters));
+  CHECK(m.activation_bytes < 4 * parameters);
+  CHECK(m.activation_bytes + m.buffer_bytes == Approx(4 * parameters));
 
   const profiles::ModelSpec base = profiles::load_model("bert-base");
   const MemoryBreakdown b = CostModel(base, profiles::load_cluster("local-cpu"))
                                 .estimate(job, s, even_partition(base, 1))
                                 .memory_by_stage[0];
   const double word_table = 4.0 * base.vocab * base.hidden;
-  CHECK(b.activations < 2 * word_table);
-  CHECK(b.activations + b.buffers == Approx(2 * word_table));
+  CHECK(b.activation_bytes < 2 * word_table);
+  CHECK(b.activation_bytes + b.buffer_bytes == Approx(2 * word_table));
 }
 
 TEST_CASE("ZeRO-2/3 pay the gradient staging of every backward pass, all stages zero a shard",
@@ -324,14 +325,14 @@ TEST_CASE("the word embedding's dense gradient adds to the first stage's in-flig
   const double table = 4.0 * model.vocab * model.hidden;
   const StageLoad load{1e6, 1e6, 1, 1e6};
   const MemoryBreakdown first = cost.stage_memory(job, s, 0, load);
-  CHECK(first.activations == Approx(4e6));
-  CHECK(first.buffers == Approx(table - 1e6));
-  CHECK(cost.stage_memory(job, s, 1, load).buffers == 0);  // no embedding there
-  s.schedule = Schedule::k1F1B;                            // two in flight: the same excess
-  CHECK(cost.stage_memory(job, s, 0, load).buffers == Approx(table - 1e6));
+  CHECK(first.activation_bytes == Approx(4e6));
+  CHECK(first.buffer_bytes == Approx(table - 1e6));
+  CHECK(cost.stage_memory(job, s, 1, load).buffer_bytes == 0);  // no embedding there
+  s.schedule = Schedule::k1F1B;                                 // two in flight: the same excess
+  CHECK(cost.stage_memory(job, s, 0, load).buffer_bytes == Approx(table - 1e6));
   // A micro-batch whose activations outweigh the table: its backward's start stays the peak.
   const StageLoad heavy{1e6, 2 * table, 1, 1e6};
-  CHECK(cost.stage_memory(job, s, 0, heavy).buffers == 0);
+  CHECK(cost.stage_memory(job, s, 0, heavy).buffer_bytes == 0);
 }
 
 TEST_CASE("a measured optimizer step and collective factors replace the modelled ones",

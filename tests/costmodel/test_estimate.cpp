@@ -104,10 +104,12 @@ TEST_CASE("properties over random strategies", "[estimate][property]") {
       Strategy more_zero = s;
       more_zero.zero = zero + 1;
       Prediction pz = run(bert, job_of(more_zero, 512), more_zero);
-      double states = base.memory_by_stage[0].parameters + base.memory_by_stage[0].gradients +
-                      base.memory_by_stage[0].optimizer;
-      double states_z = pz.memory_by_stage[0].parameters + pz.memory_by_stage[0].gradients +
-                        pz.memory_by_stage[0].optimizer;
+      double states = base.memory_by_stage[0].parameter_bytes +
+                      base.memory_by_stage[0].gradient_bytes +
+                      base.memory_by_stage[0].optimizer_bytes;
+      double states_z = pz.memory_by_stage[0].parameter_bytes +
+                        pz.memory_by_stage[0].gradient_bytes +
+                        pz.memory_by_stage[0].optimizer_bytes;
       if (dp > 1) CHECK(states_z < states);
       if (dp == 1) CHECK(states_z == Approx(states));
     }
@@ -117,7 +119,7 @@ TEST_CASE("properties over random strategies", "[estimate][property]") {
       Strategy more_rc = s;
       more_rc.recompute = static_cast<Recompute>(static_cast<int>(rc) + 1);
       Prediction pr = run(bert, job_of(more_rc, 512), more_rc);
-      CHECK(pr.memory_by_stage[0].activations < base.memory_by_stage[0].activations);
+      CHECK(pr.memory_by_stage[0].activation_bytes < base.memory_by_stage[0].activation_bytes);
       CHECK(pr.hardware_tflops_per_gpu * pr.step_time_s >
             base.hardware_tflops_per_gpu * base.step_time_s);
     }
@@ -126,8 +128,8 @@ TEST_CASE("properties over random strategies", "[estimate][property]") {
     if (schedule == Schedule::k1F1B) {
       Strategy gpipe = s;
       gpipe.schedule = Schedule::kGpipe;
-      CHECK(run(bert, job_of(gpipe, 512), gpipe).memory_by_stage[0].activations >=
-            base.memory_by_stage[0].activations);
+      CHECK(run(bert, job_of(gpipe, 512), gpipe).memory_by_stage[0].activation_bytes >=
+            base.memory_by_stage[0].activation_bytes);
     }
   }
 }

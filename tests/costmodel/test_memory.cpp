@@ -19,13 +19,13 @@ TEST_CASE("ZeRO Table 1: model states of a 7.5B model with dp = 64", "[memory][z
 
 TEST_CASE("model states by kind under each ZeRO stage", "[memory][zero]") {
   ModelStateBytes z0 = model_state_bytes(1e9, 8, 0, Precision::kFp16);
-  CHECK(z0.parameters == 2e9);
-  CHECK(z0.gradients == 2e9);
-  CHECK(z0.optimizer == 12e9);
+  CHECK(z0.parameter_bytes == 2e9);
+  CHECK(z0.gradient_bytes == 2e9);
+  CHECK(z0.optimizer_bytes == 12e9);
   ModelStateBytes z3 = model_state_bytes(1e9, 8, 3, Precision::kFp16);
-  CHECK(z3.parameters == 2e9 / 8);
-  CHECK(z3.gradients == 2e9 / 8);
-  CHECK(z3.optimizer == 12e9 / 8);
+  CHECK(z3.parameter_bytes == 2e9 / 8);
+  CHECK(z3.gradient_bytes == 2e9 / 8);
+  CHECK(z3.optimizer_bytes == 12e9 / 8);
   // fp32 Adam keeps no master copy: 4 + 4 + 8 bytes.
   CHECK(model_state_bytes(1e9, 1, 0, Precision::kFp32).total() == 16e9);
 }

@@ -175,7 +175,7 @@ TEST_CASE("a lone all-reduce takes its alpha-beta time", "[simulator]") {
       if (x.stream == Stream::kDataParallel) reductions.push_back(&x);
     }
     REQUIRE(reductions.size() == 1);
-    const double gradient_bytes = r.prediction.memory_by_stage[0].parameters;  // 2 bytes each
+    const double gradient_bytes = r.prediction.memory_by_stage[0].parameter_bytes;  // 2 bytes each
     const double expected = collective_time_s(Collective::kAllReduce, gradient_bytes, dp,
                                               cost.group_links().group(s.world_size(), dp, s.tp));
     INFO("dp=" << dp);
@@ -393,9 +393,12 @@ TEST_CASE("realistic plans land near estimate()", "[simulator]") {
         }
         // The static memory is estimate()'s.
         for (std::size_t k = 0; k < 2; ++k) {
-          CHECK(close(r.prediction.memory_by_stage[k].parameters, e.memory_by_stage[k].parameters));
-          CHECK(close(r.prediction.memory_by_stage[k].optimizer, e.memory_by_stage[k].optimizer));
-          CHECK(close(r.prediction.memory_by_stage[k].buffers, e.memory_by_stage[k].buffers));
+          CHECK(close(r.prediction.memory_by_stage[k].parameter_bytes,
+                      e.memory_by_stage[k].parameter_bytes));
+          CHECK(close(r.prediction.memory_by_stage[k].optimizer_bytes,
+                      e.memory_by_stage[k].optimizer_bytes));
+          CHECK(close(r.prediction.memory_by_stage[k].buffer_bytes,
+                      e.memory_by_stage[k].buffer_bytes));
         }
         CHECK(prediction_to_json(r.prediction)["source"] == "simulation");
       }
