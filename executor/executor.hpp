@@ -1,12 +1,15 @@
-// The executor: runs plans with LibTorch (later issues). For now it only reports the LibTorch it
-// was built against, which proves the build finds LibTorch.
+// The LibTorch the executor was built against (loom --version). The executor itself: training
+// (train.hpp), the model (model.hpp), process groups (distributed.hpp), the profiler
+// (profiler.hpp) and the LibTorch-free data layer (tokenizer.hpp, dataset.hpp, safetensors.hpp,
+// batch_order.hpp, metrics_writer.hpp, pipeline_schedule.hpp).
 #pragma once
 
 #include <string>
 
 namespace loom::executor {
 
-// "1.13.0" for Debian's LibTorch; the version the executor was compiled against.
+// "1.13.0" for Debian's LibTorch; the version the executor was compiled against ("none" when
+// built without LibTorch).
 std::string torch_version();
 
 }  // namespace loom::executor

@@ -1,17 +1,22 @@
-// The arithmetic of loom train's optimizer step, shared by the training loops
-// (executor/train.cpp) and the profiler's optimizer measurement (executor/profiler.cpp), so that
-// the profile times exactly what a step runs. Defined in executor/train.cpp.
+// The arithmetic of loom train's optimizer step, shared by the training engines
+// (executor/train_single.cpp, executor/flat_parameters.cpp) and the profiler's optimizer
+// measurement (executor/profiler.cpp), so that the profile times exactly what a step runs.
 #pragma once
 
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <string>
 #include <utility>
 #include <vector>
 
 namespace loom::executor {
 
-// The one-rank loop's clipping, as torch.nn.utils.clip_grad_norm_: the total L2 norm of the
+// Whether AdamW's weight decay applies to the parameter `name` (Hugging Face names): not to
+// biases and LayerNorm weights, as transformers' examples group them.
+bool weight_decay_applies(const std::string& name);
+
+// The one-rank step's clipping, as torch.nn.utils.clip_grad_norm_: the total L2 norm of the
 // parameters' gradients, and, when max_norm > 0, every gradient multiplied by
 // min(1, max_norm / (norm + 1e-6)). All on the gradients' device (multi-tensor kernels where
 // LibTorch has them), with no host synchronisation. Returns the norm before clipping as a
@@ -19,7 +24,7 @@ namespace loom::executor {
 // gradients, as with torch); a zero CPU tensor when no parameter has a gradient.
 torch::Tensor clip_gradients(const std::vector<torch::Tensor>& parameters, double max_norm);
 
-// The one-rank loop's AdamW step: torch::optim::AdamW::step's arithmetic and state (the same
+// The one-rank step's AdamW: torch::optim::AdamW::step's arithmetic and state (the same
 // AdamWParamState entries, so torch::save and torch::load of `optimizer` work unchanged; amsgrad
 // unsupported), run over lists of tensors: multi-tensor kernels on CUDA instead of about eight
 // kernels per parameter, the same per-tensor operations on the CPU. Parameters without a
@@ -28,7 +33,8 @@ torch::Tensor clip_gradients(const std::vector<torch::Tensor>& parameters, doubl
 // set (two temporaries of the largest parameter), which the cost model counts.
 void adamw_step(torch::optim::AdamW& optimizer);
 
-// The multi-rank loop works on flat buffers: (start, length) ranges of one.
+// The many-rank step works on flat buffers (executor/flat_parameters.hpp): (start, length) ranges
+// of one.
 using FlatRanges = std::vector<std::pair<std::int64_t, std::int64_t>>;
 
 // Sum of squares of `flat`'s elements in `ranges`, as a one-element tensor on flat's device (no

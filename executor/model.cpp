@@ -76,8 +76,6 @@ std::int64_t pad_token_id(ModelType type) { return type == ModelType::kRoberta ?
 
 double layer_norm_eps(ModelType type) { return type == ModelType::kRoberta ? 1e-5 : 1e-12; }
 
-std::int64_t classifier_labels(const ModelSpec& spec) { return spec.num_labels.value_or(2); }
-
 void check_encoder(const ModelSpec& spec) {
   if (spec.family != profiles::Family::kEncoder ||
       (spec.model_type != ModelType::kBert && spec.model_type != ModelType::kRoberta)) {

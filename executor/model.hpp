@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "costmodel/strategy.hpp"
+#include "executor/examples.hpp"
 #include "profiles/model_spec.hpp"
 
 namespace loom::executor {
@@ -114,8 +115,7 @@ std::vector<ParameterInfo> parameter_table(const profiles::ModelSpec& spec);
 std::int64_t pad_token_id(profiles::ModelType type);
 // LayerNorm epsilon: 1e-12 for BERT, 1e-5 for RoBERTa.
 double layer_norm_eps(profiles::ModelType type);
-// Labels of the classification head: spec.num_labels, or 2 when the spec has none.
-std::int64_t classifier_labels(const profiles::ModelSpec& spec);
+// Labels of the classification head: classifier_labels (executor/examples.hpp).
 
 // ---------------------------------------------------------------------------------------------
 // The model

@@ -35,26 +35,28 @@
 // examples (M = num_micro_batches, b = micro_batch), so a run equals the single-rank run with
 // micro_batch b and num_micro_batches dp * M up to floating-point summation order. Every rank
 // builds its stage (plan.stages[pp rank]) and tp shard from the same seeded full tensors.
-// Parameters and gradients live in one flat fp32 buffer per rank; gradients are summed over the
-// dp group (all-reduce in buckets overlapping the last backward pass; ZeRO-2/3: reduce-scatter
-// after it) and divided by dp; the global gradient norm
-// (tp shards and pp stages summed, replicated tp parameters counted once) clips; AdamW (the same
-// arithmetic as torch::optim::AdamW) updates the whole buffer (ZeRO-0) or this rank's 1/dp shard
-// (ZeRO-1/2/3: optimizer states sharded, updated parameters all-gathered; ZeRO-3 keeps only the
-// shard between steps and gathers the stage's parameters for the step). Pipeline stages exchange
-// activations and gradients with send/recv in the plan's schedule (gpipe: all forwards, then all
-// backwards; 1f1b: pp - stage - 1 warm-up forwards, then one forward / one backward;
-// interleaved: each pipeline rank holds virtual_stages model chunks, chunk g of the plan's
-// pp * virtual_stages stages on rank g % pp, in Megatron-LM's interleaved 1F1B order). The loss
-// is computed on the last stage and reported on every rank. Only world rank 0 writes metrics.
-// Not yet with many ranks: checkpoints and resume, fp16 loss scaling.
+// Parameters and gradients live in one flat fp32 buffer per rank (executor/flat_parameters.hpp
+// says what each ZeRO stage holds between steps and the order of its collectives): gradients are
+// summed over the dp group (ZeRO-0/1: all-reduced in buckets overlapping the last backward pass;
+// ZeRO-2/3: all-reduced bucket by bucket after every backward pass, each rank keeping its shard)
+// and divided by dp; the global gradient norm (tp shards and pp stages summed, replicated tp
+// parameters counted once) clips; AdamW (the same arithmetic as torch::optim::AdamW) updates the
+// whole buffer (ZeRO-0) or this rank's 1/dp shard (ZeRO-1/2/3: optimizer states sharded, updated
+// parameters all-gathered; ZeRO-3 keeps only the shard between steps and gathers the stage's
+// parameters for the step). Pipeline stages exchange activations and gradients with send/recv in
+// the plan's schedule (executor/pipeline_schedule.hpp: gpipe, 1f1b, or interleaved with
+// virtual_stages model chunks per pipeline rank, chunk g of the plan's pp * virtual_stages stages
+// on rank g % pp). The loss is computed on the last stage and reported on every rank. Only world
+// rank 0 writes metrics (every rank with metrics_every_rank). Many ranks checkpoint and resume
+// (with the same layout); they refuse fp16 on cuda (no loss scaling) and --dump-batches.
 //
-// Checkpoints: `checkpoint_dir/step-NNNNNNNN/` holding model.safetensors (full fp32 weights,
-// Hugging Face names; usable as an init checkpoint), optimizer.pt and rng.pt (torch::save), and
-// trainer_state.json ({"format": "loom-checkpoint/1", "step", "epoch", "sample_offset", "seed",
-// "global_batch", "micro_batch", "num_micro_batches", "total_steps", "loss_scale",
-// "loss_scale_good_steps", "model"}). Each is written into a temporary folder in checkpoint_dir
-// and renamed into place; older step folders are removed only after that rename.
+// Checkpoints: `checkpoint_dir/step-NNNNNNNN/` (executor/checkpoint.hpp lists the files of one
+// rank and of many). Each is written into a temporary folder in checkpoint_dir and renamed into
+// place; older step folders are removed only after that rename.
+//
+// The code: train.cpp (these entry points), train_loop.hpp (the one loop and its one-rank and
+// many-rank engines), batch_order.hpp, metrics_writer.hpp, checkpoint.hpp, flat_adamw.hpp,
+// flat_parameters.hpp.
 #pragma once
 
 #include <atomic>
@@ -182,7 +184,8 @@ TrainSummary train_classifier(const TrainOptions& options,
 
 // As one rank of `groups` (whose dp, tp and pp sizes must equal the options'). Collective: every
 // rank calls it with the same options and data. Besides the refusals above, throws InputError
-// for what many ranks cannot do yet (checkpoints, resume, fp16 on cuda) or an impossible
+// for what many ranks cannot do (fp16 on cuda, --dump-batches), a checkpoint of another layout,
+// ZeRO outside 0..3, stages that are not pp * virtual_stages, or an impossible
 // schedule (virtual stages without interleaving, interleaving with pp < 2 or micro-batches not a
 // multiple of pp), and CollectiveError when a peer is lost or a collective times out.
 TrainSummary train_classifier(const TrainOptions& options,
@@ -219,7 +222,7 @@ struct LogitsRequest {
 std::vector<std::vector<double>> classifier_logits(const LogitsRequest& request);
 
 // The newest complete checkpoint folder (`step-NNNNNNNN` holding trainer_state.json) in
-// `checkpoint_dir`, or nullopt when there is none.
+// `checkpoint_dir`, or nullopt when there is none (defined in checkpoint.cpp).
 std::optional<std::string> latest_checkpoint(const std::string& checkpoint_dir);
 
 }  // namespace loom::executor

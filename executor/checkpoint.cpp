@@ -1,0 +1,228 @@
+#include "executor/checkpoint.hpp"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <csignal>
+#include <cstdio>
+#include <fstream>
+#include <mutex>
+#include <stdexcept>
+#include <system_error>
+
+#include "profiles/errors.hpp"
+#include "profiles/loader.hpp"
+
+namespace loom::executor {
+
+namespace fs = std::filesystem;
+
+std::string step_folder(std::int64_t step) {
+  char name[32];
+  std::snprintf(name, sizeof(name), "step-%08lld", static_cast<long long>(step));
+  return name;
+}
+
+std::int64_t folder_step(const std::string& name) {
+  if (name.size() <= 5 || name.compare(0, 5, "step-") != 0) return -1;
+  const std::string digits = name.substr(5);
+  if (!std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+    return -1;
+  }
+  return std::stoll(digits);
+}
+
+std::optional<std::string> latest_checkpoint(const std::string& checkpoint_dir) {
+  std::error_code error;
+  if (checkpoint_dir.empty() || !fs::is_directory(checkpoint_dir, error)) return std::nullopt;
+  std::int64_t best = -1;
+  fs::path best_path;
+  for (const auto& entry : fs::directory_iterator(checkpoint_dir, error)) {
+    const std::int64_t step = folder_step(entry.path().filename().string());
+    if (step > best && fs::exists(entry.path() / kTrainerStateFile, error)) {
+      best = step;
+      best_path = entry.path();
+    }
+  }
+  if (best < 0) return std::nullopt;
+  return best_path.string();
+}
+
+nlohmann::json read_trainer_state(const fs::path& checkpoint) {
+  const fs::path path = checkpoint / kTrainerStateFile;
+  std::ifstream in(path);
+  if (!in) throw InputError(path.string(), "", "a readable file");
+  try {
+    return nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    throw InputError(path.string(), "", std::string("valid JSON (") + e.what() + ")");
+  }
+}
+
+void check_trainer_state(const nlohmann::json& state, const std::string& source,
+                         const profiles::ModelSpec& spec, std::uint64_t seed,
+                         std::int64_t global_batch, std::int64_t train_count,
+                         const nlohmann::json* layout) {
+  auto expect = [&](const char* key, const nlohmann::json& value, const std::string& what) {
+    if (!state.contains(key) || state[key] != value) {
+      throw InputError(source, std::string("$.") + key,
+                       what + " of this run (" + value.dump() + ")");
+    }
+  };
+  expect("format", kCheckpointFormat, "the format");
+  expect("model", profiles::model_to_json(spec), "the model");
+  expect("seed", seed, "the seed");
+  expect("global_batch", global_batch, "the global batch");
+  expect("train_examples", train_count, "the number of training examples");
+  if (layout != nullptr) expect("layout", *layout, "the parallel layout");
+}
+
+std::vector<torch::Tensor> capture_rng(Device device, int device_index) {
+  std::vector<torch::Tensor> states;
+  at::Generator cpu = at::globalContext().defaultGenerator(c10::DeviceType::CPU);
+  {
+    std::lock_guard<std::mutex> lock(cpu.mutex());
+    states.push_back(cpu.get_state());
+  }
+  if (device == Device::kCuda) {
+    at::Generator cuda = at::globalContext().defaultGenerator(
+        c10::Device(c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(device_index)));
+    std::lock_guard<std::mutex> lock(cuda.mutex());
+    states.push_back(cuda.get_state());
+  }
+  return states;
+}
+
+void restore_rng(const std::vector<torch::Tensor>& states, Device device, int device_index,
+                 const std::string& source) {
+  const std::size_t expected = device == Device::kCuda ? 2 : 1;
+  if (states.size() != expected) {
+    throw InputError(source, "", "the RNG states of a " + std::string(to_string(device)) + " run");
+  }
+  at::Generator cpu = at::globalContext().defaultGenerator(c10::DeviceType::CPU);
+  {
+    std::lock_guard<std::mutex> lock(cpu.mutex());
+    cpu.set_state(states[0]);
+  }
+  if (device == Device::kCuda) {
+    at::Generator cuda = at::globalContext().defaultGenerator(
+        c10::Device(c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(device_index)));
+    std::lock_guard<std::mutex> lock(cuda.mutex());
+    cuda.set_state(states[1]);
+  }
+}
+
+namespace {
+
+// Removes the step folders of `dir` older than `step`.
+void remove_older_steps(const fs::path& dir, std::int64_t step) {
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    const std::int64_t other = folder_step(entry.path().filename().string());
+    if (other >= 0 && other < step) fs::remove_all(entry.path());
+  }
+}
+
+}  // namespace
+
+void write_checkpoint(const fs::path& dir, std::int64_t step, EncoderClassifier& model,
+                      torch::optim::AdamW& optimizer, const std::vector<torch::Tensor>& rng,
+                      const nlohmann::ordered_json& state, bool kill_midway) {
+  fs::create_directories(dir);
+  const std::string name = step_folder(step);
+  const std::string pid = std::to_string(static_cast<long long>(getpid()));
+  const fs::path tmp = dir / (".tmp-" + name + "-" + pid);
+  fs::remove_all(tmp);
+  fs::create_directory(tmp);
+  // Everything goes to the temporary folder first; a failure (disk full) removes it, so the
+  // checkpoints under their final names stay whole.
+  auto failed = [&](const std::string& what) {
+    std::error_code ignored;
+    fs::remove_all(tmp, ignored);
+    throw std::runtime_error("cannot write checkpoint " + (dir / name).string() + ": " + what);
+  };
+  try {
+    model.save_safetensors((tmp / "model.safetensors").string());
+    if (kill_midway) ::raise(SIGKILL);  // fault injection (TrainOptions::fault_kill_in_checkpoint)
+    torch::save(optimizer, (tmp / "optimizer.pt").string());
+    torch::save(rng, (tmp / "rng.pt").string());
+    profiles::write_file_atomically((tmp / kTrainerStateFile).string(), state.dump(2) + "\n");
+  } catch (const c10::Error& e) {
+    failed(e.what_without_backtrace());
+  } catch (const std::exception& e) {
+    failed(e.what());
+  }
+  const fs::path target = dir / name;
+  if (fs::exists(target)) {  // the same step written again: swap, then drop the old one
+    const fs::path old = dir / (".old-" + name + "-" + pid);
+    fs::remove_all(old);
+    fs::rename(target, old);
+    fs::rename(tmp, target);
+    fs::remove_all(old);
+  } else {
+    fs::rename(tmp, target);
+  }
+  remove_older_steps(dir, step);
+}
+
+void write_rank_checkpoint(const fs::path& dir, std::int64_t step, ProcessGroup& world,
+                           const std::vector<torch::Tensor>& rank_state,
+                           const nlohmann::ordered_json& state, bool kill_midway) {
+  const int world_rank = world.rank();
+  const std::string name = step_folder(step);
+  const fs::path tmp = dir / (".tmp-" + name);
+  if (world_rank == 0) {
+    fs::create_directories(dir);
+    fs::remove_all(tmp);
+    fs::create_directory(tmp);
+  }
+  world.barrier();
+  std::string error;
+  try {
+    torch::save(rank_state, (tmp / ("rank-" + std::to_string(world_rank) + ".pt")).string());
+    if (kill_midway) ::raise(SIGKILL);  // fault injection
+    if (world_rank == 0) {
+      profiles::write_file_atomically((tmp / kTrainerStateFile).string(), state.dump(2) + "\n");
+    }
+  } catch (const c10::Error& e) {
+    error = e.what_without_backtrace();
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  // Every rank learns whether every write succeeded before rank 0 renames.
+  torch::Tensor failed = torch::tensor({error.empty() ? 0.0 : 1.0}, torch::kDouble);
+  world.allreduce_sum(failed);
+  if (failed.item<double>() != 0) {
+    if (world_rank == 0) {
+      std::error_code ignored;
+      fs::remove_all(tmp, ignored);
+    }
+    throw std::runtime_error("cannot write checkpoint " + (dir / name).string() + ": " +
+                             (error.empty() ? "another rank failed to write its part" : error));
+  }
+  if (world_rank == 0) {
+    const fs::path target = dir / name;
+    fs::remove_all(target);
+    fs::rename(tmp, target);
+    remove_older_steps(dir, step);
+  }
+  world.barrier();
+}
+
+std::vector<torch::Tensor> read_rank_state(const fs::path& checkpoint, int world_rank,
+                                           std::size_t min_tensors) {
+  const fs::path mine = checkpoint / ("rank-" + std::to_string(world_rank) + ".pt");
+  std::vector<torch::Tensor> saved;
+  try {
+    torch::load(saved, mine.string());
+  } catch (const c10::Error& e) {
+    throw InputError(
+        mine.string(), "",
+        std::string("a rank state written by loom train (") + e.what_without_backtrace() + ")");
+  }
+  if (saved.size() < min_tensors) {
+    throw InputError(mine.string(), "", "parameters, moments, step, RNG");
+  }
+  return saved;
+}
+
+}  // namespace loom::executor

@@ -1,0 +1,76 @@
+// Checkpoints of loom train: step folders, the RNG state, trainer_state.json and how a run finds
+// and checks the one it resumes from.
+//
+// One rank: `checkpoint_dir/step-NNNNNNNN/` holds model.safetensors (full fp32 weights, Hugging
+// Face names; usable as an init checkpoint), optimizer.pt and rng.pt (torch::save), and
+// trainer_state.json ({"format": "loom-checkpoint/1", "step", "epoch", "sample_offset", "seed",
+// "global_batch", "micro_batch", "num_micro_batches", "total_steps", "train_examples",
+// "loss_scale", "loss_scale_good_steps", "model"}).
+// Many ranks: the folder holds trainer_state.json ({"format", "step", "epoch", "seed",
+// "global_batch", "total_steps", "train_examples", "world_size", "layout", "model"}) and
+// rank-R.pt per world rank R (FlatParameters::state(), then the RNG states); it resumes only with
+// the same layout.
+// Either is written into a temporary folder in checkpoint_dir and renamed into place; older step
+// folders are removed only after that rename, so a run killed mid-write leaves the previous
+// checkpoint whole.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "executor/distributed.hpp"
+#include "executor/model.hpp"
+#include "executor/train.hpp"
+
+namespace loom::executor {
+
+inline constexpr const char* kCheckpointFormat = "loom-checkpoint/1";
+inline constexpr const char* kTrainerStateFile = "trainer_state.json";
+
+// "step-NNNNNNNN" (eight digits at least).
+std::string step_folder(std::int64_t step);
+// The step of a `step-NNNNNNNN` folder name, or -1.
+std::int64_t folder_step(const std::string& name);
+
+// A checkpoint's trainer_state.json (InputError when unreadable or not JSON).
+nlohmann::json read_trainer_state(const std::filesystem::path& checkpoint);
+// trainer_state.json against this run: the same format, model, seed, global batch, training
+// examples and (many ranks, when `layout` is given) parallel layout, or an InputError naming the
+// field (source `source`).
+void check_trainer_state(const nlohmann::json& state, const std::string& source,
+                         const profiles::ModelSpec& spec, std::uint64_t seed,
+                         std::int64_t global_batch, std::int64_t train_count,
+                         const nlohmann::json* layout);
+
+// LibTorch's default generators' states: the CPU's, then (cuda) GPU device_index's.
+std::vector<torch::Tensor> capture_rng(Device device, int device_index);
+// Sets them back; InputError (source `source`) when `states` are not of a `device` run.
+void restore_rng(const std::vector<torch::Tensor>& states, Device device, int device_index,
+                 const std::string& source);
+
+// One rank: writes step folder `step` of `dir` (model, optimizer, rng, `state`) and removes older
+// ones. `kill_midway` raises SIGKILL after the model file (fault injection). Throws
+// std::runtime_error naming the folder when a write fails (the temporary folder removed).
+void write_checkpoint(const std::filesystem::path& dir, std::int64_t step, EncoderClassifier& model,
+                      torch::optim::AdamW& optimizer, const std::vector<torch::Tensor>& rng,
+                      const nlohmann::ordered_json& state, bool kill_midway);
+
+// Many ranks, collective over `world`: every rank writes rank-R.pt (`rank_state`), world rank 0
+// `state` as trainer_state.json; once every rank has reported success rank 0 renames the folder
+// into place and removes older ones. `kill_midway` raises SIGKILL after the rank's file. Throws
+// std::runtime_error on every rank when any rank's write failed.
+void write_rank_checkpoint(const std::filesystem::path& dir, std::int64_t step, ProcessGroup& world,
+                           const std::vector<torch::Tensor>& rank_state,
+                           const nlohmann::ordered_json& state, bool kill_midway);
+// rank-R.pt of `checkpoint` for world rank R; InputError when unreadable or shorter than
+// `min_tensors`.
+std::vector<torch::Tensor> read_rank_state(const std::filesystem::path& checkpoint, int world_rank,
+                                           std::size_t min_tensors);
+
+}  // namespace loom::executor

@@ -1,0 +1,139 @@
+#include "executor/train_loop.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <string>
+
+namespace loom::executor {
+
+double learning_rate(const TrainOptions& o, std::int64_t step, std::int64_t total) {
+  if (step < o.warmup_steps) {
+    return o.lr * static_cast<double>(step) /
+           static_cast<double>(std::max<std::int64_t>(1, o.warmup_steps));
+  }
+  const double rest = static_cast<double>(total - step) /
+                      static_cast<double>(std::max<std::int64_t>(1, total - o.warmup_steps));
+  return o.lr * std::max(0.0, rest);
+}
+
+namespace {
+
+// The loop's state between steps.
+class Loop {
+ public:
+  Loop(const TrainOptions& o, const RunSize& size, std::int64_t train_examples, bool has_validation,
+       TrainRank& rank)
+      : o_(o),
+        size_(size),
+        train_examples_(train_examples),
+        has_validation_(has_validation),
+        rank_(rank),
+        metrics_(rank.lead() || o.metrics_every_rank ? o.metrics_path : std::string(),
+                 rank.resumed_from_step().has_value()),
+        progress_(o.progress && rank.lead(), size.total_steps) {
+    summary_.total_steps = size.total_steps;
+    summary_.precision = rank.precision();
+    summary_.resumed_from_step = rank.resumed_from_step();
+    summary_.steps = rank.resumed_from_step().value_or(0);
+    rank_.begin();
+  }
+
+  TrainSummary run() {
+    const std::int64_t end_step = o_.stop_after_step > 0
+                                      ? std::min(o_.stop_after_step, size_.total_steps)
+                                      : size_.total_steps;
+    for (std::int64_t step = summary_.steps; step < end_step; ++step) {
+      if (!run_step(step, end_step)) break;
+    }
+    progress_.finish();
+    const bool finished = summary_.steps == size_.total_steps && summary_.stopped_by_signal == 0;
+    // A stop signal during the final evaluation abandons it: the run reports the signal.
+    if (finished && last_eval_step_ != summary_.steps && !evaluate(summary_.steps)) {
+      summary_.stopped_by_signal = rank_.stop_signal();
+    }
+    rank_.finish();
+    summary_.final_loss = summary_.losses.empty() ? 0.0 : summary_.losses.back();
+    summary_.median_step_time_s = median(step_times_s_);
+    summary_.samples_per_s =
+        summary_.median_step_time_s > 0.0
+            ? static_cast<double>(size_.global_batch) / summary_.median_step_time_s
+            : 0.0;
+    summary_.peak_memory_bytes = rank_.peak_memory_bytes();
+    return summary_;
+  }
+
+ private:
+  // Runs one step and what follows it; false when a stop signal ends the run after it.
+  bool run_step(std::int64_t step, std::int64_t end_step) {
+    const auto started = std::chrono::steady_clock::now();
+    const std::int64_t epoch = step / size_.steps_per_epoch;
+    const std::int64_t offset = (step % size_.steps_per_epoch) * size_.global_batch;
+    if (epoch != cached_epoch_) {
+      order_ = epoch_order(o_.seed, epoch, train_examples_);
+      cached_epoch_ = epoch;
+    }
+    const double lr = learning_rate(o_, step, size_.total_steps);
+    StepPhases phases;
+    const double loss = rank_.train_step(step, order_, offset, lr, phases);
+    const double step_time_s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+
+    step_times_s_.push_back(step_time_s);
+    summary_.losses.push_back(loss);
+    summary_.steps = step + 1;
+    if ((step + 1) % o_.log_every == 0 || step + 1 == end_step) {
+      metrics_.write_step({step + 1, epoch, loss, lr, size_.global_batch, step_time_s,
+                           rank_.peak_memory_bytes(), rank_.rank(), phases});
+    }
+    progress_.update(step + 1, loss);
+    // Not started once a stop signal arrived; abandoned when one arrives during it.
+    if (rank_.stop_signal() == 0 && o_.eval_every > 0 && (step + 1) % o_.eval_every == 0) {
+      evaluate(step + 1);
+    }
+    const int signal = rank_.stop_signal();
+    const bool last = step + 1 == end_step || signal != 0;
+    if (!o_.checkpoint_dir.empty() &&
+        ((o_.checkpoint_every > 0 && (step + 1) % o_.checkpoint_every == 0) || last)) {
+      rank_.save_checkpoint(step + 1);
+    }
+    if (signal != 0) {
+      summary_.stopped_by_signal = signal;
+      return false;
+    }
+    return true;
+  }
+
+  // False, with nothing written, when a stop signal abandoned it.
+  bool evaluate(std::int64_t step) {
+    if (!has_validation_) return true;
+    const std::optional<Evaluation> result = rank_.evaluate();
+    if (!result) return false;
+    summary_.validation_accuracy = result->accuracy;
+    summary_.validation_loss = result->loss;
+    last_eval_step_ = step;
+    metrics_.write_evaluation(step, result->accuracy, result->loss);
+    return true;
+  }
+
+  const TrainOptions& o_;
+  RunSize size_;
+  std::int64_t train_examples_;
+  bool has_validation_;
+  TrainRank& rank_;
+  MetricsWriter metrics_;
+  ProgressBar progress_;
+  TrainSummary summary_;
+  std::vector<double> step_times_s_;
+  std::int64_t cached_epoch_ = -1;
+  std::vector<std::int64_t> order_;
+  std::int64_t last_eval_step_ = -1;
+};
+
+}  // namespace
+
+TrainSummary run_training(const TrainOptions& options, const RunSize& size,
+                          std::int64_t train_examples, bool has_validation, TrainRank& rank) {
+  return Loop(options, size, train_examples, has_validation, rank).run();
+}
+
+}  // namespace loom::executor
