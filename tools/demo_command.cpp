@@ -45,6 +45,7 @@ int run_demo() {
       executor::split_train_validation(executor::synthetic_reviews(1200, 1), 0.2, 42);
   auto encode = [&](const std::vector<executor::Review>& reviews) {
     std::vector<executor::EncodedExample> out;
+    out.reserve(reviews.size());
     for (const executor::Review& r : reviews) out.push_back(tokenizer.encode(r.text, 64, r.label));
     return out;
   };

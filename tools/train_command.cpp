@@ -132,6 +132,7 @@ std::vector<executor::EncodedExample> encode(const std::vector<executor::Review>
 
 // Where the SIGINT/SIGTERM handler leaves the signal number for the training loop (a signal
 // handler can only reach a static).
+// NOLINTNEXTLINE(cppcoreguidelines-avoid-non-const-global-variables)
 std::atomic<int> stop_signal_received{0};
 
 void on_stop_signal(int signal_number) { stop_signal_received.store(signal_number); }

@@ -86,6 +86,7 @@ int run_logged(const std::vector<std::string>& argv_text, const fs::path& log) {
     if (out == nullptr || dup2(fileno(stdout), STDERR_FILENO) < 0) _exit(127);
     std::vector<std::string> copy = argv_text;
     std::vector<char*> argv;
+    argv.reserve(copy.size() + 1);
     for (std::string& s : copy) argv.push_back(s.data());
     argv.push_back(nullptr);
     execv(argv[0], argv.data());
@@ -284,7 +285,7 @@ int run_validate(const ValidateArgs& a) {
     std::cout << head << "\n" << ahead << "\n" << seen << "\n";
   }
   std::snprintf(line, sizeof line, "(median of steps %lld-%lld)\n",
-                static_cast<long long>(a.warmup + 1), static_cast<long long>(a.steps));
+                static_cast<long long>(a.warmup) + 1, static_cast<long long>(a.steps));
   std::cout << line;
   return 0;
 }
