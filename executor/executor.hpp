@@ -1,7 +1,8 @@
 // The LibTorch the executor was built against (loom --version). The executor itself: training
 // (train.hpp), the model (model.hpp), process groups (distributed.hpp), the profiler
 // (profiler.hpp) and the LibTorch-free data layer (tokenizer.hpp, dataset.hpp, safetensors.hpp,
-// batch_order.hpp, metrics_writer.hpp, pipeline_schedule.hpp).
+// batch_order.hpp, metrics_writer.hpp, metrics.hpp); the pipeline order is
+// costmodel/schedule.hpp's.
 #pragma once
 
 #include <string>

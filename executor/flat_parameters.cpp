@@ -32,9 +32,9 @@ FlatRanges true_ranges(const torch::Tensor& mask) {
 FlatParameters::FlatParameters(const std::vector<std::vector<FlatParameter>>& chunks,
                                const FlatOptions& o, ParallelGroups& groups,
                                const torch::Device& device)
-    : zero_(o.zero), weight_decay_(o.weight_decay), groups_(groups) {
+    : zero_(costmodel::zero_policy(o.zero)), weight_decay_(o.weight_decay), groups_(groups) {
   const int dp = groups.dp_size();
-  sharded_gradients_ = zero_ >= 2 && dp > 1;
+  sharded_gradients_ = zero_.shards_gradients && dp > 1;
   std::vector<std::size_t> chunk_ends;
   for (const std::vector<FlatParameter>& chunk : chunks) {
     for (const FlatParameter& entry : chunk) {
@@ -49,8 +49,8 @@ FlatParameters::FlatParameters(const std::vector<std::vector<FlatParameter>>& ch
   }
   padded_ = (numel_ + dp - 1) / dp * dp;
   shard_numel_ = padded_ / dp;
-  shard_offset_ = zero_ > 0 ? groups.coordinates().dp * shard_numel_ : 0;
-  const std::int64_t updated = zero_ > 0 ? shard_numel_ : padded_;
+  shard_offset_ = zero_.shards_optimizer_states ? groups.coordinates().dp * shard_numel_ : 0;
+  const std::int64_t updated = zero_.shards_optimizer_states ? shard_numel_ : padded_;
   const auto options = torch::TensorOptions().dtype(torch::kFloat).device(device);
   copy_into_flat(chunks, options);
   const std::int64_t bucket_numel = std::max<std::int64_t>(o.bucket_bytes / 4, 1);
@@ -64,12 +64,12 @@ FlatParameters::FlatParameters(const std::vector<std::vector<FlatParameter>>& ch
     }
     staging_ = torch::empty({std::min(largest, bucket_numel)}, options);
   }
-  if (zero_ == 3) {
+  if (zero_.shards_parameters) {
     shard_ = flat_.narrow(0, shard_offset_, shard_numel_).clone();
     release();
   } else {
     bind();
-    if (o.overlap && dp > 1 && zero_ <= 1) make_buckets(bucket_numel);
+    if (o.overlap && dp > 1 && !zero_.reduces_every_micro_batch) make_buckets(bucket_numel);
   }
   // After the parameters moved into the flat buffer (their first copies are freed by then).
   exp_avg_ = torch::zeros({updated}, options);
@@ -80,7 +80,7 @@ FlatParameters::FlatParameters(const std::vector<std::vector<FlatParameter>>& ch
 // the updated part (ranges, not per-element masks, which would cost another copy of it).
 void FlatParameters::copy_into_flat(const std::vector<std::vector<FlatParameter>>& chunks,
                                     const torch::TensorOptions& options) {
-  const std::int64_t updated = zero_ > 0 ? shard_numel_ : padded_;
+  const std::int64_t updated = zero_.shards_optimizer_states ? shard_numel_ : padded_;
   torch::Tensor decay = torch::zeros({padded_}, options.dtype(torch::kBool));
   torch::Tensor counted = torch::zeros({padded_}, options.dtype(torch::kBool));
   flat_ = torch::zeros({padded_}, options);
@@ -110,14 +110,14 @@ void FlatParameters::arm() {
 }
 
 void FlatParameters::materialize() {
-  if (zero_ != 3 || flat_.defined()) return;
+  if (!zero_.gathers_before_forward || flat_.defined()) return;
   flat_ = torch::empty({padded_}, shard_.options());
   groups_.dp().allgather(flat_, shard_);
   bind();
 }
 
 void FlatParameters::release() {
-  if (zero_ != 3) return;
+  if (!zero_.shards_parameters) return;
   torch::NoGradGuard no_grad;
   for (torch::Tensor& p : parameters_) {
     p.set_data(torch::empty({0}, shard_.options()));
@@ -144,13 +144,13 @@ void FlatParameters::finish_backward(int k) {
 }
 
 std::vector<torch::Tensor> FlatParameters::state() const {
-  return {(zero_ == 3 ? shard_ : flat_).to(torch::kCPU), exp_avg_.to(torch::kCPU),
+  return {(zero_.shards_parameters ? shard_ : flat_).to(torch::kCPU), exp_avg_.to(torch::kCPU),
           exp_avg_sq_.to(torch::kCPU), torch::tensor({step_}, torch::kLong)};
 }
 
 void FlatParameters::load_state(const std::vector<torch::Tensor>& state,
                                 const std::string& source) {
-  torch::Tensor& held = zero_ == 3 ? shard_ : flat_;
+  torch::Tensor& held = zero_.shards_parameters ? shard_ : flat_;
   if (state.size() != 4 || state[0].sizes() != held.sizes() ||
       state[1].sizes() != exp_avg_.sizes() || state[2].sizes() != exp_avg_sq_.sizes()) {
     throw InputError(source, "", "the parameters and AdamW state of this rank of this plan");
@@ -168,7 +168,7 @@ torch::Tensor FlatParameters::reduce_gradients() {
     shard_grad_.div_(dp);
     return shard_grad_;
   }
-  if (zero_ >= 2) {
+  if (zero_.shards_gradients) {
     torch::Tensor shard = torch::empty({shard_numel_}, grad_.options());
     reduction_log_.emplace_back(0, padded_);
     groups_.dp().reduce_scatter_sum(shard, grad_);
@@ -185,25 +185,25 @@ torch::Tensor FlatParameters::reduce_gradients() {
     groups_.dp().allreduce_sum(grad_);
   }
   if (dp > 1) grad_.div_(dp);
-  return zero_ == 1 ? grad_.narrow(0, shard_offset_, shard_numel_) : grad_;
+  return zero_.shards_optimizer_states ? grad_.narrow(0, shard_offset_, shard_numel_) : grad_;
 }
 
 torch::Tensor FlatParameters::global_norm(const torch::Tensor& grad) {
   torch::Tensor sum = squared_norm(grad, counted_ranges_);
-  if (zero_ > 0) groups_.dp().allreduce_sum(sum);
+  if (zero_.reduces_norm_over_dp) groups_.dp().allreduce_sum(sum);
   groups_.tp().allreduce_sum(sum);
   groups_.pp().allreduce_sum(sum);
   return sum.sqrt();
 }
 
 void FlatParameters::step(const torch::Tensor& grad, double lr) {
-  torch::Tensor p = zero_ == 3  ? shard_
-                    : zero_ > 0 ? flat_.narrow(0, shard_offset_, shard_numel_)
-                                : flat_;
+  torch::Tensor p = zero_.shards_parameters         ? shard_
+                    : zero_.shards_optimizer_states ? flat_.narrow(0, shard_offset_, shard_numel_)
+                                                    : flat_;
   // One temporary of the updated part's size (the cost model's optimizer working set).
   flat_adamw_update(p, grad, exp_avg_, exp_avg_sq_, ++step_, lr, weight_decay_, decay_ranges_);
   // In place: this rank's updated part is its chunk of the gathered buffer.
-  if (zero_ == 1 || zero_ == 2) groups_.dp().allgather(flat_, p);
+  if (zero_.gathers_after_step) groups_.dp().allgather(flat_, p);
 }
 
 void FlatParameters::bind() {

@@ -7,7 +7,8 @@
 // [r * S, (r + 1) * S), S = padded_numel / dp. Every parameter tensor is a view of its slice of
 // the buffer (set_data), so the model reads and writes the buffer directly.
 //
-// What a rank holds between steps, and how a step reduces (dp > 1; G = the gradient):
+// What a rank holds between steps, and how a step reduces (dp > 1; G = the gradient), as
+// costmodel::ZeroPolicy (costmodel/zero.hpp) names each stage's behaviours:
 //   ZeRO-0: full parameters, a full gradient buffer (micro-batches accumulate into it), AdamW
 //     moments of the full buffer. After the last backward pass G is all-reduced (summed) and
 //     divided by dp; AdamW updates the whole buffer. No all-gather.
@@ -47,6 +48,7 @@
 #include <string>
 #include <vector>
 
+#include "costmodel/zero.hpp"
 #include "executor/distributed.hpp"
 #include "executor/flat_adamw.hpp"
 #include "executor/torch_compat.hpp"
@@ -138,7 +140,7 @@ class FlatParameters {
   void make_buckets(std::int64_t bucket_numel);
   void launch(std::size_t index);
 
-  int zero_;
+  costmodel::ZeroPolicy zero_;  // what the plan's ZeRO stage shards and when it communicates
   double weight_decay_;
   ParallelGroups& groups_;
   std::vector<torch::Tensor> parameters_;

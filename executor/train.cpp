@@ -5,6 +5,7 @@
 #include <numeric>
 #include <thread>
 
+#include "costmodel/schedule.hpp"
 #include "executor/device_batch.hpp"
 #include "executor/distributed.hpp"
 #include "executor/model.hpp"
@@ -77,12 +78,9 @@ void check_parallel_options(const TrainOptions& o, ParallelGroups& groups) {
             " pp=" + std::to_string(o.pp));
   }
   if (o.zero < 0 || o.zero > 3) throw InputError("plan", "$.strategy.zero", "0, 1, 2 or 3");
-  const bool interleaved = o.schedule == costmodel::Schedule::kInterleaved;
-  if (interleaved != (o.virtual_stages > 1) || o.virtual_stages < 1 ||
-      (interleaved && (o.pp < 2 || o.num_micro_batches % o.pp != 0))) {
-    throw InputError("plan", "$.strategy",
-                     "virtual_stages 1 with gpipe or 1f1b, or virtual_stages >= 2 with the "
-                     "interleaved schedule, pp >= 2 and num_micro_batches a multiple of pp");
+  if (auto why =
+          costmodel::check_schedule(o.schedule, o.pp, o.num_micro_batches, o.virtual_stages)) {
+    throw InputError("plan", "$.strategy", "a schedule the pipeline can run: " + *why);
   }
   if (o.device == Device::kCuda && o.precision == Precision::kFp16) {
     throw InputError("--device", "", "bf16, tf32 or fp32 with many ranks on cuda (no fp16 yet)");

@@ -44,7 +44,7 @@
 // whole buffer (ZeRO-0) or this rank's 1/dp shard (ZeRO-1/2/3: optimizer states sharded, updated
 // parameters all-gathered; ZeRO-3 keeps only the shard between steps and gathers the stage's
 // parameters for the step). Pipeline stages exchange activations and gradients with send/recv in
-// the plan's schedule (executor/pipeline_schedule.hpp: gpipe, 1f1b, or interleaved with
+// the plan's schedule (costmodel/schedule.hpp's pipeline_order: gpipe, 1f1b, or interleaved with
 // virtual_stages model chunks per pipeline rank, chunk g of the plan's pp * virtual_stages stages
 // on rank g % pp). The loss is computed on the last stage and reported on every rank. Only world
 // rank 0 writes metrics (every rank with metrics_every_rank). Many ranks checkpoint and resume

@@ -8,13 +8,13 @@
 #include <numeric>
 
 #include "costmodel/estimate.hpp"
+#include "costmodel/schedule.hpp"
 #include "executor/checkpoint.hpp"
 #include "executor/device_batch.hpp"
 #include "executor/distributed.hpp"
 #include "executor/flat_adamw.hpp"
 #include "executor/flat_parameters.hpp"
 #include "executor/model.hpp"
-#include "executor/pipeline_schedule.hpp"
 #include "executor/torch_compat.hpp"
 #include "executor/train_loop.hpp"
 #include "profiles/errors.hpp"
@@ -137,7 +137,7 @@ class ParallelRank final : public TrainRank {
   std::vector<costmodel::StageRange> stages_;
   std::vector<std::unique_ptr<EncoderClassifier>> chunks_;
   std::unique_ptr<FlatParameters> flat_;
-  std::vector<PipelineTask> tasks_;
+  std::vector<costmodel::PipelineOp> tasks_;  // this rank's passes, costmodel::pipeline_order
   nlohmann::json layout_;
   std::optional<std::int64_t> resumed_from_;
   int previous_rank_;
@@ -193,7 +193,7 @@ ParallelRank::ParallelRank(const TrainOptions& o, const RunSize& size,
   flat_options.overlap = v_ == 1;
   flat_ = std::make_unique<FlatParameters>(flat_parameters_of(chunks_, c_.tp == 0), flat_options,
                                            groups, device_);
-  tasks_ = pipeline_order(o.schedule, o.pp, c_.pp, o.num_micro_batches, v_);
+  tasks_ = costmodel::pipeline_order(o.schedule, o.pp, c_.pp, o.num_micro_batches, v_);
   layout_ = {{"dp", o.dp},     {"tp", o.tp},           {"pp", o.pp},
              {"zero", o.zero}, {"virtual_stages", v_}, {"stages", nlohmann::json::array()}};
   for (const costmodel::StageRange& r : stages_) {
@@ -318,8 +318,8 @@ double ParallelRank::train_step(std::int64_t step, const std::vector<std::int64_
   s.phases = &phases;
   s.in_flight.resize(static_cast<std::size_t>(v_ * o_.num_micro_batches));
   s.local_loss = torch::zeros({}, torch::TensorOptions().device(device_));
-  for (const PipelineTask& task : tasks_) {
-    if (task.forward) {
+  for (const costmodel::PipelineOp& task : tasks_) {
+    if (task.pass == costmodel::PassKind::kForward) {
       forward(s, task.chunk, task.micro_batch);
     } else {
       backward(s, task.chunk, task.micro_batch);

@@ -1,12 +1,10 @@
-// The training data order, the run's size and the data checks (executor/batch_order.hpp), and
-// the pipeline schedule's order of passes (executor/pipeline_schedule.hpp).
+// The training data order, the run's size and the data checks (executor/batch_order.hpp).
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <numeric>
 #include <set>
 
 #include "executor/batch_order.hpp"
-#include "executor/pipeline_schedule.hpp"
 #include "profiles/errors.hpp"
 
 using loom::InputError;
@@ -85,42 +83,4 @@ TEST_CASE("batch_json writes the micro-batch as dumped", "[batch_order]") {
   const auto line = loom::executor::batch_json(5, 1, data, {1, 0}, 0, 1);
   CHECK(line.dump() == R"({"step":5,"micro_batch":1,"input_ids":[[3,4]],"attention_mask":[[1,0]],)"
                        R"("token_type_ids":[[0,1]],"labels":[1]})");
-}
-
-TEST_CASE("pipeline_order: pinned orders of every schedule", "[batch_order][pipeline]") {
-  using loom::executor::pipeline_order;
-  using loom::executor::to_string;
-  using Schedule = loom::costmodel::Schedule;
-  CHECK(to_string(pipeline_order(Schedule::k1F1B, 3, 0, 4, 1)) == "F0 F1 F2 B0 F3 B1 B2 B3");
-  CHECK(to_string(pipeline_order(Schedule::k1F1B, 3, 1, 4, 1)) == "F0 F1 B0 F2 B1 F3 B2 B3");
-  CHECK(to_string(pipeline_order(Schedule::k1F1B, 3, 2, 4, 1)) == "F0 B0 F1 B1 F2 B2 F3 B3");
-  CHECK(to_string(pipeline_order(Schedule::k1F1B, 4, 0, 2, 1)) == "F0 F1 B0 B1");
-  CHECK(to_string(pipeline_order(Schedule::kGpipe, 2, 1, 3, 1)) == "F0 F1 F2 B0 B1 B2");
-  CHECK(to_string(pipeline_order(Schedule::kInterleaved, 2, 0, 4, 2), true) ==
-        "F0.0 F1.0 F0.1 F1.1 F2.0 B0.1 F3.0 B1.1 F2.1 B0.0 F3.1 B1.0 B2.1 B3.1 B2.0 B3.0");
-  CHECK(to_string(pipeline_order(Schedule::kInterleaved, 2, 1, 2, 2), true) ==
-        "F0.0 F1.0 F0.1 F1.1 B0.1 B1.1 B0.0 B1.0");
-  // Every pass once, each backward after its forward.
-  for (const auto& [schedule, pp, m, v] :
-       std::vector<std::tuple<Schedule, int, int, int>>{{Schedule::kGpipe, 4, 6, 1},
-                                                        {Schedule::k1F1B, 4, 6, 1},
-                                                        {Schedule::k1F1B, 4, 2, 1},
-                                                        {Schedule::kInterleaved, 4, 8, 3},
-                                                        {Schedule::kInterleaved, 2, 6, 2}}) {
-    for (int rank = 0; rank < pp; ++rank) {
-      const auto tasks = pipeline_order(schedule, pp, rank, m, v);
-      CHECK(tasks.size() == static_cast<std::size_t>(2 * m * v));
-      std::set<std::pair<int, std::int64_t>> forwards;
-      std::set<std::pair<int, std::int64_t>> backwards;
-      for (const auto& t : tasks) {
-        const std::pair<int, std::int64_t> key{t.chunk, t.micro_batch};
-        if (t.forward) {
-          CHECK(forwards.insert(key).second);
-        } else {
-          CHECK(forwards.count(key) == 1);
-          CHECK(backwards.insert(key).second);
-        }
-      }
-    }
-  }
 }
