@@ -253,7 +253,7 @@ profiles::Cluster calibrated_cluster(const profiles::Cluster& cluster,
   auto describe = [](const LinkFit& f) {
     char text[160];
     std::snprintf(text, sizeof text,
-                  "%.3g GB/s, %.3g us per hop (fitted to %d measurements, rms %.1f %%)",
+                  "%.3g GB/s, %.3g µs per hop (fitted to %d measurements, rms %.1f %%)",
                   f.bandwidth_gbps, f.latency_us, f.points, 100 * f.rms_relative_error);
     return std::string(text);
   };

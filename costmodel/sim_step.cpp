@@ -6,6 +6,8 @@
 #include <string>
 #include <utility>
 
+#include "profiles/units.hpp"
+
 namespace loom::costmodel::sim {
 
 namespace {
@@ -16,18 +18,6 @@ struct Op {
   std::int64_t micro_batch = 0;
   int chunk = 0;
 };
-
-std::string bytes_text(double bytes) {
-  static constexpr const char* kUnits[] = {"B", "kB", "MB", "GB", "TB"};
-  int u = 0;
-  while (bytes >= 1000 && u < 4) {
-    bytes /= 1000;
-    ++u;
-  }
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.3g %s", bytes, kUnits[u]);
-  return buf;
-}
 
 std::string layers_text(const StageRange& r) {
   return r.first_layer == r.last_layer
@@ -128,7 +118,7 @@ class StepBuilder {
       const double bytes = spec_.post_all_gather_bytes[static_cast<std::size_t>(r)];
       prev = flow(r, Stream::kZero, Phase::kOther,
                   comms_->collective(Collective::kAllGather, Group::kData, r, bytes),
-                  "all-gather zero params " + bytes_text(bytes));
+                  "all-gather zero params " + profiles::bytes_text(bytes));
     }
     const double zero_grad_s =
         spec_.zero_grad_s.empty() ? 0 : spec_.zero_grad_s[static_cast<std::size_t>(r)];
@@ -172,7 +162,7 @@ class StepBuilder {
       last = chain(last, flow(r, Stream::kTensorParallel, pass, tp.flow,
                               "allreduce tp " + what + " (" +
                                   std::to_string(static_cast<long long>(tp.count)) + "x " +
-                                  bytes_text(tp.bytes) + ")"));
+                                  profiles::bytes_text(tp.bytes) + ")"));
       const int next_chunk = op.forward ? op.chunk + 1 : op.chunk - 1;
       if (comms_ && next_chunk >= 0 && next_chunk < chunks) {
         const int to = next_chunk % spec_.pp;
@@ -199,7 +189,7 @@ class StepBuilder {
       double bytes = spec_.post_all_gather_bytes[static_cast<std::size_t>(r)];
       gather = flow(r, Stream::kZero, Phase::kOptimizer,
                     comms_->collective(Collective::kAllGather, Group::kData, r, bytes),
-                    "all-gather zero params " + bytes_text(bytes));
+                    "all-gather zero params " + profiles::bytes_text(bytes));
       engine_.depend(opt >= 0 ? opt : prev, gather);
     }
     // The rank's step ends when every one of its streams is done, then sums the step's scalars.
@@ -228,7 +218,7 @@ class StepBuilder {
       int bucket = flow(r, Stream::kDataParallel,
                         spec_.zero.reduces_every_micro_batch ? Phase::kBackward : Phase::kGradients,
                         comms_->collective(Collective::kAllReduce, Group::kData, r, bytes),
-                        "allreduce dp " + bytes_text(bytes));
+                        "allreduce dp " + profiles::bytes_text(bytes));
       engine_.depend(seg, bucket);
       last = seg;
     }

@@ -123,7 +123,8 @@ std::vector<StageRange> parse_stages(const std::string& text, const std::string&
     if (end == std::string::npos) end = text.size();
     const std::string item = text.substr(pos, end - pos);
     const std::size_t dash = item.find('-');
-    const std::string refusal = expectation + "; found \"" + item + "\"";
+    std::string refusal = expectation;
+    refusal.append("; found \"").append(item).append("\"");
     auto number = [&](const std::string& s) {
       if (s.empty() || s.find_first_not_of("0123456789") != std::string::npos || s.size() > 6) {
         throw InputError(source, "", refusal);

@@ -313,7 +313,7 @@ void apply_profiles(Plan* plan, const std::vector<std::string>& paths) {
 
 costmodel::CostModel calibrated_cost_model(const profiles::ModelSpec& model,
                                            const profiles::Cluster& cluster,
-                                           std::shared_ptr<const profiles::Profile> profile,
+                                           const std::shared_ptr<const profiles::Profile>& profile,
                                            std::vector<std::string>* notes) {
   if (!profile) return costmodel::CostModel(model, cluster);
   const profiles::Cluster calibrated =

@@ -78,7 +78,7 @@ void apply_profiles(Plan* plan, const std::vector<std::string>& paths);
 // the profile's layer figures; `notes` (may be null) say what the profile changed.
 costmodel::CostModel calibrated_cost_model(const profiles::ModelSpec& model,
                                            const profiles::Cluster& cluster,
-                                           std::shared_ptr<const profiles::Profile> profile,
+                                           const std::shared_ptr<const profiles::Profile>& profile,
                                            std::vector<std::string>* notes);
 
 // Evaluates exactly `strategy` with the analytical cost model (rank r on

@@ -14,6 +14,7 @@
 #include "costmodel/simulator.hpp"
 #include "planner/mapping.hpp"
 #include "planner/partition.hpp"
+#include "profiles/units.hpp"
 
 namespace loom::planner {
 
@@ -29,12 +30,6 @@ std::vector<int> divisors(std::int64_t n) {
     if (n % d == 0) out.push_back(static_cast<int>(d));
   }
   return out;
-}
-
-std::string gib(double bytes) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.1f GiB", bytes / (1024.0 * 1024 * 1024));
-  return buf;
 }
 
 // What the search remembers of every candidate, to rank and to explain.
@@ -94,7 +89,7 @@ std::vector<std::string> explain(const Candidate& best, const std::vector<Candid
     } else if (leanest_other != nullptr) {
       why.push_back(head + d.name + "=" + d.label(d.value(leanest_other->strategy)) + ": " +
                     d.name + "=" + d.label(d.value(leanest_other->strategy)) + " needs at least " +
-                    gib(leanest_other->peak_memory_bytes) + " on stage " +
+                    profiles::gib_text(leanest_other->peak_memory_bytes, 1) + " on stage " +
                     std::to_string(leanest_other->peak_stage) + " (" +
                     costmodel::describe(leanest_other->strategy) + ")");
     }
@@ -241,12 +236,6 @@ class ShapeCosts {
   std::map<std::tuple<int, int, int>, std::unique_ptr<costmodel::CostModel>> costs_;
 };
 
-std::string gb(double bytes) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.4g GB", bytes / 1e9);
-  return buf;
-}
-
 std::string ranges(const std::vector<costmodel::StageRange>& stages) {
   std::string out;
   for (const auto& r : stages) {
@@ -342,7 +331,7 @@ std::vector<std::string> describe(const Plan& plan, const costmodel::CostModel& 
     std::snprintf(buf, sizeof buf,
                   "tp=%d keeps %s per step per rank of tensor-parallel traffic on %s (%.4g GB/s, "
                   "%s)",
-                  s.tp, gb(bytes).c_str(), kind.c_str(), link.bandwidth_gbps,
+                  s.tp, profiles::bytes_text(bytes).c_str(), kind.c_str(), link.bandwidth_gbps,
                   one_node ? "inside a node" : "across nodes");
     why.emplace_back(buf);
   }
@@ -373,6 +362,7 @@ void refine_by_simulation(ShapeCosts& costs, std::vector<Plan>* plans, bool pinn
     return (*plans)[a].predicted.step_time_s < (*plans)[b].predicted.step_time_s;
   });
   std::vector<Plan> ranked;
+  ranked.reserve(order.size());
   for (std::size_t i : order) ranked.push_back(std::move((*plans)[i]));
   if (order.front() != 0) {
     // The simulation overturned the analytical winner: the new first place gets reasons of its
@@ -538,12 +528,13 @@ SearchResult search(const costmodel::CostModel& cost, const costmodel::Job& job,
         });
     char buf[64];
     std::snprintf(buf, sizeof buf, "%.2f", o.memory_margin);
-    result.infeasible_reason = "does not fit: the smallest memory need is " +
-                               gib(lean.peak_memory_bytes) + " per device (stage " +
-                               std::to_string(lean.peak_stage) + ") at " +
-                               costmodel::describe(lean.strategy) + "; the device has " +
-                               gib(static_cast<double>(cluster.device.memory_bytes)) +
-                               " and plans may use " + buf + " of it (" + gib(limit) + ")";
+    result.infeasible_reason =
+        "does not fit: the smallest memory need is " +
+        profiles::gib_text(lean.peak_memory_bytes, 1) + " per device (stage " +
+        std::to_string(lean.peak_stage) + ") at " + costmodel::describe(lean.strategy) +
+        "; the device has " +
+        profiles::gib_text(static_cast<double>(cluster.device.memory_bytes), 1) +
+        " and plans may use " + buf + " of it (" + profiles::gib_text(limit, 1) + ")";
     return result;
   }
 
