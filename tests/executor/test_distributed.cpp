@@ -20,6 +20,7 @@
 #include "executor/profiler.hpp"
 #include "executor/train.hpp"
 #include "profiles/errors.hpp"
+#include "tests/executor/thread_ranks.hpp"
 
 using loom::InputError;
 using loom::executor::CollectiveError;
@@ -35,25 +36,7 @@ using Schedule = loom::costmodel::Schedule;
 
 namespace {
 
-// Runs body(rank) on `ranks` threads and rethrows the first failure.
-template <typename Body>
-void run_ranks(int ranks, Body body) {
-  std::vector<std::thread> threads;
-  std::vector<std::exception_ptr> errors(static_cast<std::size_t>(ranks));
-  for (int r = 0; r < ranks; ++r) {
-    threads.emplace_back([&, r] {
-      try {
-        body(r);
-      } catch (...) {
-        errors[static_cast<std::size_t>(r)] = std::current_exception();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  for (const auto& e : errors) {
-    if (e) std::rethrow_exception(e);
-  }
-}
+using loom::test::run_ranks;
 
 GroupOptions quick(std::chrono::milliseconds timeout = std::chrono::seconds(30)) {
   GroupOptions o;

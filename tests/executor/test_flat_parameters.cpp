@@ -14,6 +14,7 @@
 #include "executor/distributed.hpp"
 #include "executor/flat_parameters.hpp"
 #include "profiles/errors.hpp"
+#include "tests/executor/thread_ranks.hpp"
 
 using loom::executor::FlatOptions;
 using loom::executor::FlatParameter;
@@ -26,24 +27,7 @@ namespace {
 
 using Chunks = std::vector<std::vector<FlatParameter>>;
 
-template <typename Body>
-void run_ranks(int ranks, Body body) {
-  std::vector<std::thread> threads;
-  std::vector<std::exception_ptr> errors(static_cast<std::size_t>(ranks));
-  for (int r = 0; r < ranks; ++r) {
-    threads.emplace_back([&, r] {
-      try {
-        body(r);
-      } catch (...) {
-        errors[static_cast<std::size_t>(r)] = std::current_exception();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  for (const auto& e : errors) {
-    if (e) std::rethrow_exception(e);
-  }
-}
+using loom::test::run_ranks;
 
 GroupOptions quick() {
   GroupOptions o;
