@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# Issue 8's checks on one GPU (an H100 or H200 lent through the device tool), each stage's logs
+# The GPU checks on one GPU (an H100 or H200), each stage's logs
 # under $OUT, a table of every figure at the end ($OUT/table.md). CI has no GPU and never runs
 # this; it needs the GPU machine's CUDA PyTorch (its LibTorch builds Loom), transformers, and the
-# Debian packages of Loom's header-only dependencies carried in .devdeps/ (see
-# ../shared/gpu-build.md; here: EXTRA_DEBS="libutf8proc-dev libutf8proc2" ../shared/gpu-deps.sh).
+# Debian packages of Loom's header-only dependencies and libutf8proc, unpacked into .devdeps/
+# beside the checkout (the GPU machine has no package access).
 #
 # Usage: bench/gpu.sh [STAGE...]      (default: all of them, in this order)
 #   env         the machine: GPU, driver, CUDA, torch (and its C++ ABI), transformers, compilers
