@@ -37,22 +37,19 @@ std::vector<ChunkCost> lower_chunks(const profiles::ModelSpec& model, const Stra
     double tb = layers * cost.layer.backward_s;
     double p = layers * cost.layer.num_parameters;
     double a = layers * cost.layer.activation_bytes;
-    if (k.content.embedding) {
-      f += terms.embedding.forward_compute_s;
-      bw += terms.embedding.backward_compute_s;
-      tf += cost.embedding.forward_s;
-      tb += cost.embedding.backward_s;
-      p += cost.embedding.num_parameters;
-      a += cost.embedding.activation_bytes;
-    }
+    // An entry layer (embedding or head) on this chunk adds its terms once.
+    auto add_entry = [&](const auto& entry_terms, const auto& entry_cost) {
+      f += entry_terms.forward_compute_s;
+      bw += entry_terms.backward_compute_s;
+      tf += entry_cost.forward_s;
+      tb += entry_cost.backward_s;
+      p += entry_cost.num_parameters;
+      a += entry_cost.activation_bytes;
+    };
+    if (k.content.embedding) add_entry(terms.embedding, cost.embedding);
     if (k.content.head) {
-      f += terms.head.forward_compute_s;
-      bw += terms.head.backward_compute_s;
-      tf += cost.head.forward_s;
-      tb += cost.head.backward_s;
-      p += cost.head.num_parameters;
+      add_entry(terms.head, cost.head);
       p += tied_head_copy_parameters(model, s.tp, k.pipeline_rank);
-      a += cost.head.activation_bytes;
     }
     const double staging_s = p * staging_bytes_per_parameter / terms.memory_bytes_per_s;
     k.compute_s = {f, bw + staging_s};

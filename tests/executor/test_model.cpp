@@ -18,6 +18,7 @@
 #include "executor/safetensors.hpp"
 #include "executor/torch_compat.hpp"
 #include "profiles/errors.hpp"
+#include "tests/executor/thread_ranks.hpp"
 
 namespace fs = std::filesystem;
 using loom::InputError;
@@ -267,25 +268,7 @@ class ThreadComm final : public TensorParallelComm {
   std::shared_ptr<SharedSum> shared_;
 };
 
-// Runs body(rank) on `ranks` threads and rethrows the first failure.
-template <typename Body>
-void run_ranks(int ranks, Body body) {
-  std::vector<std::exception_ptr> errors(static_cast<std::size_t>(ranks));
-  std::vector<std::thread> threads;
-  for (int r = 0; r < ranks; ++r) {
-    threads.emplace_back([&, r] {
-      try {
-        body(r);
-      } catch (...) {
-        errors[static_cast<std::size_t>(r)] = std::current_exception();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  for (auto& e : errors) {
-    if (e) std::rethrow_exception(e);
-  }
-}
+using loom::test::run_ranks;
 
 }  // namespace
 
