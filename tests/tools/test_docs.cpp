@@ -1,0 +1,182 @@
+// Keeps the documentation true to the repository and to the binary: every relative link in
+// README.md and docs/*.md resolves to a file of the repository, the README stays short, nothing
+// points outside the repository, and every subcommand that `loom --help` lists has a page
+// docs/<command>.md naming every long option its `--help` lists.
+#include <algorithm>
+#include <catch2/catch.hpp>
+#include <cctype>
+#include <filesystem>
+#include <regex>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "tests/tools/cli_sandbox.hpp"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+const fs::path kRoot = fs::path(LOOM_SOURCE_DIR);
+
+// README.md and every docs/*.md, in name order.
+std::vector<fs::path> documentation_files() {
+  std::vector<fs::path> files{kRoot / "README.md"};
+  std::vector<fs::path> pages;
+  for (const fs::directory_entry& e : fs::directory_iterator(kRoot / "docs")) {
+    if (e.is_regular_file() && e.path().extension() == ".md") pages.push_back(e.path());
+  }
+  std::sort(pages.begin(), pages.end());
+  files.insert(files.end(), pages.begin(), pages.end());
+  return files;
+}
+
+// The targets of the Markdown links `[text](target)` in `text`.
+std::vector<std::string> link_targets(const std::string& text) {
+  static const std::regex kLink(R"(\]\(([^()\s]+)\))");
+  std::vector<std::string> targets;
+  for (auto it = std::sregex_iterator(text.begin(), text.end(), kLink);
+       it != std::sregex_iterator(); ++it) {
+    targets.push_back((*it)[1].str());
+  }
+  return targets;
+}
+
+bool is_external(const std::string& target) {
+  return target.rfind("http://", 0) == 0 || target.rfind("https://", 0) == 0 ||
+         target.rfind("mailto:", 0) == 0;
+}
+
+// The subcommands `loom --help` lists (the lines after "Subcommands:", one name each).
+std::vector<std::string> subcommands(const std::string& help) {
+  std::vector<std::string> names;
+  std::istringstream in(help);
+  std::string line;
+  bool listing = false;
+  static const std::regex kEntry(R"(^\s+([a-z][a-z0-9-]*)(\s.*)?$)");
+  while (std::getline(in, line)) {
+    if (line.rfind("Subcommands:", 0) == 0) {
+      listing = true;
+      continue;
+    }
+    std::smatch m;
+    if (listing && std::regex_match(line, m, kEntry)) names.push_back(m[1].str());
+  }
+  return names;
+}
+
+// The long options (`--name`) that a subcommand's `--help` lists under "Options:", --help aside.
+std::set<std::string> long_options(const std::string& help) {
+  std::set<std::string> options;
+  std::istringstream in(help);
+  std::string line;
+  bool listing = false;
+  static const std::regex kName(R"(--[a-z][a-z0-9-]*)");
+  while (std::getline(in, line)) {
+    if (line.rfind("Options:", 0) == 0) {
+      listing = true;
+      continue;
+    }
+    if (!listing || line.empty() || line[0] != ' ') continue;
+    // An option line starts with its names ("  -o,--output TEXT REQUIRED  description");
+    // continuation lines of a long description start with many spaces and no dash.
+    const std::size_t first = line.find_first_not_of(' ');
+    if (first == std::string::npos || line[first] != '-') continue;
+    const std::string names = line.substr(first, line.find(' ', first) - first);
+    for (auto it = std::sregex_iterator(names.begin(), names.end(), kName);
+         it != std::sregex_iterator(); ++it) {
+      if (it->str() != "--help") options.insert(it->str());
+    }
+  }
+  return options;
+}
+
+// True when `text` names `option` as a whole word (`--micro-batch` is not found in
+// `--micro-batch-per-device` alone).
+bool names_option(const std::string& text, const std::string& option) {
+  for (std::size_t at = text.find(option); at != std::string::npos;
+       at = text.find(option, at + 1)) {
+    const std::size_t end = at + option.size();
+    const bool word_end =
+        end == text.size() || !(std::isalnum(static_cast<unsigned char>(text[end])) ||
+                                text[end] == '-' || text[end] == '_');
+    if (word_end) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+TEST_CASE("documentation helpers parse help and links", "[docs]") {
+  CHECK(link_targets("see [a](docs/a.md#x) and [b](https://x.org) ![i](img.png)") ==
+        std::vector<std::string>{"docs/a.md#x", "https://x.org", "img.png"});
+  CHECK(subcommands("Usage: loom\n\nSubcommands:\n  plan   Search\n  demo   Plan\n") ==
+        std::vector<std::string>{"plan", "demo"});
+  CHECK(long_options("Options:\n  -h,--help  Print\n  -o,--output TEXT REQUIRED  a --not-this\n"
+                     "  --precision TEXT:{bf16,fp16}\n                 bf16 | fp16\n") ==
+        std::set<std::string>{"--output", "--precision"});
+  CHECK(names_option("use --micro-batch-per-device b", "--micro-batch-per-device"));
+  CHECK_FALSE(names_option("use --micro-batch-per-device b", "--micro-batch"));
+  CHECK(names_option("`--micro-batch b`", "--micro-batch"));
+}
+
+TEST_CASE("every relative link in README.md and docs/ resolves to a file", "[docs]") {
+  const std::vector<fs::path> files = documentation_files();
+  REQUIRE(files.size() > 10);
+  const fs::path root = fs::canonical(kRoot);
+  for (const fs::path& file : files) {
+    const std::string text = loom::test::read_all(file);
+    for (std::string target : link_targets(text)) {
+      if (is_external(target) || target.rfind('#', 0) == 0) continue;
+      target = target.substr(0, target.find('#'));
+      const fs::path resolved = file.parent_path() / target;
+      INFO(file.filename().string() << " links to " << target);
+      REQUIRE(fs::exists(resolved));
+      const std::string inside = fs::canonical(resolved).string();
+      CHECK(inside.rfind(root.string(), 0) == 0);
+    }
+  }
+}
+
+TEST_CASE("README.md stays under 150 lines", "[docs]") {
+  const std::string readme = loom::test::read_all(kRoot / "README.md");
+  REQUIRE(!readme.empty());
+  CHECK(loom::test::line_count(readme) < 150);
+}
+
+TEST_CASE("the documentation points at nothing outside the repository", "[docs]") {
+  static const std::regex kHistory(R"((issue|session) #?[0-9]+)", std::regex::icase);
+  for (const fs::path& file : documentation_files()) {
+    const std::string text = loom::test::read_all(file);
+    INFO(file.filename().string());
+    CHECK(text.find("../shared") == std::string::npos);
+    CHECK(text.find("/work/") == std::string::npos);
+    CHECK_FALSE(std::regex_search(text, kHistory));
+  }
+}
+
+TEST_CASE("every subcommand has a page naming every option of its --help", "[docs]") {
+  loom::test::CliSandbox box("docs");
+  const loom::test::CliResult top = box.loom("--help");
+  REQUIRE(top.exit_code == 0);
+  const std::vector<std::string> commands = subcommands(top.out);
+  REQUIRE(commands.size() >= 10);
+  for (const std::string& command : commands) {
+    INFO("loom " << command);
+    const fs::path page = kRoot / "docs" / (command + ".md");
+    REQUIRE(fs::exists(page));
+    const loom::test::CliResult help = box.loom(command + " --help");
+    if (help.exit_code != 0) {
+      // A build without LibTorch has no loom-torch to answer for train, profile, ...
+      WARN("loom " << command << " --help failed (" << help.err << "): options not checked");
+      continue;
+    }
+    const std::set<std::string> options = long_options(help.out);
+    const std::string text = loom::test::read_all(page);
+    for (const std::string& option : options) {
+      INFO("option " << option << " on docs/" << command << ".md");
+      CHECK(names_option(text, option));
+    }
+  }
+}
