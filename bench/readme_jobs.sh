@@ -97,6 +97,7 @@ words = sorted(set(good + bad + neutral + [w.capitalize() for w in good + bad + 
 vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", ".", "!", ",", "'"] + words
 vocab += [f"[unused{i}]" for i in range(256 - len(vocab))]
 write(f"{root}/tiny/bert-base-cased/vocab.txt", "\n".join(vocab) + "\n")
+write_json(f"{root}/tiny/bert-base-cased/tokenizer_config.json", {"do_lower_case": False})
 
 # Byte-level BPE (GPT-2's scheme): every byte's symbol, then merges building each word with and
 # without the space marker.
