@@ -1,7 +1,7 @@
 // Keeps the documentation true to the repository and to the binary: every relative link in
-// README.md and docs/*.md resolves to a file of the repository, the README stays short, nothing
-// points outside the repository, and every subcommand that `loom --help` lists has a page
-// docs/<command>.md naming every long option its `--help` lists.
+// README.md and docs/*.md resolves to a file of the repository (and its #anchor to a heading), the
+// README stays short, nothing points outside the repository, and every subcommand that `loom
+// --help` lists has a page docs/<command>.md naming every long option its `--help` lists.
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <cctype>
@@ -41,6 +41,37 @@ std::vector<std::string> link_targets(const std::string& text) {
     targets.push_back((*it)[1].str());
   }
   return targets;
+}
+
+// GitHub's anchor of a Markdown heading: lower case, punctuation other than '-' and '_' dropped,
+// spaces as '-' ("## Plan: `loom-plan/1`" -> "plan-loom-plan1").
+std::string heading_anchor(const std::string& heading) {
+  std::string anchor;
+  for (const char c : heading) {
+    const auto u = static_cast<unsigned char>(c);
+    if (std::isalnum(u) || c == '-' || c == '_') {
+      anchor += static_cast<char>(std::tolower(u));
+    } else if (c == ' ') {
+      anchor += '-';
+    }
+  }
+  return anchor;
+}
+
+// The anchors of the headings of a Markdown text (outside fenced code blocks).
+std::set<std::string> heading_anchors(const std::string& text) {
+  std::set<std::string> anchors;
+  std::istringstream in(text);
+  std::string line;
+  bool code = false;
+  while (std::getline(in, line)) {
+    if (line.rfind("```", 0) == 0) code = !code;
+    if (code || line.empty() || line[0] != '#') continue;
+    const std::size_t start = line.find_first_not_of('#');
+    if (start == std::string::npos || line[start] != ' ') continue;
+    anchors.insert(heading_anchor(line.substr(start + 1)));
+  }
+  return anchors;
 }
 
 bool is_external(const std::string& target) {
@@ -119,6 +150,8 @@ TEST_CASE("documentation helpers parse help and links", "[docs]") {
   CHECK(names_option("use --micro-batch-per-device b", "--micro-batch-per-device"));
   CHECK_FALSE(names_option("use --micro-batch-per-device b", "--micro-batch"));
   CHECK(names_option("`--micro-batch b`", "--micro-batch"));
+  CHECK(heading_anchors("# A\n```\n# not a heading\n```\n## Plan: `loom-plan/1`\n") ==
+        std::set<std::string>{"a", "plan-loom-plan1"});
 }
 
 TEST_CASE("every relative link in README.md and docs/ resolves to a file", "[docs]") {
@@ -127,14 +160,18 @@ TEST_CASE("every relative link in README.md and docs/ resolves to a file", "[doc
   const fs::path root = fs::canonical(kRoot);
   for (const fs::path& file : files) {
     const std::string text = loom::test::read_all(file);
-    for (std::string target : link_targets(text)) {
-      if (is_external(target) || target.rfind('#', 0) == 0) continue;
-      target = target.substr(0, target.find('#'));
-      const fs::path resolved = file.parent_path() / target;
+    for (const std::string& target : link_targets(text)) {
+      if (is_external(target)) continue;
       INFO(file.filename().string() << " links to " << target);
+      const std::size_t hash = target.find('#');
+      const fs::path resolved = file.parent_path() / target.substr(0, hash);
       REQUIRE(fs::exists(resolved));
       const std::string inside = fs::canonical(resolved).string();
       CHECK(inside.rfind(root.string(), 0) == 0);
+      if (hash != std::string::npos) {
+        const fs::path page = hash == 0 ? file : resolved;
+        CHECK(heading_anchors(loom::test::read_all(page)).count(target.substr(hash + 1)) == 1);
+      }
     }
   }
 }
