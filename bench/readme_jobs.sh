@@ -168,8 +168,7 @@ make_weights() {
 
 # --- the loom function ------------------------------------------------------------------------
 
-declare -A CPU_PLAN=()  # GPU plan -> its CPU replan
-BACKGROUND=()           # node ranks started in the background
+BACKGROUND=()  # node ranks started in the background
 PORT=29700
 
 # The tiny stand-in of a checkpoint folder argument (bert-base-cased/ ...), or the argument.
@@ -178,8 +177,9 @@ tiny() {
   if [ -d "$SCRATCH/tiny/$name" ]; then echo "$SCRATCH/tiny/$name/"; else echo "$1"; fi
 }
 
-# PLAN on the CPU: the plan itself for a CPU cluster, else (once) the same layout replanned for
-# a CPU cluster with tiny stand-ins; prints the plan to train.
+# PLAN on the CPU: the plan itself for a CPU cluster, else the same layout replanned for a CPU
+# cluster with tiny stand-ins (PLAN.cpu.json, made again when PLAN is newer); prints the plan to
+# train.
 cpu_plan() {
   local plan=$1
   [ -f "$plan" ] || { echo "readme_jobs: no plan $plan" >&2; return 1; }
@@ -187,8 +187,8 @@ cpu_plan() {
     echo "$plan"
     return 0
   fi
-  [ -n "${CPU_PLAN[$plan]:-}" ] && { echo "${CPU_PLAN[$plan]}"; return 0; }
   local model name dp tp pp out="${plan%.json}.cpu.json"
+  [ "$out" -nt "$plan" ] && { echo "$out"; return 0; }
   name=$(jq -r '.model.name' "$plan")
   model=$(tiny "$name")
   [ -d "$model" ] || { echo "readme_jobs: no tiny stand-in of model $name for $plan" >&2; return 1; }
@@ -207,7 +207,6 @@ cpu_plan() {
   fi
   echo "  replans: loom ${args[*]}" >&2
   "$LOOM_BIN" "${args[@]}" >"$out.log" 2>&1 || { cat "$out.log" >&2; return 1; }
-  CPU_PLAN[$plan]=$out
   echo "$out"
 }
 
@@ -335,4 +334,4 @@ if [ ${#failures[@]} -gt 0 ]; then
   printf '  %s\n' "${failures[@]}" >&2
   exit 1
 fi
-echo "readme_jobs: all $count commands of README.md ran (scratch folder $SCRATCH)"
+echo "readme_jobs: all $count commands of $README ran (scratch folder $SCRATCH)"
