@@ -1,7 +1,9 @@
 // Keeps the documentation true to the repository and to the binary: every relative link in
 // README.md and docs/*.md resolves to a file of the repository (and its #anchor to a heading), the
-// README stays short, nothing points outside the repository, and every subcommand that `loom
-// --help` lists has a page docs/<command>.md naming every long option its `--help` lists.
+// README stays short, nothing points outside the repository, every subcommand that `loom --help`
+// lists has a page docs/<command>.md naming every long option its `--help` lists, and the
+// README's planning commands (plan, simulate, report, slurm) run as written, against stand-in
+// checkpoint folders holding the real config.json (bench/readme_jobs.sh runs the training too).
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <cctype>
@@ -216,4 +218,67 @@ TEST_CASE("every subcommand has a page naming every option of its --help", "[doc
       CHECK(names_option(text, option));
     }
   }
+}
+
+namespace {
+
+// The lines of README.md's ```sh blocks (the runnable ones; bench/readme_jobs.sh runs them all).
+std::vector<std::string> readme_commands() {
+  std::vector<std::string> commands;
+  std::istringstream in(loom::test::read_all(kRoot / "README.md"));
+  std::string line;
+  bool runnable = false;
+  while (std::getline(in, line)) {
+    if (line.rfind("```", 0) == 0) {
+      runnable = !runnable && line == "```sh";
+      continue;
+    }
+    if (runnable && !line.empty() && line[0] != '#') commands.push_back(line);
+  }
+  return commands;
+}
+
+// The config.json of the Hugging Face Hub's bert-base-cased and roberta-large: what the README's
+// checkpoint folders hold for planning.
+constexpr const char* kBertBaseCasedConfig = R"({
+  "architectures": ["BertForMaskedLM"], "attention_probs_dropout_prob": 0.1,
+  "hidden_act": "gelu", "hidden_dropout_prob": 0.1, "hidden_size": 768,
+  "initializer_range": 0.02, "intermediate_size": 3072, "layer_norm_eps": 1e-12,
+  "max_position_embeddings": 512, "model_type": "bert", "num_attention_heads": 12,
+  "num_hidden_layers": 12, "pad_token_id": 0, "position_embedding_type": "absolute",
+  "type_vocab_size": 2, "vocab_size": 28996})";
+constexpr const char* kRobertaLargeConfig = R"({
+  "architectures": ["RobertaForMaskedLM"], "attention_probs_dropout_prob": 0.1,
+  "bos_token_id": 0, "eos_token_id": 2, "hidden_act": "gelu", "hidden_dropout_prob": 0.1,
+  "hidden_size": 1024, "initializer_range": 0.02, "intermediate_size": 4096,
+  "layer_norm_eps": 1e-05, "max_position_embeddings": 514, "model_type": "roberta",
+  "num_attention_heads": 16, "num_hidden_layers": 24, "pad_token_id": 1,
+  "type_vocab_size": 1, "vocab_size": 50265})";
+
+}  // namespace
+
+TEST_CASE("the README's planning commands run as written", "[docs]") {
+  const std::vector<std::string> commands = readme_commands();
+  REQUIRE(commands.size() >= 20);
+  loom::test::CliSandbox box("readme");
+  std::filesystem::create_directories(box.work() / "bert-base-cased");
+  std::filesystem::create_directories(box.work() / "roberta-large");
+  box.write("bert-base-cased/config.json", kBertBaseCasedConfig);
+  box.write("roberta-large/config.json", kRobertaLargeConfig);
+  int planned = 0;
+  for (const std::string& command : commands) {
+    // Training needs checkpoints, data and GPUs (bench/readme_jobs.sh runs it on stand-ins).
+    const bool planning =
+        command.rfind("loom plan ", 0) == 0 || command.rfind("loom simulate ", 0) == 0 ||
+        command.rfind("loom report ", 0) == 0 || command.rfind("loom slurm ", 0) == 0;
+    if (!planning) continue;
+    // A report of a run's metrics needs the run.
+    if (command.find("--metrics") != std::string::npos) continue;
+    INFO(command);
+    const loom::test::CliResult r = box.loom(command.substr(5));
+    INFO(r.err);
+    CHECK(r.exit_code == 0);
+    ++planned;
+  }
+  CHECK(planned >= 15);
 }
