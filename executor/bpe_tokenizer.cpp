@@ -214,9 +214,12 @@ ByteLevelBpeTokenizer ByteLevelBpeTokenizer::from_parts(
   }
   t.ids_.reserve(vocab.size());
   for (const auto& [token, id] : vocab) {
-    if (id < 0 || id > kMaxId) {
-      throw InputError(vocab_source, "$[" + quoted_token(token) + "]",
-                       "an id from 0 to " + std::to_string(kMaxId));
+    // Ids number the tokens: a larger id would only make the embedding larger (and this table).
+    if (id < 0 || id >= static_cast<std::int64_t>(vocab.size())) {
+      throw InputError(vocab_source, "",
+                       "ids from 0 to " + std::to_string(vocab.size() - 1) + " numbering its " +
+                           std::to_string(vocab.size()) + " tokens; " + quoted_token(token) +
+                           " has id " + std::to_string(id));
     }
     t.ids_.insert_or_assign(token, id);
     t.vocab_size_ = std::max(t.vocab_size_, id + 1);

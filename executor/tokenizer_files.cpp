@@ -173,10 +173,16 @@ std::unique_ptr<Tokenizer> wordpiece_from_json(const nlohmann::json& json,
       json["model"].contains("vocab") ? json["model"]["vocab"] : nlohmann::json(), source,
       "$.model.vocab");
   add_added_tokens(json, source, vocab);
-  std::int64_t size = 0;
-  for (const auto& entry : vocab) size = std::max(size, entry.second + 1);
-  std::vector<std::string> tokens(static_cast<std::size_t>(size));
-  for (const auto& [token, id] : vocab) tokens[static_cast<std::size_t>(id)] = token;
+  std::vector<std::string> tokens(vocab.size());
+  for (const auto& [token, id] : vocab) {
+    if (id >= static_cast<std::int64_t>(vocab.size())) {
+      throw InputError(source, "$.model.vocab",
+                       "ids from 0 to " + std::to_string(vocab.size() - 1) + " numbering its " +
+                           std::to_string(vocab.size()) + " tokens; \"" + token.substr(0, 60) +
+                           "\" has id " + std::to_string(id));
+    }
+    tokens[static_cast<std::size_t>(id)] = token;
+  }
   const fs::path folder = fs::path(source).parent_path();
   const bool lower_case = config_lower_case(folder).value_or(normalizer_lower_case(json, source));
   auto tokenizer = std::make_unique<WordPieceTokenizer>(

@@ -304,6 +304,12 @@ TEST_CASE("bad BPE files name the file, the field and the expectation", "[tokeni
     require_input_error([&] { (void)ByteLevelBpeTokenizer::from_files(vocab, merges); }, vocab,
                         "$[\"<pad>\"]", "whole number");
   }
+  SECTION("an id past the number of tokens") {
+    const std::string vocab =
+        dir.write("vocab.json", R"({"<s>": 0, "<pad>": 1, "</s>": 2, "<unk>": 333333333})");
+    require_input_error([&] { (void)ByteLevelBpeTokenizer::from_files(vocab, merges); }, vocab, "",
+                        "ids from 0 to 3 numbering its 4 tokens; \"<unk>\" has id 333333333");
+  }
   SECTION("a vocabulary that is not an object") {
     const std::string vocab = dir.write("vocab.json", R"(["<s>", "<pad>"])");
     require_input_error([&] { (void)ByteLevelBpeTokenizer::from_files(vocab, merges); }, vocab, "$",
@@ -312,6 +318,7 @@ TEST_CASE("bad BPE files name the file, the field and the expectation", "[tokeni
   SECTION("a missing special token") {
     nlohmann::json vocab = nlohmann::json::parse(vocab_json_text());
     vocab.erase("<pad>");
+    vocab["[PAD]"] = 1;
     const std::string path = dir.write("vocab.json", vocab.dump());
     require_input_error([&] { (void)ByteLevelBpeTokenizer::from_files(path, merges); }, path, "",
                         "found no <pad>");
