@@ -169,6 +169,27 @@ TEST_CASE("pre-tokenization follows GPT-2's pattern", "[tokenizer][bpe]") {
   CHECK(t.pre_tokenize("").empty());
 }
 
+TEST_CASE("Hugging Face's own RoBERTa example: lower newer", "[tokenizer][bpe]") {
+  // The vocabulary and merges of Hugging Face's RoBERTa tokenizer test, with the special tokens
+  // Loom requires after them.
+  const std::vector<std::string> tokens = {"l",      "o",     "w",    "e",     "r",       "s",
+                                           "t",      "i",     "d",    "n",     "Ġ",       "Ġl",
+                                           "Ġn",     "Ġlo",   "Ġlow", "er",    "Ġlowest", "Ġnewer",
+                                           "Ġwider", "<unk>", "<s>",  "<pad>", "</s>"};
+  std::vector<std::pair<std::string, std::int64_t>> vocab;
+  for (std::size_t i = 0; i < tokens.size(); ++i) {
+    vocab.emplace_back(tokens[i], static_cast<std::int64_t>(i));
+  }
+  const auto t = ByteLevelBpeTokenizer::from_parts(
+      vocab, loom::executor::parse_bpe_merges("#version: 0.2\nĠ l\nĠl o\nĠlo w\ne r\n\n", "m"), "v",
+      "m");
+  // "lower": only "e r" applies; " newer": "Ġ n" is no merge, so Ġ n e w er.
+  CHECK(t.tokenize("lower newer") == Pieces{"l", "o", "w", "er", "Ġ", "n", "e", "w", "er"});
+  CHECK(t.token_ids("lower newer") == Ids{0, 1, 2, 15, 10, 9, 3, 2, 15});
+  // " lower": Ġ l -> Ġl o -> Ġlo w -> Ġlow, then "e r".
+  CHECK(t.tokenize(" lower") == Pieces{"Ġlow", "er"});
+}
+
 TEST_CASE("BPE: hand-checked ids on a small vocabulary and merges", "[tokenizer][bpe]") {
   TempDir dir;
   const ByteLevelBpeTokenizer t = small(dir);
