@@ -43,7 +43,7 @@ fuzz-build: deps
 	@cmake -S . -B build-fuzz -G Ninja -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=RelWithDebInfo \
 	  -DLOOM_BUILD_FUZZERS=ON -DLOOM_WITH_TORCH=OFF -DLOOM_BUILD_TESTS=OFF >/dev/null
 	@cmake --build build-fuzz --target fuzz_model_json fuzz_hf_config fuzz_cluster_json \
-	  fuzz_plan_json fuzz_safetensors fuzz_vocab fuzz_csv fuzz_profile_json
+	  fuzz_plan_json fuzz_safetensors fuzz_vocab fuzz_bpe_vocab fuzz_csv fuzz_profile_json
 
 fuzz: fuzz-build
 	@tools/run-fuzzers.sh build-fuzz $(FUZZ_SECONDS)

@@ -4,6 +4,7 @@
 #include <array>
 #include <cmath>
 #include <filesystem>
+#include <optional>
 #include <string_view>
 #include <utility>
 
@@ -96,15 +97,31 @@ void read_imdb_folder(const fs::path& folder, std::int64_t label, std::vector<Re
   }
 }
 
-std::vector<Review> load_imdb(const std::string& folder, const std::string& split) {
+// True for a folder with pos/ or neg/ inside: one split of the aclImdb layout.
+bool is_split_folder(const fs::path& folder) {
+  std::error_code ec;
+  return fs::is_directory(folder / "pos", ec) || fs::is_directory(folder / "neg", ec);
+}
+
+// The reviews of one split folder: neg/ (label 0), then pos/ (label 1).
+std::vector<Review> load_split_folder(const fs::path& folder) {
   std::vector<Review> reviews;
-  read_imdb_folder(fs::path(folder) / split / "neg", 0, reviews);
-  read_imdb_folder(fs::path(folder) / split / "pos", 1, reviews);
+  read_imdb_folder(folder / "neg", 0, reviews);
+  read_imdb_folder(folder / "pos", 1, reviews);
   if (reviews.empty()) {
-    throw InputError((fs::path(folder) / split).string(), "",
-                     "at least one review: a .txt file in pos/ or neg/");
+    throw InputError(folder.string(), "", "at least one review: a .txt file in pos/ or neg/");
   }
   return reviews;
+}
+
+std::vector<Review> load_imdb(const std::string& folder, const std::string& split) {
+  std::error_code ec;
+  // A split folder given as the data itself is the training split.
+  if (split == "train" && !fs::is_directory(fs::path(folder) / split, ec) &&
+      is_split_folder(folder)) {
+    return load_split_folder(folder);
+  }
+  return load_split_folder(fs::path(folder) / split);
 }
 
 struct CsvRecord {
@@ -149,7 +166,7 @@ std::vector<CsvRecord> parse_csv(const std::string& text, const std::string& sou
           field += text[i++];
         }
         const bool at_end = i >= n || text[i] == ',' || text[i] == '\n' ||
-                            (text[i] == '\r' && i + 1 < n && text[i + 1] == '\n');
+                            (text[i] == '\r' && (i + 1 == n || text[i + 1] == '\n'));
         if (!at_end) {
           throw InputError(source, "line " + std::to_string(line),
                            "a comma or the end of the line after a closing double quote");
@@ -181,39 +198,85 @@ std::vector<CsvRecord> parse_csv(const std::string& text, const std::string& sou
 
 }  // namespace
 
+namespace {
+
+constexpr std::array<std::string_view, 3> kTextColumns = {"review", "text", "sentence"};
+constexpr std::array<std::string_view, 2> kLabelColumns = {"sentiment", "label"};
+
+// `field` without the spaces and tabs around it.
+std::string_view trimmed(std::string_view field) {
+  const std::size_t first = field.find_first_not_of(" \t");
+  if (first == std::string_view::npos) return {};
+  return field.substr(first, field.find_last_not_of(" \t") - first + 1);
+}
+
+std::string lower_ascii(std::string_view text) {
+  std::string out(text);
+  for (char& c : out) {
+    if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
+  }
+  return out;
+}
+
+// The index of the first header field named one of `names` (any case), in the order of `names`.
+template <std::size_t N>
+std::optional<std::size_t> find_column(const std::vector<std::string>& header,
+                                       const std::array<std::string_view, N>& names) {
+  for (std::string_view name : names) {
+    for (std::size_t i = 0; i < header.size(); ++i) {
+      if (lower_ascii(trimmed(header[i])) == name) return i;
+    }
+  }
+  return std::nullopt;
+}
+
+// 1 for positive, pos, 1; 0 for negative, neg, 0 (any case, spaces around ignored).
+std::optional<std::int64_t> parse_label(std::string_view field) {
+  const std::string label = lower_ascii(trimmed(field));
+  if (label == "positive" || label == "pos" || label == "1") return 1;
+  if (label == "negative" || label == "neg" || label == "0") return 0;
+  return std::nullopt;
+}
+
+}  // namespace
+
 std::vector<Review> parse_reviews_csv(const std::string& text, const std::string& path) {
   std::vector<CsvRecord> records = parse_csv(text, path);
-  const std::vector<std::string> header = {"review", "sentiment"};
-  if (records.empty() || records.front().fields != header) {
+  const std::vector<std::string> header =
+      records.empty() ? std::vector<std::string>{} : records.front().fields;
+  const std::optional<std::size_t> text_column = find_column(header, kTextColumns);
+  const std::optional<std::size_t> label_column = find_column(header, kLabelColumns);
+  if (!text_column || !label_column) {
     std::string found;
-    if (!records.empty()) {
-      for (const std::string& field : records.front().fields) {
-        found += (found.empty() ? "" : ",") + field;
-      }
-    }
+    for (const std::string& field : header) found += (found.empty() ? "" : ",") + field;
     throw InputError(path, "line 1",
-                     "the header review,sentiment, found \"" + found.substr(0, 80) + "\"");
+                     "a header naming the text column (review, text or sentence) and the label "
+                     "column (sentiment or label), as review,sentiment; found \"" +
+                         found.substr(0, 80) + "\"");
   }
+  std::string header_line;
+  for (const std::string& field : header) header_line += (header_line.empty() ? "" : ",") + field;
+  const std::string label_name(trimmed(header[*label_column]));
   std::vector<Review> reviews;
   reviews.reserve(records.size() - 1);
   for (std::size_t r = 1; r < records.size(); ++r) {
     CsvRecord& record = records[r];
     const std::string where = "line " + std::to_string(record.line);
-    if (record.fields.size() != 2) {
+    if (record.fields.size() != header.size()) {
       throw InputError(path, where,
-                       "2 fields (review,sentiment), found " +
+                       std::to_string(header.size()) + " fields as the header (" +
+                           header_line.substr(0, 80) + "), found " +
                            std::to_string(record.fields.size()) +
                            "; quote a review that holds commas");
     }
-    const std::string& sentiment = record.fields[1];
-    std::int64_t label = 0;
-    if (sentiment == "positive") {
-      label = 1;
-    } else if (sentiment != "negative") {
-      throw InputError(path, where + ", field sentiment",
-                       "positive or negative, found \"" + sentiment.substr(0, 80) + "\"");
+    const std::string& field = record.fields[*label_column];
+    const std::optional<std::int64_t> label = parse_label(field);
+    if (!label) {
+      throw InputError(path, where + ", field " + label_name,
+                       "positive or negative (or pos/neg, 1/0; any case), found \"" +
+                           field.substr(0, 80) + "\"");
     }
-    reviews.push_back(Review{std::move(record.fields[0]), label});
+    reviews.push_back(Review{std::move(record.fields[*text_column]), *label});
   }
   if (reviews.empty()) throw InputError(path, "", "at least one review after the header");
   return reviews;
@@ -365,6 +428,38 @@ std::vector<Review> load_reviews(const std::string& spec, const std::string& spl
     return load_csv(spec);
   }
   no_such_data(spec);
+}
+
+std::optional<EvaluationSplit> load_evaluation_split(const std::string& data,
+                                                     const std::string& eval_data) {
+  std::error_code ec;
+  if (eval_data.empty()) {
+    if (is_synthetic(data) || !fs::is_directory(fs::path(data) / "test", ec)) return std::nullopt;
+    const fs::path test = fs::path(data) / "test";
+    return EvaluationSplit{load_split_folder(test), "test", test.string()};
+  }
+  if (is_synthetic(eval_data)) {
+    return EvaluationSplit{load_reviews(eval_data, "test"), "test", eval_data};
+  }
+  const fs::path path = fs::path(eval_data).lexically_normal();
+  if (fs::is_directory(path, ec)) {
+    if (is_split_folder(path)) {
+      const fs::path named = path.has_filename() ? path : path.parent_path();
+      return EvaluationSplit{load_split_folder(path), named.filename().string(), eval_data};
+    }
+    if (fs::is_directory(path / "test", ec)) {
+      return EvaluationSplit{load_split_folder(path / "test"), "test", (path / "test").string()};
+    }
+    throw InputError(eval_data, "",
+                     "evaluation data: an aclImdb folder (test/pos, test/neg), a folder with pos/ "
+                     "and neg/, or a CSV file; this folder has none of test/, pos/, neg/");
+  }
+  if (fs::is_regular_file(path, ec)) {
+    return EvaluationSplit{load_csv(eval_data), path.stem().string(), eval_data};
+  }
+  throw InputError(eval_data, "",
+                   "evaluation data: an aclImdb folder, a folder with pos/ and neg/, or a CSV "
+                   "file; no such file or folder");
 }
 
 }  // namespace loom::executor

@@ -7,22 +7,31 @@
 //        different seeds. synthetic_vocabulary() is a vocab.txt that covers every word.
 //   a folder                      the Stanford aclImdb layout: <folder>/<split>/pos/*.txt
 //        (label 1) and <folder>/<split>/neg/*.txt (label 0), one review per file; negative
-//        reviews first, each folder in sorted file-name order.
-//   a file                        CSV (RFC 4180) with the header "review,sentiment" and sentiment
-//        "positive" (1) or "negative" (0), as the Kaggle "IMDB Dataset.csv". It has no test
-//        split: load it as "train" and divide it with split_train_validation().
+//        reviews first, each folder in sorted file-name order. A folder with pos/ and neg/ but
+//        no train/ (aclImdb/train itself) is its own "train" split.
+//   a file                        CSV (RFC 4180) with a header naming the text column (review,
+//        text or sentence) and the label column (sentiment or label), in any case and order;
+//        other columns are ignored. Labels are positive/negative, pos/neg or 1/0, any case; line
+//        ends "\n" or "\r\n"; a UTF-8 byte order mark is skipped. The Kaggle "IMDB Dataset.csv"
+//        (review,sentiment) and SST-2 style files (sentence,label) read as they are. A CSV has
+//        no test split: load it as "train" and divide it with split_train_validation().
 // The text is returned as stored (UTF-8, HTML such as "<br />" kept); the tokenizer cleans it.
 //
 // Every order is a pure function of the inputs and the seed: the generator is splitmix64 and the
 // shuffle is Fisher-Yates over it, implemented here, so results are the same on every platform
 // and standard library.
 //
+// The evaluation split of a training run, load_evaluation_split(DATA, --eval-data): the given
+// evaluation data, else aclImdb's test/ when DATA has one, else none (the caller holds out a
+// validation fraction of the training data).
+//
 // Errors the user can fix (missing folder or file, no reviews, bad CSV header, field count or
-// sentiment, unterminated quote, bad spec or split) throw loom::InputError naming the file, the
-// line or folder and what was expected.
+// label, unterminated quote, bad spec or split) throw loom::InputError naming the file, the
+// line, the field or folder and what was expected.
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -39,13 +48,29 @@ constexpr std::int64_t kDefaultSyntheticReviews = 2000;
 // Reviews of `split` ("train" or "test") from `spec` (see above).
 std::vector<Review> load_reviews(const std::string& spec, const std::string& split);
 
-// The reviews of a Kaggle-style CSV text (header review,sentiment; RFC 4180 quoting); `path`
-// names it in errors. What load_reviews does with a CSV file, without the file.
+// The reviews of a CSV text (the header and labels above; RFC 4180 quoting); `path` names it in
+// errors. What load_reviews does with a CSV file, without the file.
 std::vector<Review> parse_reviews_csv(const std::string& text, const std::string& path);
 
 // Checks a --data spec without reading it: a valid synthetic[:N], or an existing folder or file;
 // throws the InputError load_reviews would.
 void check_data_spec(const std::string& spec);
+
+// Reviews to evaluate on and the split's name, for the output and the metrics.
+struct EvaluationSplit {
+  std::vector<Review> reviews;
+  std::string name;    // "test" for aclImdb's test/, else the folder's name or the file's stem
+  std::string source;  // the folder or file read
+};
+
+// The evaluation split of a run on `data`:
+//   - `eval_data` not empty: an aclImdb root (its test/, named "test"), a folder with pos/ and
+//     neg/ (named after the folder: aclImdb/test is "test"), a CSV file (named after its stem:
+//     "imdb_test.csv" is "imdb_test") or a synthetic spec (its test split, "test");
+//   - else aclImdb's test/ (named "test") when `data` is a folder that has one;
+//   - else nullopt: hold out a validation fraction of the training reviews.
+std::optional<EvaluationSplit> load_evaluation_split(const std::string& data,
+                                                     const std::string& eval_data);
 
 // False for a CSV file, whose only split is "train"; true for synthetic and aclImdb specs. Does
 // not check that the files exist.

@@ -152,7 +152,9 @@ WordPieceTokenizer WordPieceTokenizer::from_file(const std::string& vocab_path, 
     tokens.push_back(std::move(line));
     start = end + 1;
   }
-  return WordPieceTokenizer(std::move(tokens), lower_case, vocab_path);
+  WordPieceTokenizer tokenizer(std::move(tokens), lower_case, vocab_path);
+  tokenizer.files_ = {vocab_path};
+  return tokenizer;
 }
 
 WordPieceTokenizer WordPieceTokenizer::from_tokens(std::vector<std::string> tokens, bool lower_case,
@@ -180,6 +182,11 @@ WordPieceTokenizer::WordPieceTokenizer(std::vector<std::string> tokens, bool low
                            kSpecialTokens[i]);
     }
   }
+}
+
+std::string WordPieceTokenizer::description() const {
+  return "WordPiece vocabulary (" + std::to_string(vocab_size()) + " ids, " +
+         (lower_case_ ? "lower case" : "cased") + ")";
 }
 
 std::int64_t WordPieceTokenizer::find_id(std::string_view token) const {
@@ -282,27 +289,38 @@ std::vector<std::int64_t> WordPieceTokenizer::to_ids(const std::vector<std::stri
   return out;
 }
 
-EncodedExample WordPieceTokenizer::encode(std::string_view text, std::int64_t seq_len,
-                                          std::int64_t label) const {
+EncodedExample framed_example(const std::vector<std::int64_t>& ids, std::int64_t first,
+                              std::int64_t last, std::int64_t pad, std::int64_t seq_len,
+                              std::int64_t label) {
   if (seq_len < 2) {
     throw InputError("--seq-len", "",
-                     "at least 2 (room for [CLS] and [SEP]), got " + std::to_string(seq_len));
+                     "at least 2 (room for the start and end tokens, [CLS] and [SEP] or <s> and "
+                     "</s>), got " +
+                         std::to_string(seq_len));
   }
   const auto length = static_cast<std::size_t>(seq_len);
-  std::vector<std::string> pieces = tokenize(text);
-  if (pieces.size() > length - 2) pieces.resize(length - 2);
-
+  const std::size_t kept = std::min(ids.size(), length - 2);
   EncodedExample example;
   example.label = label;
   example.input_ids.reserve(length);
-  example.input_ids.push_back(cls_id_);
-  for (std::int64_t id : to_ids(pieces)) example.input_ids.push_back(id);
-  example.input_ids.push_back(sep_id_);
+  example.input_ids.push_back(first);
+  example.input_ids.insert(example.input_ids.end(), ids.begin(),
+                           ids.begin() + static_cast<std::ptrdiff_t>(kept));
+  example.input_ids.push_back(last);
   example.attention_mask.assign(example.input_ids.size(), 1);
-  example.input_ids.resize(length, pad_id_);
+  example.input_ids.resize(length, pad);
   example.attention_mask.resize(length, 0);
   example.token_type_ids.assign(length, 0);
   return example;
+}
+
+EncodedExample WordPieceTokenizer::encode(std::string_view text, std::int64_t seq_len,
+                                          std::int64_t label) const {
+  if (seq_len < 2) return framed_example({}, cls_id_, sep_id_, pad_id_, seq_len, label);  // throws
+  std::vector<std::string> pieces = tokenize(text);
+  const auto keep = static_cast<std::size_t>(seq_len - 2);
+  if (pieces.size() > keep) pieces.resize(keep);
+  return framed_example(to_ids(pieces), cls_id_, sep_id_, pad_id_, seq_len, label);
 }
 
 }  // namespace loom::executor

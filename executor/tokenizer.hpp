@@ -20,6 +20,9 @@
 //
 // Unicode properties (NFD, categories, lower case) come from libutf8proc. A tokenizer is an
 // immutable value: every method is const and thread-safe.
+//
+// Tokenizer is what training needs of any tokenizer (WordPiece here, RoBERTa's byte-level BPE in
+// executor/bpe_tokenizer.hpp); executor/tokenizer_files.hpp picks one from the files present.
 #pragma once
 
 #include <cstdint>
@@ -27,13 +30,48 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "executor/examples.hpp"
 
 namespace loom::executor {
 
-class WordPieceTokenizer {
+// A text encoder for sequence classification. Implementations are immutable values: every method
+// is const and thread-safe.
+class Tokenizer {
+ public:
+  virtual ~Tokenizer() = default;
+  // <start> tokens <end>, the tokens truncated to seq_len - 2 so <end> is always last, then the
+  // padding id up to seq_len; attention_mask 1 on real tokens, 0 on padding; token_type_ids all
+  // 0. InputError (source "--seq-len") when seq_len < 2.
+  virtual EncodedExample encode(std::string_view text, std::int64_t seq_len,
+                                std::int64_t label) const = 0;
+  // Number of ids, so the embedding needs this many rows.
+  virtual std::int64_t vocab_size() const = 0;
+  // The padding id (the model's embedding must pad with the same id).
+  virtual std::int64_t pad_id() const = 0;
+  // A few words for messages: "WordPiece vocab.txt (30522 ids, lower case)".
+  virtual std::string description() const = 0;
+  // The files it was read from (empty for one built in memory), so that an exported model
+  // folder can hold copies of them.
+  virtual const std::vector<std::string>& files() const = 0;
+
+ protected:
+  Tokenizer() = default;
+  Tokenizer(const Tokenizer&) = default;
+  Tokenizer(Tokenizer&&) = default;
+  Tokenizer& operator=(const Tokenizer&) = default;
+  Tokenizer& operator=(Tokenizer&&) = default;
+};
+
+// `first` ids `last`, the ids truncated to seq_len - 2, then `pad` up to seq_len, with the mask
+// and types Tokenizer::encode describes. InputError (source "--seq-len") when seq_len < 2.
+EncodedExample framed_example(const std::vector<std::int64_t>& ids, std::int64_t first,
+                              std::int64_t last, std::int64_t pad, std::int64_t seq_len,
+                              std::int64_t label);
+
+class WordPieceTokenizer : public Tokenizer {
  public:
   // Longest word (in code points) that is split into pieces; longer words become [UNK].
   static constexpr std::size_t kMaxWordChars = 100;
@@ -53,17 +91,22 @@ class WordPieceTokenizer {
   // [CLS] pieces [SEP], the pieces truncated to seq_len - 2 so [SEP] is always last, then [PAD]
   // up to seq_len; attention_mask 1 on real tokens (including [CLS] and [SEP]) and 0 on padding;
   // token_type_ids all 0. InputError (source "--seq-len") when seq_len < 2.
-  EncodedExample encode(std::string_view text, std::int64_t seq_len, std::int64_t label) const;
+  EncodedExample encode(std::string_view text, std::int64_t seq_len,
+                        std::int64_t label) const override;
 
   // Number of ids (lines of vocab.txt, so the embedding has this many rows).
-  std::int64_t vocab_size() const { return static_cast<std::int64_t>(tokens_.size()); }
+  std::int64_t vocab_size() const override { return static_cast<std::int64_t>(tokens_.size()); }
+  std::string description() const override;
+  // vocab.txt for from_file; set_files() replaces them (a tokenizer.json, a tokenizer_config.json).
+  const std::vector<std::string>& files() const override { return files_; }
+  void set_files(std::vector<std::string> files) { files_ = std::move(files); }
   // The id of `token`, or -1 when it is not in the vocabulary.
   std::int64_t find_id(std::string_view token) const;
   // The token of an id in [0, vocab_size()); std::out_of_range otherwise.
   const std::string& token(std::int64_t id) const;
   bool lower_case() const { return lower_case_; }
 
-  std::int64_t pad_id() const { return pad_id_; }
+  std::int64_t pad_id() const override { return pad_id_; }
   std::int64_t unk_id() const { return unk_id_; }
   std::int64_t cls_id() const { return cls_id_; }
   std::int64_t sep_id() const { return sep_id_; }
@@ -81,6 +124,7 @@ class WordPieceTokenizer {
   };
 
   std::vector<std::string> tokens_;
+  std::vector<std::string> files_;
   std::unordered_map<std::string, std::int64_t, StringHash, std::equal_to<>> ids_;
   bool lower_case_ = true;
   std::int64_t pad_id_ = 0;

@@ -21,6 +21,7 @@
 #include "executor/distributed.hpp"
 #include "executor/model.hpp"
 #include "executor/tokenizer.hpp"
+#include "executor/tokenizer_files.hpp"
 #include "executor/train.hpp"
 #include "planner/plan.hpp"
 #include "profiles/errors.hpp"
@@ -39,6 +40,7 @@ struct TrainArgs {
   std::string data;
   std::string tokenizer;
   std::string init;
+  std::string eval_data;
   std::optional<std::int64_t> steps, epochs;
   double lr = 2e-5;
   std::int64_t warmup_steps = 0;
@@ -56,29 +58,47 @@ struct TrainArgs {
   bool json = false;
 };
 
-// The tokenizer: --tokenizer, else the init checkpoint's vocab.txt, else the synthetic data's own
-// vocabulary.
-executor::WordPieceTokenizer load_tokenizer(const TrainArgs& a) {
-  if (!a.tokenizer.empty()) return executor::WordPieceTokenizer::from_file(a.tokenizer);
-  if (!a.init.empty() && fs::exists(fs::path(a.init) / "vocab.txt")) {
-    return executor::WordPieceTokenizer::from_file((fs::path(a.init) / "vocab.txt").string());
+// The tokenizer: --tokenizer (vocab.txt, vocab.json + merges.txt, tokenizer.json or a folder),
+// else the --init folder's tokenizer files, else the synthetic data's own vocabulary.
+std::unique_ptr<executor::Tokenizer> load_tokenizer(const TrainArgs& a) {
+  if (!a.tokenizer.empty()) return executor::load_tokenizer(a.tokenizer);
+  if (!a.init.empty() && executor::holds_tokenizer(a.init)) {
+    return executor::load_tokenizer(a.init);
   }
   if (a.data.rfind("synthetic", 0) == 0) {
-    return executor::WordPieceTokenizer::from_tokens(executor::synthetic_vocabulary(), true,
-                                                     "the synthetic vocabulary");
+    return std::make_unique<executor::WordPieceTokenizer>(executor::WordPieceTokenizer::from_tokens(
+        executor::synthetic_vocabulary(), true, "the synthetic vocabulary"));
   }
   throw InputError("--tokenizer", "",
-                   "a WordPiece vocab.txt for " + a.data +
-                       " (or --init with a checkpoint folder that holds one)");
+                   "a tokenizer for " + a.data +
+                       ": vocab.txt, vocab.json + merges.txt, tokenizer.json or a folder holding "
+                       "them (or --init with a checkpoint folder that holds them)");
 }
 
-// What load_tokenizer reads, for messages.
-std::string tokenizer_source(const TrainArgs& a) {
-  if (!a.tokenizer.empty()) return a.tokenizer;
-  if (!a.init.empty() && fs::exists(fs::path(a.init) / "vocab.txt")) {
-    return (fs::path(a.init) / "vocab.txt").string();
+// What a tokenizer was read from, for messages.
+std::string tokenizer_source(const executor::Tokenizer& tokenizer) {
+  return tokenizer.files().empty() ? "the synthetic vocabulary" : tokenizer.files().front();
+}
+
+// The tokenizer against the plan's model: ids the embedding has, and the padding id the model
+// pads with (RoBERTa's positions count from it).
+void check_tokenizer(const executor::Tokenizer& tokenizer, const planner::Plan& plan) {
+  if (tokenizer.vocab_size() > plan.model.vocab) {
+    throw InputError(tokenizer_source(tokenizer), "",
+                     "at most the model's " + std::to_string(plan.model.vocab) + " token ids (" +
+                         plan.model.name + " vocab), found " +
+                         std::to_string(tokenizer.vocab_size()));
   }
-  return "the synthetic vocabulary";
+  const std::int64_t model_pad = executor::pad_token_id(plan.model.model_type);
+  // The synthetic vocabulary is Loom's own and pads with 0 for every model.
+  if (!tokenizer.files().empty() && tokenizer.pad_id() != model_pad) {
+    throw InputError(tokenizer_source(tokenizer), "",
+                     "a tokenizer whose padding id is the model's (" +
+                         std::string(profiles::to_string(plan.model.model_type)) + " pads with " +
+                         std::to_string(model_pad) + "); this " + tokenizer.description() +
+                         " pads with " + std::to_string(tokenizer.pad_id()) +
+                         ": a tokenizer of another model?");
+  }
 }
 
 // The plan's model against the init checkpoint's config.json: the same architecture, or a clear
@@ -121,7 +141,7 @@ int cpu_threads(const planner::Plan& plan, int world_size) {
 }
 
 std::vector<executor::EncodedExample> encode(const std::vector<executor::Review>& reviews,
-                                             const executor::WordPieceTokenizer& tokenizer,
+                                             const executor::Tokenizer& tokenizer,
                                              std::int64_t seq_len) {
   std::vector<executor::EncodedExample> out;
   out.reserve(reviews.size());
@@ -281,31 +301,42 @@ int run_train(const TrainArgs& a) {
 
   // The data first, so that a wrong --data is reported as such (not as a missing tokenizer).
   std::vector<executor::Review> reviews = executor::load_reviews(a.data, "train");
-  const executor::WordPieceTokenizer tokenizer = load_tokenizer(a);
-  if (tokenizer.vocab_size() > plan.model.vocab) {
-    throw InputError(tokenizer_source(a), "",
-                     "at most the model's " + std::to_string(plan.model.vocab) + " token ids (" +
-                         plan.model.name + " vocab), found " +
-                         std::to_string(tokenizer.vocab_size()));
-  }
+  // An evaluation split (--eval-data, or aclImdb/test) evaluates while all of --data trains;
+  // without one, --validation-fraction of --data is held out.
+  std::optional<executor::EvaluationSplit> evaluation =
+      executor::load_evaluation_split(a.data, a.eval_data);
+  const std::unique_ptr<executor::Tokenizer> tokenizer = load_tokenizer(a);
+  check_tokenizer(*tokenizer, plan);
+  // WIRE: tokenizer files -> o.tokenizer_files (tokenizer->files())
   const std::size_t review_count = reviews.size();
-  const executor::TrainValidation split =
-      executor::split_train_validation(std::move(reviews), a.validation_fraction, a.seed);
+  executor::TrainValidation split;
+  std::string eval_split_name = "validation";
+  if (evaluation) {
+    split.train = std::move(reviews);
+    split.validation = std::move(evaluation->reviews);
+    eval_split_name = evaluation->name;
+  } else {
+    split = executor::split_train_validation(std::move(reviews), a.validation_fraction, a.seed);
+  }
+  // WIRE: eval split name -> o.eval_split_name (eval_split_name)
   if (static_cast<std::int64_t>(split.train.size()) < plan.job.global_batch) {
     char fraction[32];
     std::snprintf(fraction, sizeof fraction, "%g", a.validation_fraction);
-    throw InputError(a.data, "",
-                     "at least one global batch of " + std::to_string(plan.job.global_batch) +
-                         " training reviews after holding out --validation-fraction " + fraction +
-                         ", found " + std::to_string(split.train.size()) + " of " +
-                         std::to_string(review_count));
+    throw InputError(
+        a.data, "",
+        "at least one global batch of " + std::to_string(plan.job.global_batch) +
+            " training reviews" +
+            (evaluation ? std::string()
+                        : " after holding out --validation-fraction " + std::string(fraction)) +
+            ", found " + std::to_string(split.train.size()) + " of " +
+            std::to_string(review_count));
   }
   if (o.device == executor::Device::kCpu && std::getenv("OMP_NUM_THREADS") == nullptr) {
     at::set_num_threads(cpu_threads(plan, env.world_size));
   }
   const std::int64_t seq_len = plan.job.seq_len;
-  const auto train_data = encode(split.train, tokenizer, seq_len);
-  const auto validation_data = encode(split.validation, tokenizer, seq_len);
+  const auto train_data = encode(split.train, *tokenizer, seq_len);
+  const auto validation_data = encode(split.validation, *tokenizer, seq_len);
   executor::TrainSummary s;
   if (env.world_size == 1) {
     s = executor::train_classifier(o, train_data, validation_data);
@@ -335,11 +366,17 @@ Runner add_train_command(CLI::App& app) {
   CLI::App* cmd = add_subcommand(app, "train");
   cmd->add_option("plan", args->plan, "PLAN.json (loom-plan/1)")->required();
   cmd->add_option("--data", args->data,
-                  "aclImdb/ folder, Kaggle IMDB CSV (review,sentiment) or synthetic[:N]")
+                  "aclImdb/ folder, CSV (review,sentiment or text,label ...) or synthetic[:N]")
       ->required();
-  cmd->add_option("--tokenizer", args->tokenizer, "WordPiece vocab.txt");
+  cmd->add_option("--tokenizer", args->tokenizer,
+                  "vocab.txt, vocab.json (merges.txt beside it), tokenizer.json, or a folder "
+                  "holding them (default: the --init folder's)");
   cmd->add_option("--init", args->init,
-                  "Hugging Face checkpoint folder (config.json, model.safetensors, vocab.txt)");
+                  "Hugging Face checkpoint folder (config.json, model.safetensors, tokenizer "
+                  "files)");
+  cmd->add_option("--eval-data", args->eval_data,
+                  "CSV or folder to evaluate on (default: aclImdb/test when --data is an aclImdb "
+                  "folder with test/, else --validation-fraction of --data)");
   cmd->add_option("--steps", args->steps, "optimizer steps")->check(kPositiveNumber);
   cmd->add_option("--epochs", args->epochs,
                   "passes over the training data (default 1 when --steps is not given)")
@@ -352,7 +389,8 @@ Runner add_train_command(CLI::App& app) {
   cmd->add_option("--seed", args->seed, "seed of initialisation, data order and dropout")
       ->check(kSeed);
   cmd->add_option("--validation-fraction", args->validation_fraction,
-                  "share of the training reviews held out for validation (default 0.1)");
+                  "share of the training reviews held out for validation when there is no "
+                  "evaluation split (default 0.1)");
   cmd->add_option("--dropout", args->dropout, "dropout probability (default 0.1)")
       ->check(kProbability);
   cmd->add_option("--checkpoint", args->checkpoint, "folder for checkpoints");

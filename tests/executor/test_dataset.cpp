@@ -112,9 +112,12 @@ TEST_CASE("CSV: LF line ends, a byte order mark, quoted header and blank lines",
 
 TEST_CASE("CSV: errors name the file, the line and the expectation", "[dataset]") {
   TempDir dir;
-  std::string header = dir.write("header.csv", "text,label\nfine,positive\n");
+  std::string header = dir.write("header.csv", "comment,score\nfine,positive\n");
   require_input_error([&] { (void)load_reviews(header, "train"); }, header, "line 1",
-                      "review,sentiment");
+                      "review, text or sentence");
+  std::string no_label = dir.write("no-label.csv", "review,stars\nfine,5\n");
+  require_input_error([&] { (void)load_reviews(no_label, "train"); }, no_label, "line 1",
+                      "found \"review,stars\"");
   // The bad row starts on line 4 because the review before it spans lines 2 and 3.
   std::string sentiment =
       dir.write("sentiment.csv", "review,sentiment\n\"two\nlines\",positive\nmeh,neutral\n");
@@ -125,7 +128,11 @@ TEST_CASE("CSV: errors name the file, the line and the expectation", "[dataset]"
   require_input_error([&] { (void)load_reviews(unterminated, "train"); }, unterminated, "line 3",
                       "closing double quote");
   std::string fields = dir.write("fields.csv", "review,sentiment\nno, quotes, here,positive\n");
-  require_input_error([&] { (void)load_reviews(fields, "train"); }, fields, "line 2", "found 4");
+  require_input_error([&] { (void)load_reviews(fields, "train"); }, fields, "line 2",
+                      "2 fields as the header (review,sentiment), found 4");
+  std::string label = dir.write("label.csv", "id,Text,Label\r\n1,good,1\r\n2,bad,2\r\n");
+  require_input_error([&] { (void)load_reviews(label, "train"); }, label, "line 3, field Label",
+                      "positive or negative (or pos/neg, 1/0; any case), found \"2\"");
   std::string junk = dir.write("junk.csv", "review,sentiment\n\"quoted\"junk,positive\n");
   require_input_error([&] { (void)load_reviews(junk, "train"); }, junk, "line 2",
                       "after a closing double quote");
@@ -134,6 +141,33 @@ TEST_CASE("CSV: errors name the file, the line and the expectation", "[dataset]"
   std::string nothing = dir.write("nothing.csv", "");
   require_input_error([&] { (void)load_reviews(nothing, "train"); }, nothing, "line 1",
                       "review,sentiment");
+}
+
+TEST_CASE("CSV: the headers and labels people have, in any case and order", "[dataset]") {
+  TempDir dir;
+  // Hugging Face's imdb / SST-2 exports: text,label and sentence,label with 0/1.
+  CHECK(load_reviews(dir.write("a.csv", "text,label\nfine film,1\nawful,0\n"), "train") ==
+        Reviews{{"fine film", 1}, {"awful", 0}});
+  CHECK(load_reviews(dir.write("b.csv", "sentence,label\nok,0\n"), "train") == Reviews{{"ok", 0}});
+  // Any case, either order, extra columns ignored, labels pos/neg in any case, spaces around.
+  CHECK(load_reviews(dir.write("c.csv",
+                               "Sentiment,ID,Review,Stars\n"
+                               "Positive,1,\"great, really\",9\n"
+                               "NEG,2,dull,2\n"
+                               " pos ,3,fun,8\n"
+                               "negative,4,weak,3\n"),
+                     "train") ==
+        Reviews{{"great, really", 1}, {"dull", 0}, {"fun", 1}, {"weak", 0}});
+  // Both a review and a text column: review is the text.
+  CHECK(load_reviews(dir.write("d.csv", "text,review,label\nt,r,1\n"), "train") ==
+        Reviews{{"r", 1}});
+  // A Windows CSV: byte order mark, CRLF line ends, the last field quoted before a final CR.
+  CHECK(load_reviews(dir.write("windows.csv",
+                               "\xEF\xBB\xBFreview,sentiment\r\n"
+                               "Loved it,positive\r\n"
+                               "\"Hated it\",negative\r\n"
+                               "ok,\"positive\"\r"),
+                     "train") == Reviews{{"Loved it", 1}, {"Hated it", 0}, {"ok", 1}});
 }
 
 TEST_CASE("aclImdb folder: labels from pos/neg, sorted file names, splits", "[dataset]") {
@@ -169,6 +203,69 @@ TEST_CASE("aclImdb folder: labels from pos/neg, sorted file names, splits", "[da
   fs::create_directories(empty.path / "train" / "neg");
   require_input_error([&] { (void)load_reviews(empty.path.string(), "train"); },
                       (empty.path / "train").string(), "", "at least one review");
+}
+
+TEST_CASE("aclImdb/train itself is a training split", "[dataset]") {
+  TempDir dir;
+  dir.write("train/pos/0_9.txt", "Good.");
+  dir.write("train/neg/0_1.txt", "Bad.");
+  CHECK(load_reviews((dir.path / "train").string(), "train") == Reviews{{"Bad.", 0}, {"Good.", 1}});
+}
+
+TEST_CASE("the evaluation split: --eval-data, else aclImdb/test, else none", "[dataset]") {
+  using loom::executor::load_evaluation_split;
+  TempDir dir;
+  dir.write("aclImdb/train/pos/0_9.txt", "Train good.");
+  dir.write("aclImdb/train/neg/0_1.txt", "Train bad.");
+  dir.write("aclImdb/test/pos/0_10.txt", "Test good.");
+  dir.write("aclImdb/test/neg/0_2.txt", "Test bad.");
+  dir.write("holdout/pos/1.txt", "Held good.");
+  dir.write("holdout/neg/1.txt", "Held bad.");
+  dir.write("train-only/train/pos/0_9.txt", "Only train.");
+  const std::string csv = dir.write("imdb_test.csv", "review,sentiment\nCSV bad,negative\n");
+  const std::string root = (dir.path / "aclImdb").string();
+  const std::string test = (dir.path / "aclImdb" / "test").string();
+  const Reviews test_reviews{{"Test bad.", 0}, {"Test good.", 1}};
+
+  // No --eval-data: aclImdb's test/ when there is one.
+  auto split = load_evaluation_split(root, "");
+  REQUIRE(split.has_value());
+  CHECK(split->name == "test");
+  CHECK(split->source == test);
+  CHECK(split->reviews == test_reviews);
+  CHECK_FALSE(load_evaluation_split((dir.path / "train-only").string(), "").has_value());
+  CHECK_FALSE(load_evaluation_split(csv, "").has_value());
+  CHECK_FALSE(load_evaluation_split("synthetic:50", "").has_value());
+
+  // --eval-data: an aclImdb root, its test/ folder (with or without a final slash), a folder
+  // with pos/ and neg/, a CSV file, a synthetic spec.
+  for (const std::string& eval : {root, test, test + "/"}) {
+    INFO(eval);
+    auto given = load_evaluation_split(csv, eval);
+    REQUIRE(given.has_value());
+    CHECK(given->name == "test");
+    CHECK(given->reviews == test_reviews);
+  }
+  auto holdout = load_evaluation_split(root, (dir.path / "holdout").string());
+  REQUIRE(holdout.has_value());
+  CHECK(holdout->name == "holdout");
+  CHECK(holdout->reviews == Reviews{{"Held bad.", 0}, {"Held good.", 1}});
+  auto from_csv = load_evaluation_split(root, csv);
+  REQUIRE(from_csv.has_value());
+  CHECK(from_csv->name == "imdb_test");
+  CHECK(from_csv->source == csv);
+  CHECK(from_csv->reviews == Reviews{{"CSV bad", 0}});
+  auto synthetic = load_evaluation_split("synthetic:40", "synthetic:30");
+  REQUIRE(synthetic.has_value());
+  CHECK(synthetic->name == "test");
+  CHECK(synthetic->reviews == load_reviews("synthetic:30", "test"));
+
+  const std::string other = (dir.path / "train-only" / "train" / "pos").string();
+  require_input_error([&] { (void)load_evaluation_split(root, other); }, other, "",
+                      "none of test/, pos/, neg/");
+  const std::string nowhere = (dir.path / "nowhere.csv").string();
+  require_input_error([&] { (void)load_evaluation_split(root, nowhere); }, nowhere, "",
+                      "no such file or folder");
 }
 
 TEST_CASE("unknown specs are refused", "[dataset]") {

@@ -332,12 +332,12 @@ TEST_CASE("loom train refuses bad data", "[tools][cli][train][errors]") {
     CHECK_THAT(r.err, Contains("empty.csv") && Contains("review,sentiment"));
   }
   SECTION("a CSV with another header") {
-    box.write("reviews.csv", "text,label\n\"a good film\",positive\n");
+    box.write("reviews.csv", "comment,score\n\"a good film\",positive\n");
     const TrainRun r =
         box.loom("train plan.json --data reviews.csv --tokenizer vocab.txt --steps 5");
     require_train_error(r);
     CHECK_THAT(r.err, Contains("reviews.csv") && Contains("line 1") &&
-                          Contains("review,sentiment") && Contains("text,label"));
+                          Contains("review, text or sentence") && Contains("comment,score"));
   }
   SECTION("fewer reviews than one global batch") {
     const TrainRun r = box.loom("train plan.json --data synthetic:8 --steps 5");
@@ -352,6 +352,54 @@ TEST_CASE("loom train refuses bad data", "[tools][cli][train][errors]") {
     require_train_error(r);
     CHECK_THAT(r.err, Contains("big-vocab.txt") && Contains("100") && Contains("205"));
   }
+}
+
+TEST_CASE("loom train fine-tunes RoBERTa from vocab.json + merges.txt, evaluating on test/",
+          "[tools][cli][train][bpe]") {
+  TrainSandbox box;
+  // A RoBERTa-shaped tiny model: positions start after the padding id 1, so 32 + 2 positions.
+  box.write("model.json", R"({
+    "format": "loom-model/1", "name": "micro-roberta", "family": "encoder",
+    "model_type": "roberta", "layers": 1, "hidden": 16, "heads": 2, "ffn_hidden": 32,
+    "vocab": 100, "max_positions": 34, "type_vocab": 1, "num_labels": 2})");
+  box.plan();
+  nlohmann::json vocab = {{"<s>", 0}, {"<pad>", 1}, {"</s>", 2}, {"<unk>", 3}};
+  for (char c = 'a'; c <= 'z'; ++c) vocab[std::string(1, c)] = vocab.size();
+  for (const char* token : {"Ġ", "go", "goo", "good", "Ġgood", "ba", "bad", "Ġbad", "fi", "fil",
+                            "film", "Ġfilm", "<mask>"}) {
+    vocab[token] = vocab.size();
+  }
+  box.write("roberta/vocab.json", vocab.dump());
+  box.write("roberta/merges.txt",
+            "#version: 0.2\ng o\ngo o\ngoo d\nĠ good\nb a\nba d\nĠ bad\nf i\nfi l\nfil m\n"
+            "Ġ film\n");
+  // 8 training reviews: exactly one global batch, so the run only starts when none is held out
+  // for validation, that is when aclImdb/test is the evaluation split.
+  for (int i = 0; i < 4; ++i) {
+    box.write("aclImdb/train/pos/" + std::to_string(i) + "_9.txt", "good film good");
+    box.write("aclImdb/train/neg/" + std::to_string(i) + "_1.txt", "bad film bad");
+  }
+  box.write("aclImdb/test/pos/0_9.txt", "a good film");
+  box.write("aclImdb/test/neg/0_1.txt", "a bad film");
+  const std::string run = "train plan.json --tokenizer roberta --steps 1 --json --data ";
+  const nlohmann::json summary = parse_summary(box.loom(run + "aclImdb"));
+  CHECK(summary.at("steps") == 1);
+  CHECK(summary.contains("validation_accuracy"));
+
+  // --eval-data: a Windows CSV with a text,label header evaluates the same way.
+  box.write("holdout.csv", "text,label\r\ngood,1\r\nbad,0\r\n");
+  CHECK(parse_summary(box.loom(run + "aclImdb/train --eval-data holdout.csv")).at("steps") == 1);
+  // Without an evaluation split a tenth of the 8 reviews is held out: less than one batch.
+  const TrainRun held_out = box.loom(run + "aclImdb/train");
+  require_train_error(held_out);
+  CHECK_THAT(held_out.err, Contains("--validation-fraction") && Contains("found 7 of 8"));
+
+  // A BERT vocab.txt pads with 0: refused for RoBERTa, which pads with 1.
+  box.write("vocab.txt", "[PAD]\n[UNK]\n[CLS]\n[SEP]\ngood\nbad\nfilm\n");
+  const TrainRun bert = box.loom("train plan.json --tokenizer vocab.txt --steps 1 --data aclImdb");
+  require_train_error(bert);
+  CHECK_THAT(bert.err,
+             Contains("vocab.txt") && Contains("roberta pads with 1") && Contains("pads with 0"));
 }
 
 TEST_CASE("loom train refuses bad options", "[tools][cli][train][errors]") {
