@@ -114,6 +114,9 @@ struct TrainOptions {
   // run (max(1, total_steps / 20)).
   std::int64_t print_every = 0;
   static constexpr std::int64_t kAutoPrintEvery = -1;
+  // A line world rank 0 writes on stderr before its first log line, once the model is built and
+  // loaded ("" = none; loom train: the learning rate it chose). Only with log lines.
+  std::string first_log_line;
   // The name of the evaluation set, in log lines and metrics ("validation", "test", ...).
   std::string eval_split_name = "validation";
 

@@ -46,6 +46,7 @@ class Loop {
     const std::int64_t end_step = o_.stop_after_step > 0
                                       ? std::min(o_.stop_after_step, size_.total_steps)
                                       : size_.total_steps;
+    if (print_every_ != 0 && !o_.first_log_line.empty()) progress_.print_line(o_.first_log_line);
     run_started_ = std::chrono::steady_clock::now();
     first_step_ = summary_.steps;
     for (std::int64_t step = summary_.steps; step < end_step; ++step) {

@@ -293,6 +293,11 @@ int run_train(const TrainArgs& a) {
   o.epochs = a.steps.has_value() ? a.epochs.value_or(0) : a.epochs.value_or(1);
   o.lr = a.lr.value_or(a.init.empty() ? kFromScratchLr : kFineTuningLr);
   o.print_every = a.log_every.value_or(executor::TrainOptions::kAutoPrintEvery);
+  if (!a.lr && !a.json) {  // the default rate, said with the log lines
+    o.first_log_line = a.init.empty() ? "lr 1e-3 (training from scratch; --init fine-tunes at 2e-5)"
+                                      : "lr 2e-5 (fine-tuning --init; from scratch the default "
+                                        "is 1e-3)";
+  }
   o.warmup_steps = a.warmup_steps;
   o.eval_every = a.eval_every;
   o.seed = a.seed;
@@ -365,12 +370,6 @@ int run_train(const TrainArgs& a) {
   const auto train_data = encode(split.train, tokenizer, seq_len);
   const auto validation_data = encode(split.validation, tokenizer, seq_len);
   o.eval_split_name = "validation";  // WIRE: "test" for aclImdb/test, the --eval-data split's name
-  if (!a.lr && !a.json && env.rank == 0) {  // the default rate, said before the run's log lines
-    std::cout << (a.init.empty() ? "lr 1e-3 (training from scratch; --init fine-tunes at 2e-5)\n"
-                                 : "lr 2e-5 (fine-tuning --init; from scratch the default is "
-                                   "1e-3)\n")
-              << std::flush;
-  }
   executor::TrainSummary s;
   if (env.world_size == 1) {
     s = executor::train_classifier(o, train_data, validation_data);

@@ -258,9 +258,11 @@ TEST_CASE("loom train runs a one-rank plan and writes the metrics of spec/format
   const TrainRun text = box.loom(train_args("--steps 2"));
   INFO("stderr: " << text.err);
   CHECK(text.exit_code == 0);
+  // The default learning rate is said first, with the log lines.
+  CHECK_THAT(text.err, StartsWith("lr 1e-3 (training from scratch; --init fine-tunes at 2e-5)\n"
+                                  "step 1/2, "));
   // 400 reviews, 40 held out for validation.
-  CHECK_THAT(text.out, StartsWith("lr 1e-3 (training from scratch; --init fine-tunes at 2e-5)\n") &&
-                           Contains("trained 2 steps") && Contains("\nvalidation accuracy ") &&
+  CHECK_THAT(text.out, StartsWith("trained 2 steps") && Contains("\nvalidation accuracy ") &&
                            Contains(" % (40 reviews), loss "));
   CHECK_FALSE(nlohmann::json::accept(text.out));
 }
@@ -603,20 +605,24 @@ TEST_CASE("loom train's default learning rate: 1e-3 from scratch, 2e-5 fine-tuni
   box.plan();
   const TrainRun scratch = box.loom(train_args("--steps 1 --checkpoint ck --metrics m.jsonl"));
   REQUIRE(scratch.exit_code == 0);
-  CHECK_THAT(scratch.out,
-             StartsWith("lr 1e-3 (training from scratch; --init fine-tunes at 2e-5)\ntrained 1 "));
+  CHECK_THAT(scratch.err,
+             StartsWith("lr 1e-3 (training from scratch; --init fine-tunes at 2e-5)\nstep 1/1, "));
   // One step: the rate it used is the peak rate (no warm-up).
   CHECK(first_line(box.work() / "m.jsonl").at("lr") == 1e-3);
   const TrainRun tuned =
       box.loom(train_args("--steps 1 --init ck/step-00000001 --metrics m.jsonl"));
   REQUIRE(tuned.exit_code == 0);
-  CHECK_THAT(tuned.out,
-             StartsWith("lr 2e-5 (fine-tuning --init; from scratch the default is 1e-3)\n"));
+  CHECK_THAT(
+      tuned.err,
+      StartsWith("lr 2e-5 (fine-tuning --init; from scratch the default is 1e-3)\nstep 1/1, "));
   CHECK(first_line(box.work() / "m.jsonl").at("lr") == 2e-5);
   // A given --lr is used as it is, without a word.
   const TrainRun given = box.loom(train_args("--steps 1 --lr 5e-4 --metrics m.jsonl"));
   REQUIRE(given.exit_code == 0);
-  CHECK_THAT(given.out, StartsWith("trained 1 steps"));
+  CHECK_THAT(given.err, StartsWith("step 1/1, "));
+  // --json says nothing but JSON on stdout and keeps stderr to the log lines.
+  const TrainRun json = box.loom(train_args("--steps 1 --json"));
+  CHECK_THAT(json.err, StartsWith("step 1/1, "));
   CHECK(first_line(box.work() / "m.jsonl").at("lr") == 5e-4);
 }
 
