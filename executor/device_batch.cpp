@@ -10,11 +10,23 @@ namespace loom::executor {
 
 using profiles::Precision;
 
+CudaSupport cuda_support() {
+#if defined(LOOM_TORCH_CUDA)
+  return compat::cuda_available() ? CudaSupport::kAvailable : CudaSupport::kNoGpu;
+#else
+  return CudaSupport::kNotBuilt;
+#endif
+}
+
 torch::Device prepare_device(Device device, int device_index, Precision precision) {
   if (device != Device::kCuda) return torch::kCPU;
-  if (!compat::cuda_available()) {
+  if (const CudaSupport cuda = cuda_support(); cuda != CudaSupport::kAvailable) {
     throw InputError("--device", "",
-                     "cuda needs a CUDA build of LibTorch and a visible GPU; use --device cpu");
+                     cuda == CudaSupport::kNotBuilt
+                         ? std::string("cuda needs a CUDA build of Loom (") + kCudaBuildHint +
+                               "); this one has a CPU LibTorch: use --device cpu"
+                         : std::string("cuda needs a visible GPU; this machine shows none to "
+                                       "LibTorch: use --device cpu"));
   }
   compat::cuda_set_device(device_index);
   at::globalContext().setAllowTF32CuBLAS(precision == Precision::kTf32);
@@ -22,9 +34,24 @@ torch::Device prepare_device(Device device, int device_index, Precision precisio
   return {torch::kCUDA, static_cast<c10::DeviceIndex>(device_index)};
 }
 
+std::string precision_refusal(Device device, Precision precision, int tp) {
+  if (device == Device::kCuda) return "";
+  if (precision == Precision::kFp16 || precision == Precision::kTf32) {
+    return std::string(profiles::to_string(precision)) +
+           " does not train on the CPU (LibTorch runs fp32 and bf16 there)";
+  }
+  if (precision == Precision::kBf16 && tp > 1) {
+    return "bf16 with tensor parallelism does not train on the CPU (Gloo, its collectives, has "
+           "no bf16 all-reduce)";
+  }
+  return "";
+}
+
 MixedPrecision mixed_precision(Device device, Precision precision) {
+  if (const std::string why = precision_refusal(device, precision, 1); !why.empty()) {
+    throw InputError("--precision", "", "fp32 or bf16 on the CPU: " + why + "; use --device cuda");
+  }
   MixedPrecision mp;
-  if (device != Device::kCuda) return mp;  // CPU trains in fp32
   switch (precision) {
     case Precision::kBf16:
       return {true, c10::ScalarType::BFloat16, false, "bf16"};

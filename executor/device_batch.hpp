@@ -14,18 +14,37 @@
 
 namespace loom::executor {
 
+// Whether this process can run on cuda: a CUDA build of LibTorch (LOOM_TORCH_CUDA) that sees a
+// GPU (torch::cuda::is_available()).
+enum class CudaSupport { kNotBuilt, kNoGpu, kAvailable };
+CudaSupport cuda_support();
+
+// How to build Loom for GPUs, for messages: the CMake switch of a CUDA LibTorch build.
+inline constexpr const char* kCudaBuildHint =
+    "cmake -DLOOM_CUDA=ON (a CUDA LibTorch: the installed CUDA PyTorch, or "
+    "-DLOOM_LIBTORCH_DIR=DIR)";
+
 // The torch device that `device` names (CUDA: GPU `device_index`), or an InputError for cuda
-// without a GPU. On CUDA it also sets LibTorch's global TF32 switches: on for tf32, off for every
-// other precision (fp32 stays exact fp32, as in torch.backends with allow_tf32 = False).
+// without a CUDA build or a GPU. On CUDA it also sets LibTorch's global TF32 switches: on for
+// tf32, off for every other precision (fp32 stays exact fp32, as in torch.backends with
+// allow_tf32 = False).
 torch::Device prepare_device(Device device, int device_index, profiles::Precision precision);
 
-// How the forward pass runs: cpu trains in fp32 whatever the requested precision; cuda runs
-// bf16 / fp16 under autocast (fp16 with dynamic loss scaling), tf32 and fp32 without.
+// Why LibTorch cannot train in `precision` on `device` with `tp`-way tensor parallelism, or ""
+// when it can. cuda runs all four. The CPU runs fp32, and bf16 (autocast to bfloat16, as
+// torch.autocast("cpu")) without tensor parallelism (Gloo, the CPU's collectives, has no
+// bfloat16 all-reduce); not fp16 (LibTorch has no half-precision matrix products on CPUs) nor
+// tf32 (a mode of NVIDIA's tensor cores).
+std::string precision_refusal(Device device, profiles::Precision precision, int tp);
+
+// How the forward pass runs: bf16 / fp16 under autocast (fp16 with dynamic loss scaling, cuda
+// only), tf32 and fp32 without. Throws InputError (source "--precision") for a precision the
+// device does not run (precision_refusal with tp = 1): never a silent change to another one.
 struct MixedPrecision {
   bool autocast = false;
   c10::ScalarType dtype = c10::ScalarType::Float;
   bool loss_scaling = false;
-  std::string name = "fp32";  // what actually runs
+  std::string name = "fp32";  // what runs
 };
 MixedPrecision mixed_precision(Device device, profiles::Precision precision);
 

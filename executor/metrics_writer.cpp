@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <ctime>
@@ -84,13 +85,42 @@ void MetricsWriter::write_step(const StepRecord& r) {
   file_.write(line);
 }
 
-void MetricsWriter::write_evaluation(std::int64_t step, double accuracy, double loss) {
+void MetricsWriter::write_evaluation(std::int64_t step, double accuracy, double loss,
+                                     const std::string& split) {
   nlohmann::ordered_json line;
   line["eval"] = true;
   line["step"] = step;
   line["accuracy"] = accuracy;
   line["loss"] = loss;
+  line["split"] = split;
   file_.write(line);
+}
+
+namespace {
+
+// "step 10/40, epoch 0.25: "
+std::string step_prefix(std::int64_t step, std::int64_t total_steps, double epoch) {
+  char text[96];
+  std::snprintf(text, sizeof text, "step %lld/%lld, epoch %.2f: ", static_cast<long long>(step),
+                static_cast<long long>(total_steps), epoch);
+  return text;
+}
+
+}  // namespace
+
+std::string format_step_line(const StepLog& log) {
+  const auto eta_s = static_cast<long long>(std::llround(std::max(0.0, log.eta_s)));
+  char text[160];
+  std::snprintf(text, sizeof text, "loss %.4f, lr %.2e, %.1f samples/s, ETA %lld:%02lld:%02lld",
+                log.loss, log.lr, log.samples_per_s, eta_s / 3600, eta_s / 60 % 60, eta_s % 60);
+  return step_prefix(log.step, log.total_steps, log.epoch) + text;
+}
+
+std::string format_eval_line(std::int64_t step, std::int64_t total_steps, double epoch,
+                             const std::string& split, double accuracy, double loss) {
+  char text[96];
+  std::snprintf(text, sizeof text, " accuracy %.2f %%, loss %.4f", 100 * accuracy, loss);
+  return step_prefix(step, total_steps, epoch) + split + text;
 }
 
 ProgressBar::ProgressBar(bool wanted, std::int64_t total_steps)
@@ -105,6 +135,12 @@ void ProgressBar::update(std::int64_t step, double loss) const {
   bar.resize(kWidth, '.');
   std::fprintf(stderr, "\r[%s] step %lld/%lld loss %.4f", bar.c_str(), static_cast<long long>(step),
                static_cast<long long>(total_), loss);
+  std::fflush(stderr);
+}
+
+void ProgressBar::print_line(const std::string& line) const {
+  // "\r\033[K": back to the start of the bar's line and erase it.
+  std::fprintf(stderr, "%s%s\n", enabled_ ? "\r\033[K" : "", line.c_str());
   std::fflush(stderr);
 }
 

@@ -1,11 +1,15 @@
 // What loom train writes while it runs, without LibTorch (the io library): metrics.jsonl
-// (spec/formats.md), the --dump-batches file, and the progress bar on stderr. One writer serves
-// the one-rank and the many-rank loops, so both write the same lines.
+// (spec/formats.md), the --dump-batches file, and on stderr the log lines and the progress bar.
+// One writer serves the one-rank and the many-rank loops, so both write the same lines.
 //
 // Lines of metrics.jsonl, one JSON object each:
 //   {"step", "epoch", "loss", "lr", "samples_per_s", "step_time_s", "peak_memory_bytes", "rank",
 //    "time", "peak_rss_bytes", "phases_s"} after a logged step (write_step);
-//   {"eval": true, "step", "accuracy", "loss"} after an evaluation (write_evaluation).
+//   {"eval": true, "step", "accuracy", "loss", "split"} after an evaluation (write_evaluation;
+//   "split" names the evaluation set: "validation", "test", ...).
+// Log lines on stderr (format_step_line, format_eval_line), one per logged step or evaluation:
+//   step 10/40, epoch 0.25: loss 0.6931, lr 7.50e-04, 512.3 samples/s, ETA 0:00:03
+//   step 40/40, epoch 1.00: test accuracy 91.20 %, loss 0.2300
 #pragma once
 
 #include <chrono>
@@ -73,17 +77,40 @@ class MetricsWriter {
   // samples_per_s = global_batch / step_time_s; "time" is now (ISO-8601 UTC); peak_rss_bytes is
   // the process's peak resident set.
   void write_step(const StepRecord& record);
-  void write_evaluation(std::int64_t step, double accuracy, double loss);
+  void write_evaluation(std::int64_t step, double accuracy, double loss, const std::string& split);
 
  private:
   JsonlWriter file_;
 };
 
-// A progress bar on stderr when `wanted` and both stdout and stderr are terminals.
+// What a log line of a training step says. `epoch` counts epochs done, fractional (step /
+// steps_per_epoch); samples_per_s is over the steps since the previous line; eta_s is the time
+// the rest of the run should take.
+struct StepLog {
+  std::int64_t step = 0;  // completed optimizer steps (1-based)
+  std::int64_t total_steps = 0;
+  double epoch = 0;
+  double loss = 0;
+  double lr = 0;
+  double samples_per_s = 0;
+  double eta_s = 0;
+};
+// "step 10/40, epoch 0.25: loss 0.6931, lr 7.50e-04, 512.3 samples/s, ETA 0:00:03" (no newline;
+// the ETA as H:MM:SS, rounded to the second).
+std::string format_step_line(const StepLog& log);
+// "step 40/40, epoch 1.00: test accuracy 91.20 %, loss 0.2300" (no newline).
+std::string format_eval_line(std::int64_t step, std::int64_t total_steps, double epoch,
+                             const std::string& split, double accuracy, double loss);
+
+// A progress bar on stderr when `wanted` and both stdout and stderr are terminals, and the log
+// lines around it.
 class ProgressBar {
  public:
   ProgressBar(bool wanted, std::int64_t total_steps);
   void update(std::int64_t step, double loss) const;
+  // Writes `line` and a newline to stderr, whether or not the bar is shown; a shown bar's line is
+  // cleared first (the next update draws the bar again below the line).
+  void print_line(const std::string& line) const;
   void finish() const;
 
  private:

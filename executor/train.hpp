@@ -15,9 +15,10 @@
 // checkpointed weights, optimizer state, dropout RNG state and step, a resumed run reproduces the
 // losses of an uninterrupted one exactly.
 //
-// Device: cpu trains in fp32 whatever the requested precision. cuda keeps fp32 master weights
-// and runs the forward pass under autocast for bf16 / fp16 (fp16 with dynamic loss scaling,
-// skipping steps whose gradients overflow), TF32 matmuls for tf32, plain fp32 for fp32.
+// Device: fp32 master weights; the forward pass runs under autocast for bf16 / fp16 (fp16 with
+// dynamic loss scaling, skipping steps whose gradients overflow), TF32 matmuls for tf32, plain
+// fp32 for fp32. cuda runs all four; cpu runs fp32 and bf16 and refuses fp16 and tf32
+// (InputError, executor/device_batch.hpp's device_runs): a precision is never silently changed.
 //
 // Metrics (spec/formats.md), one JSON object per line:
 //   {"step", "epoch", "loss", "lr", "samples_per_s", "step_time_s", "peak_memory_bytes", "rank",
@@ -25,8 +26,12 @@
 //   "lr" is the rate the step used, "loss" the mean training loss over the step's global batch,
 //   "peak_memory_bytes" the CUDA caching allocator's peak on cuda and the process's maximum
 //   resident set size (getrusage ru_maxrss) on cpu, "time" ISO-8601 UTC;
-//   {"eval": true, "step", "accuracy", "loss"} after each evaluation (every eval_every steps and
-//   after the last step) on the whole validation set.
+//   {"eval": true, "step", "accuracy", "loss", "split"} after each evaluation (every eval_every
+//   steps and after the last step) on the whole evaluation set, "split" its eval_split_name.
+// Log lines (world rank 0, stderr, every print_every steps and after every evaluation, whether
+// or not stderr is a terminal; metrics_writer.hpp's format_step_line and format_eval_line):
+//   step 10/40, epoch 0.25: loss 0.6931, lr 7.50e-04, 512.3 samples/s, ETA 0:00:03
+//   step 40/40, epoch 1.00: validation accuracy 91.20 %, loss 0.2300
 // A resumed run appends to the metrics file; a fresh run truncates it.
 //
 // Many ranks (TrainOptions::dp * tp * pp > 1, train_classifier with ParallelGroups): one step
@@ -105,6 +110,15 @@ struct TrainOptions {
   std::string metrics_path;         // "" = no metrics file (many ranks: world rank 0 writes it)
   bool metrics_every_rank = false;  // many ranks: every rank writes metrics_path (its own file)
   std::int64_t log_every = 1;       // steps between metrics lines
+  // Steps between log lines on stderr (world rank 0): 0 = none; kAutoPrintEvery = about 20 per
+  // run (max(1, total_steps / 20)).
+  std::int64_t print_every = 0;
+  static constexpr std::int64_t kAutoPrintEvery = -1;
+  // A line world rank 0 writes on stderr before its first log line, once the model is built and
+  // loaded ("" = none; loom train: the learning rate it chose). Only with log lines.
+  std::string first_log_line;
+  // The name of the evaluation set, in log lines and metrics ("validation", "test", ...).
+  std::string eval_split_name = "validation";
 
   std::string checkpoint_dir;         // "" = no checkpoints
   std::int64_t checkpoint_every = 0;  // steps between checkpoints; 0 = only after the last step
@@ -115,7 +129,7 @@ struct TrainOptions {
 
   Device device = Device::kCpu;
   int device_index = 0;  // the CUDA device (LOCAL_RANK in multi-rank runs)
-  profiles::Precision precision = profiles::Precision::kFp32;  // used on cuda only
+  profiles::Precision precision = profiles::Precision::kFp32;  // cpu: fp32 or bf16
   int rank = 0;                                                // the "rank" field of metrics
   bool progress = true;  // a progress bar on stderr when stdout and stderr are terminals
 

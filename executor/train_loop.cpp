@@ -30,7 +30,11 @@ class Loop {
         rank_(rank),
         metrics_(rank.lead() || o.metrics_every_rank ? o.metrics_path : std::string(),
                  rank.resumed_from_step().has_value()),
-        progress_(o.progress && rank.lead(), size.total_steps) {
+        progress_(o.progress && rank.lead(), size.total_steps),
+        print_every_(!rank.lead() ? 0
+                     : o.print_every == TrainOptions::kAutoPrintEvery
+                         ? std::max<std::int64_t>(1, size.total_steps / 20)
+                         : std::max<std::int64_t>(0, o.print_every)) {
     summary_.total_steps = size.total_steps;
     summary_.precision = rank.precision();
     summary_.resumed_from_step = rank.resumed_from_step();
@@ -42,6 +46,9 @@ class Loop {
     const std::int64_t end_step = o_.stop_after_step > 0
                                       ? std::min(o_.stop_after_step, size_.total_steps)
                                       : size_.total_steps;
+    if (print_every_ != 0 && !o_.first_log_line.empty()) progress_.print_line(o_.first_log_line);
+    run_started_ = std::chrono::steady_clock::now();
+    first_step_ = summary_.steps;
     for (std::int64_t step = summary_.steps; step < end_step; ++step) {
       if (!run_step(step, end_step)) break;
     }
@@ -85,6 +92,7 @@ class Loop {
       metrics_.write_step({step + 1, epoch, loss, lr, size_.global_batch, step_time_s,
                            rank_.peak_memory_bytes(), rank_.rank(), phases});
     }
+    print_step(step, end_step, loss, lr);
     progress_.update(step + 1, loss);
     // Not started once a stop signal arrived; abandoned when one arrives during it.
     if (rank_.stop_signal() == 0 && o_.eval_every > 0 && (step + 1) % o_.eval_every == 0) {
@@ -103,6 +111,33 @@ class Loop {
     return true;
   }
 
+  // The log line of `step` (0-based) when it is due: every print_every steps and the run's last.
+  void print_step(std::int64_t step, std::int64_t end_step, double loss, double lr) {
+    if (print_every_ == 0 || ((step + 1) % print_every_ != 0 && step + 1 != end_step)) return;
+    double interval_s = 0;  // the steps since the previous line
+    for (std::size_t i = printed_steps_; i < step_times_s_.size(); ++i)
+      interval_s += step_times_s_[i];
+    const auto interval_steps = static_cast<double>(step_times_s_.size() - printed_steps_);
+    printed_steps_ = step_times_s_.size();
+    const double elapsed_s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - run_started_).count();
+    const auto done = static_cast<double>(step + 1 - first_step_);
+    StepLog log;
+    log.step = step + 1;
+    log.total_steps = size_.total_steps;
+    log.epoch = epochs_done(step + 1);
+    log.loss = loss;
+    log.lr = lr;
+    log.samples_per_s =
+        interval_s > 0 ? interval_steps * static_cast<double>(size_.global_batch) / interval_s : 0;
+    log.eta_s = elapsed_s / done * static_cast<double>(end_step - step - 1);
+    progress_.print_line(format_step_line(log));
+  }
+
+  double epochs_done(std::int64_t steps) const {
+    return static_cast<double>(steps) / static_cast<double>(size_.steps_per_epoch);
+  }
+
   // False, with nothing written, when a stop signal abandoned it.
   bool evaluate(std::int64_t step) {
     if (!has_validation_) return true;
@@ -111,7 +146,11 @@ class Loop {
     summary_.validation_accuracy = result->accuracy;
     summary_.validation_loss = result->loss;
     last_eval_step_ = step;
-    metrics_.write_evaluation(step, result->accuracy, result->loss);
+    metrics_.write_evaluation(step, result->accuracy, result->loss, o_.eval_split_name);
+    if (print_every_ != 0) {
+      progress_.print_line(format_eval_line(step, size_.total_steps, epochs_done(step),
+                                            o_.eval_split_name, result->accuracy, result->loss));
+    }
     return true;
   }
 
@@ -122,6 +161,10 @@ class Loop {
   TrainRank& rank_;
   MetricsWriter metrics_;
   ProgressBar progress_;
+  std::int64_t print_every_;  // 0: no log lines (ranks other than world rank 0)
+  std::chrono::steady_clock::time_point run_started_;
+  std::int64_t first_step_ = 0;    // the first step this call runs (a resumed run's is not 0)
+  std::size_t printed_steps_ = 0;  // step times counted in earlier log lines
   TrainSummary summary_;
   std::vector<double> step_times_s_;
   std::int64_t cached_epoch_ = -1;

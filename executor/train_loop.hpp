@@ -50,9 +50,10 @@ class TrainRank {
 // Hugging Face's get_linear_schedule_with_warmup for the 0-based `step` of `total_steps`.
 double learning_rate(const TrainOptions& options, std::int64_t step, std::int64_t total_steps);
 
-// Runs steps resumed_from_step (or 0) .. total (or stop_after_step), logging every log_every-th
-// step and the last, evaluating every eval_every steps and after the last step (when
-// `has_validation`), checkpointing every checkpoint_every steps and at the end (when
+// Runs steps resumed_from_step (or 0) .. total (or stop_after_step), writing metrics of every
+// log_every-th step and the last, printing log lines (world rank 0) every print_every-th step,
+// the last and after every evaluation, evaluating every eval_every steps and after the last step
+// (when `has_validation`), checkpointing every checkpoint_every steps and at the end (when
 // options.checkpoint_dir is set), and stopping at a step boundary on a stop signal.
 TrainSummary run_training(const TrainOptions& options, const RunSize& size,
                           std::int64_t train_examples, bool has_validation, TrainRank& rank);

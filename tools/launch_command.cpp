@@ -1,10 +1,13 @@
-// loom launch: N local ranks of one command (spec/cli.md), and loom slurm: an sbatch script that
-// runs a plan with srun.
+// loom launch: the N local ranks of one command on this node (spec/cli.md), and loom slurm: an
+// sbatch script that runs a plan with srun.
 //
-// launch forks N children with RANK / WORLD_SIZE / LOCAL_RANK / LOCAL_WORLD_SIZE / MASTER_ADDR /
-// MASTER_PORT set, prefixes every line they print with "[rank k] " (stdout to stdout, stderr to
-// stderr), and as soon as one exits unsuccessfully stops the others (SIGTERM, SIGKILL after 5 s)
-// and fails naming that rank. A command starting with `loom` runs this very binary.
+// launch takes torchrun's flags: --nproc ranks on each of --nnodes nodes, this one being
+// --node-rank, all meeting at --master-addr:--master-port (node 0 hosts the rendezvous). It forks
+// the node's ranks with RANK = node_rank * nproc + local rank, WORLD_SIZE = nnodes * nproc,
+// LOCAL_RANK, LOCAL_WORLD_SIZE = nproc, MASTER_ADDR and MASTER_PORT set, prefixes every line they
+// print with "[rank RANK] " (stdout to stdout, stderr to stderr), and as soon as one exits
+// unsuccessfully stops the others (SIGTERM, SIGKILL after 5 s) and fails naming that rank. A
+// command starting with `loom` runs this very binary. Run it once on every node.
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -18,6 +21,7 @@
 #include <cstring>
 #include <filesystem>
 #include <iostream>
+#include <limits>
 #include <map>
 #include <memory>
 #include <set>
@@ -37,10 +41,22 @@ namespace {
 
 constexpr int kMaxLocalRanks = 1024;
 
+// Whether this build's loom-torch trains on cuda (a CUDA LibTorch): tools/CMakeLists.txt defines
+// LOOM_BUILD_CUDA from the condition that defines executor's LOOM_TORCH_CUDA, since this binary
+// never links LibTorch to ask it.
+#if defined(LOOM_BUILD_CUDA) && LOOM_BUILD_CUDA
+constexpr bool kBuiltWithCuda = true;
+#else
+constexpr bool kBuiltWithCuda = false;
+#endif
+
 namespace fs = std::filesystem;
 
 struct LaunchArgs {
-  int nproc = 1;
+  int nproc = 1;  // ranks on this node
+  int nnodes = 1;
+  int node_rank = 0;
+  std::string master_addr = "127.0.0.1";
   int master_port = 29500;
   std::vector<std::string> command;
 };
@@ -87,7 +103,8 @@ void flush_lines(std::string& partial, int rank, int fd, bool all) {
   }
 }
 
-Child spawn(const std::vector<std::string>& command, int rank, const LaunchArgs& a) {
+// Starts local rank `local_rank` of this node.
+Child spawn(const std::vector<std::string>& command, int local_rank, const LaunchArgs& a) {
   int out[2];
   int err[2];
   if (pipe(out) != 0 || pipe(err) != 0) throw std::runtime_error("pipe failed");
@@ -102,11 +119,11 @@ Child spawn(const std::vector<std::string>& command, int rank, const LaunchArgs&
     close(out[1]);
     close(err[0]);
     close(err[1]);
-    setenv("RANK", std::to_string(rank).c_str(), 1);
-    setenv("WORLD_SIZE", std::to_string(a.nproc).c_str(), 1);
-    setenv("LOCAL_RANK", std::to_string(rank).c_str(), 1);
+    setenv("RANK", std::to_string(a.node_rank * a.nproc + local_rank).c_str(), 1);
+    setenv("WORLD_SIZE", std::to_string(a.nnodes * a.nproc).c_str(), 1);
+    setenv("LOCAL_RANK", std::to_string(local_rank).c_str(), 1);
     setenv("LOCAL_WORLD_SIZE", std::to_string(a.nproc).c_str(), 1);
-    setenv("MASTER_ADDR", "127.0.0.1", 1);
+    setenv("MASTER_ADDR", a.master_addr.c_str(), 1);
     setenv("MASTER_PORT", std::to_string(a.master_port).c_str(), 1);
     std::vector<char*> argv;
     argv.reserve(argv_text.size() + 1);
@@ -137,6 +154,16 @@ int run_launch(const LaunchArgs& a) {
     throw InputError("loom launch", "", "a command after --, e.g. -- loom train PLAN.json ...");
   }
   if (a.nproc < 1) throw InputError("--nproc", "", "a positive number of ranks");
+  if (a.nnodes < 1) throw InputError("--nnodes", "", "a positive number of nodes");
+  if (static_cast<std::int64_t>(a.nnodes) * a.nproc > std::numeric_limits<int>::max()) {
+    throw InputError("--nnodes", "", "nnodes * nproc ranks that a rank number can count");
+  }
+  if (a.node_rank < 0 || a.node_rank >= a.nnodes) {
+    throw InputError("--node-rank", "",
+                     "a node rank from 0 to --nnodes - 1 = " + std::to_string(a.nnodes - 1) +
+                         ", found " + std::to_string(a.node_rank));
+  }
+  if (a.master_addr.empty()) throw InputError("--master-addr", "", "a host name or address");
   // Local ranks share this machine: more than a thousand is a typo, not a job.
   if (a.nproc > kMaxLocalRanks) {
     throw InputError("--nproc", "",
@@ -154,6 +181,7 @@ int run_launch(const LaunchArgs& a) {
   std::vector<Child> children;
   children.reserve(static_cast<std::size_t>(a.nproc));
   for (int r = 0; r < a.nproc; ++r) children.push_back(spawn(a.command, r, a));
+  const int first_rank = a.node_rank * a.nproc;  // the global rank of local rank 0
 
   int first_failed = -1;
   std::string first_status;
@@ -199,9 +227,9 @@ int run_launch(const LaunchArgs& a) {
       const int target = is_err ? STDERR_FILENO : STDOUT_FILENO;
       if (n > 0) {
         partial.append(buffer, static_cast<std::size_t>(n));
-        flush_lines(partial, owners[i].first, target, false);
+        flush_lines(partial, first_rank + owners[i].first, target, false);
       } else {
-        flush_lines(partial, owners[i].first, target, true);
+        flush_lines(partial, first_rank + owners[i].first, target, true);
         close(fds[i].fd);
         (is_err ? c.err : c.out) = -1;
       }
@@ -218,7 +246,7 @@ int run_launch(const LaunchArgs& a) {
             WIFEXITED(status) && (WEXITSTATUS(status) == 0 ||
                                   (forwarded != 0 && WEXITSTATUS(status) == 128 + forwarded));
         if (!ok && first_failed < 0) {
-          first_failed = static_cast<int>(r);
+          first_failed = first_rank + static_cast<int>(r);
           first_status = describe_status(status);
           stop_others();
         }
@@ -251,6 +279,7 @@ struct SlurmArgs {
   std::string plan;
   std::string partition;
   std::string time;
+  int cpus_per_task = 0;  // 0: Slurm's default
   std::string output;
   std::vector<std::string> train_args;
 };
@@ -310,6 +339,7 @@ int run_slurm(const SlurmArgs& a) {
   if (gpu) s += "#SBATCH --gpus-per-node=" + std::to_string(tasks_per_node) + "\n";
   if (!a.partition.empty()) s += "#SBATCH --partition=" + a.partition + "\n";
   if (!a.time.empty()) s += "#SBATCH --time=" + a.time + "\n";
+  if (a.cpus_per_task > 0) s += "#SBATCH --cpus-per-task=" + std::to_string(a.cpus_per_task) + "\n";
   s += "set -euo pipefail\n";
   s += "# loom train takes rank and world from SLURM_PROCID / SLURM_NTASKS and the master from\n";
   s += "# the first host of SLURM_JOB_NODELIST.\n";
@@ -317,15 +347,30 @@ int run_slurm(const SlurmArgs& a) {
   s += "LOOM=${LOOM:-" + shell_quote(self_executable()) + "}\n";
   s += "srun \"$LOOM\" train " + shell_quote(plan_path);
   for (const std::string& arg : a.train_args) s += " " + shell_quote(arg);
-  if (gpu) {
-    bool has_device = false;
-    for (const std::string& arg : a.train_args) has_device = has_device || arg == "--device";
-    if (!has_device) s += " --device cuda";
+  // The device loom train will use: --device among the arguments, else the plan's.
+  std::string device = gpu ? "cuda" : "cpu";
+  for (std::size_t i = 0; i + 1 < a.train_args.size(); ++i) {
+    if (a.train_args[i] == "--device") device = a.train_args[i + 1];
+  }
+  for (const std::string& arg : a.train_args) {
+    if (arg.rfind("--device=", 0) == 0) device = arg.substr(9);
+  }
+  if (gpu && device == "cuda" &&
+      std::none_of(a.train_args.begin(), a.train_args.end(),
+                   [](const std::string& arg) { return arg.rfind("--device", 0) == 0; })) {
+    s += " --device cuda";
   }
   s += " \"$@\"\n";
   profiles::write_file_atomically(a.output, s);
   fs::permissions(a.output, fs::perms::owner_exec | fs::perms::group_exec | fs::perms::others_exec,
                   fs::perm_options::add);
+  if (device == "cuda" && !kBuiltWithCuda) {
+    std::cerr << "loom slurm: warning: the plan trains on cuda, but the loom this script runs ("
+              << self_executable()
+              << ") is a CPU build: build Loom for GPUs with cmake -DLOOM_CUDA=ON (a CUDA "
+                 "LibTorch) and set LOOM to it when you submit, or add --device cpu after -- to "
+                 "train on CPUs\n";
+  }
   std::cout << "wrote " << a.output << ": " << per_node.size() << " node(s) x " << tasks_per_node
             << " task(s); submit with sbatch " << a.output << "\n";
   return 0;
@@ -336,7 +381,15 @@ int run_slurm(const SlurmArgs& a) {
 Runner add_launch_command(CLI::App& app) {
   auto args = std::make_shared<LaunchArgs>();
   CLI::App* cmd = add_subcommand(app, "launch");
-  cmd->add_option("--nproc", args->nproc, "number of ranks")->required()->check(kPositiveNumber);
+  cmd->add_option("--nproc", args->nproc, "number of ranks on this node")
+      ->required()
+      ->check(kPositiveNumber);
+  cmd->add_option("--nnodes", args->nnodes, "number of nodes, each running loom launch (default 1)")
+      ->check(kPositiveNumber);
+  cmd->add_option("--node-rank", args->node_rank, "this node's rank, 0 to nnodes - 1 (default 0)")
+      ->check(kNonNegativeNumber);
+  cmd->add_option("--master-addr", args->master_addr,
+                  "node 0's address, where the ranks meet (default 127.0.0.1)");
   cmd->add_option("--master-port", args->master_port, "rendezvous port (default 29500)")
       ->check(CLI::Range(1, 65535));
   cmd->add_option("command", args->command, "the command after --")->required();
@@ -349,6 +402,9 @@ Runner add_slurm_command(CLI::App& app) {
   cmd->add_option("plan", args->plan, "PLAN.json (loom-plan/1)")->required();
   cmd->add_option("--partition", args->partition, "Slurm partition");
   cmd->add_option("--time", args->time, "time limit HH:MM:SS");
+  cmd->add_option("--cpus-per-task", args->cpus_per_task,
+                  "CPU cores per rank (#SBATCH --cpus-per-task; default: Slurm's)")
+      ->check(kPositiveNumber);
   cmd->add_option("-o,--output", args->output, "JOB.sh to write")->required();
   cmd->add_option("train_args", args->train_args,
                   "arguments for loom train after --, e.g. -- --data synthetic --steps 100");

@@ -93,8 +93,8 @@ int run_logits(const LogitsArgs& a) {
   out["format"] = "loom-logits/1";
   out["model"] = request.model.name;
   out["device"] = a.device;
-  // What ran: the CPU computes in fp32 whatever was asked.
-  out["precision"] = request.device == executor::Device::kCpu ? "fp32" : a.precision;
+  // What ran: classifier_logits refuses a precision the device does not run.
+  out["precision"] = a.precision;
   out["logits"] = logits;
   const std::string text = out.dump() + "\n";
   if (a.output.empty() || a.output == "-") {
@@ -117,7 +117,8 @@ Runner add_logits_command(CLI::App& app) {
       ->required();
   cmd->add_option("-o,--output", args->output, "write the JSON here (default: stdout)");
   cmd->add_option("--device", args->device, "cpu | cuda");
-  cmd->add_option("--precision", args->precision, "fp32 | tf32 | bf16 | fp16 (autocast on cuda)");
+  cmd->add_option("--precision", args->precision,
+                  "fp32 | tf32 | bf16 | fp16 (autocast; the CPU runs fp32 and bf16)");
   cmd->add_option("--seed", args->seed, "seed of head weights the checkpoint lacks")->check(kSeed);
   return [args]() { return run_logits(*args); };
 }

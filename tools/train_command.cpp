@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "executor/dataset.hpp"
+#include "executor/device_batch.hpp"
 #include "executor/distributed.hpp"
 #include "executor/model.hpp"
 #include "executor/tokenizer.hpp"
@@ -42,7 +43,7 @@ struct TrainArgs {
   std::string init;
   std::string eval_data;
   std::optional<std::int64_t> steps, epochs;
-  double lr = 2e-5;
+  std::optional<double> lr;  // default: kFineTuningLr with --init, else kFromScratchLr
   std::int64_t warmup_steps = 0;
   std::int64_t eval_every = 0;
   std::uint64_t seed = 42;
@@ -53,10 +54,61 @@ struct TrainArgs {
   bool resume = false;
   std::string metrics;
   std::string dump_batches;
-  std::string device = "cpu";
+  std::string device;  // "" = the plan's: cuda for a GPU cluster, cpu for a CPU cluster
+  std::optional<std::int64_t> log_every;  // default: about 20 log lines per run
   double comm_timeout_s = 300;
   bool json = false;
 };
+
+// The default peak learning rates: BERT's fine-tuning rate for a pre-trained --init checkpoint
+// (Devlin et al. 2019 recommend 5e-5, 3e-5 or 2e-5), and a rate a randomly initialised encoder
+// learns at (at 2e-5 the tiny synthetic-review model stays at chance for hundreds of steps).
+constexpr double kFineTuningLr = 2e-5;
+constexpr double kFromScratchLr = 1e-3;
+
+// The device of the run: --device, else the plan's (cuda for a GPU cluster, cpu for a CPU one).
+// Refuses cuda where this build or machine cannot run it, and a precision the device does not
+// run, each with one line that says what to do.
+executor::Device run_device(const TrainArgs& a, const planner::Plan& plan) {
+  const bool gpu_plan = plan.cluster.device.kind == profiles::DeviceKind::kGpu;
+  executor::Device device = gpu_plan ? executor::Device::kCuda : executor::Device::kCpu;
+  if (!a.device.empty()) {
+    const auto parsed = executor::parse_device(a.device);
+    if (!parsed) throw InputError("--device", "", "cpu or cuda, found \"" + a.device + "\"");
+    device = *parsed;
+  }
+  const std::string cpu_fix = a.device.empty() ? "add --device cpu" : "use --device cpu";
+  if (device == executor::Device::kCuda) {
+    const executor::CudaSupport cuda = executor::cuda_support();
+    const std::string source = a.device.empty() ? a.plan : "--device";
+    const std::string what = a.device.empty()
+                                 ? "a plan for " + plan.cluster.name + "'s GPUs trains on cuda"
+                                 : std::string("cuda");
+    if (cuda == executor::CudaSupport::kNotBuilt) {
+      throw InputError(source, "",
+                       what +
+                           ", which needs a CUDA build of Loom, and this one is a CPU build (its "
+                           "LibTorch has no CUDA): build for GPUs with " +
+                           executor::kCudaBuildHint + ", or " + cpu_fix + " to train on the CPU");
+    }
+    if (cuda == executor::CudaSupport::kNoGpu) {
+      throw InputError(source, "",
+                       what +
+                           ", which needs a GPU, and LibTorch sees none on this machine (check "
+                           "nvidia-smi and CUDA_VISIBLE_DEVICES): " +
+                           cpu_fix + " to train on the CPU");
+    }
+  }
+  const std::string why = executor::precision_refusal(device, plan.job.precision, plan.strategy.tp);
+  if (!why.empty()) {
+    throw InputError(a.plan, "$.job.precision",
+                     why +
+                         ": re-plan with --precision fp32, or for a CPU cluster (its plans train "
+                         "in fp32)" +
+                         (gpu_plan ? ", or train it on cuda" : ""));
+  }
+  return device;
+}
 
 // The tokenizer: --tokenizer (vocab.txt, vocab.json + merges.txt, tokenizer.json or a folder),
 // else the --init folder's tokenizer files, else the synthetic data's own vocabulary.
@@ -189,8 +241,10 @@ void read_fault_injection(executor::TrainOptions& o, int rank) {
   (kind == "kill-in-step" ? o.fault_kill_in_step : o.fault_kill_in_checkpoint) = step;
 }
 
-// Rank 0's account of the run: why it stopped early, then the summary as JSON or text.
-void print_summary(const TrainArgs& a, const executor::TrainSummary& s) {
+// Rank 0's account of the run: why it stopped early, then the summary as JSON or text, the
+// evaluation named by its split and size.
+void print_summary(const TrainArgs& a, const executor::TrainSummary& s, const std::string& split,
+                   std::size_t eval_examples) {
   if (s.stopped_by_signal != 0) {
     std::cerr << "loom train: stopped by signal " << s.stopped_by_signal << " after step "
               << s.steps
@@ -206,7 +260,10 @@ void print_summary(const TrainArgs& a, const executor::TrainSummary& s) {
                      {"peak_memory_bytes", s.peak_memory_bytes},
                      {"precision", s.precision},
                      {"losses", s.losses}};
-    if (s.validation_accuracy) j["validation_accuracy"] = *s.validation_accuracy;
+    if (s.validation_accuracy) {
+      j["validation_accuracy"] = *s.validation_accuracy;  // the keys keep their names
+      j["eval_split"] = split;                            // whatever split was evaluated
+    }
     if (s.validation_loss) j["validation_loss"] = *s.validation_loss;
     if (s.resumed_from_step) j["resumed_from_step"] = *s.resumed_from_step;
     std::cout << j.dump(2) << "\n";
@@ -220,8 +277,9 @@ void print_summary(const TrainArgs& a, const executor::TrainSummary& s) {
                 s.median_step_time_s, static_cast<double>(s.peak_memory_bytes) / (1 << 20));
   std::cout << line;
   if (s.validation_accuracy) {
-    std::snprintf(line, sizeof line, "validation accuracy %.2f %%, loss %.4f\n",
-                  100 * *s.validation_accuracy, s.validation_loss.value_or(0));
+    std::snprintf(line, sizeof line, "%s accuracy %.2f %% (%zu reviews), loss %.4f\n",
+                  split.c_str(), 100 * *s.validation_accuracy, eval_examples,
+                  s.validation_loss.value_or(0));
     std::cout << line;
   }
 }
@@ -235,6 +293,7 @@ int run_train(const TrainArgs& a) {
   } catch (const InputError& e) {
     throw InputError(a.plan, e.path().empty() ? "$.model" : "$.model." + e.path(), e.expectation());
   }
+  const executor::Device device = run_device(a, plan);  // before anything else is read
   const executor::RankEnvironment env = executor::process_rank_environment();
   if (env.world_size != plan.strategy.world_size()) {
     const int ranks = plan.strategy.world_size();
@@ -245,13 +304,20 @@ int run_train(const TrainArgs& a) {
                          " or a launcher that starts " + std::to_string(ranks) + " ranks");
   }
   executor::TrainOptions o = executor::train_options_from_plan(plan);
+  o.device = device;
   if (a.steps.has_value() && a.epochs.has_value()) {
     throw InputError("--steps", "", "one of --steps N and --epochs E, not both");
   }
   // Neither: one pass over the training reviews.
   o.steps = a.steps.value_or(0);
   o.epochs = a.steps.has_value() ? a.epochs.value_or(0) : a.epochs.value_or(1);
-  o.lr = a.lr;
+  o.lr = a.lr.value_or(a.init.empty() ? kFromScratchLr : kFineTuningLr);
+  o.print_every = a.log_every.value_or(executor::TrainOptions::kAutoPrintEvery);
+  if (!a.lr && !a.json) {  // the default rate, said with the log lines
+    o.first_log_line = a.init.empty() ? "lr 1e-3 (training from scratch; --init fine-tunes at 2e-5)"
+                                      : "lr 2e-5 (fine-tuning --init; from scratch the default "
+                                        "is 1e-3)";
+  }
   o.warmup_steps = a.warmup_steps;
   o.eval_every = a.eval_every;
   o.seed = a.seed;
@@ -271,9 +337,6 @@ int run_train(const TrainArgs& a) {
   o.batches_path = a.dump_batches;
   o.rank = env.rank;
   o.progress = !a.json;
-  const auto device = executor::parse_device(a.device);
-  if (!device) throw InputError("--device", "", "cpu or cuda, found \"" + a.device + "\"");
-  o.device = *device;
   if (!a.init.empty()) {
     check_init_config(plan, a.init);
     const fs::path weights = fs::path(a.init) / "model.safetensors";
@@ -318,7 +381,7 @@ int run_train(const TrainArgs& a) {
   } else {
     split = executor::split_train_validation(std::move(reviews), a.validation_fraction, a.seed);
   }
-  // WIRE: eval split name -> o.eval_split_name (eval_split_name)
+  o.eval_split_name = eval_split_name;
   if (static_cast<std::int64_t>(split.train.size()) < plan.job.global_batch) {
     char fraction[32];
     std::snprintf(fraction, sizeof fraction, "%g", a.validation_fraction);
@@ -355,7 +418,7 @@ int run_train(const TrainArgs& a) {
     }
   }
 
-  print_summary(a, s);
+  print_summary(a, s, o.eval_split_name, validation_data.size());
   return s.stopped_by_signal != 0 ? 128 + s.stopped_by_signal : 0;
 }
 
@@ -381,7 +444,9 @@ Runner add_train_command(CLI::App& app) {
   cmd->add_option("--epochs", args->epochs,
                   "passes over the training data (default 1 when --steps is not given)")
       ->check(kPositiveNumber);
-  cmd->add_option("--lr", args->lr, "peak learning rate (default 2e-5)")->check(kPositiveNumber);
+  cmd->add_option("--lr", args->lr,
+                  "peak learning rate (default 2e-5 with --init, 1e-3 from scratch)")
+      ->check(kPositiveNumber);
   cmd->add_option("--warmup-steps", args->warmup_steps, "linear warm-up steps (default 0)")
       ->check(kNonNegativeNumber);
   cmd->add_option("--eval-every", args->eval_every, "steps between evaluations (0: at the end)")
@@ -402,7 +467,11 @@ Runner add_train_command(CLI::App& app) {
                   "METRICS.jsonl to write (\"{rank}\" in the name: one file per rank)");
   cmd->add_option("--dump-batches", args->dump_batches,
                   "BATCHES.jsonl: every micro-batch's token ids and labels (one rank)");
-  cmd->add_option("--device", args->device, "cpu | cuda");
+  cmd->add_option("--device", args->device,
+                  "cpu | cuda (default: the plan's: cuda for a GPU cluster, cpu for a CPU one)");
+  cmd->add_option("--log-every", args->log_every,
+                  "steps between log lines on stderr (default: about 20 per run; 0: none)")
+      ->check(kNonNegativeNumber);
   cmd->add_option("--comm-timeout", args->comm_timeout_s,
                   "seconds any collective may wait for a peer before failing (default 300)")
       ->check(kPositiveNumber);

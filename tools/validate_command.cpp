@@ -54,7 +54,7 @@ struct ValidateArgs {
   std::string tokenizer;
   std::string init;
   std::uint64_t seed = 42;
-  std::string device = "cpu";
+  std::string device;  // "" = the plan's (loom train's default)
   double comm_timeout_s = 300;
   std::string keep;  // folder to keep the run's logs and metrics in
 };
@@ -151,10 +151,10 @@ void run_training(const ValidateArgs& a, const planner::Plan& plan, const fs::pa
       "--steps",        std::to_string(a.steps),
       "--data",         a.data,
       "--seed",         std::to_string(a.seed),
-      "--device",       a.device,
       "--comm-timeout", std::to_string(a.comm_timeout_s),
       "--metrics",      (dir / "metrics.{rank}.jsonl").string()};
   argv.insert(argv.end(), train.begin(), train.end());
+  if (!a.device.empty()) argv.insert(argv.end(), {"--device", a.device});
   if (!a.tokenizer.empty()) argv.insert(argv.end(), {"--tokenizer", a.tokenizer});
   if (!a.init.empty()) argv.insert(argv.end(), {"--init", a.init});
   const fs::path log = dir / "train.log";
@@ -308,7 +308,8 @@ Runner add_validate_command(CLI::App& app) {
   cmd->add_option("--init", args->init, "Hugging Face checkpoint folder");
   cmd->add_option("--seed", args->seed, "seed of initialisation, data order and dropout")
       ->check(kSeed);
-  cmd->add_option("--device", args->device, "cpu | cuda");
+  cmd->add_option("--device", args->device,
+                  "cpu | cuda (default: the plan's: cuda for a GPU cluster, cpu for a CPU one)");
   cmd->add_option("--comm-timeout", args->comm_timeout_s,
                   "seconds any collective may wait for a peer (default 300)")
       ->check(kPositiveNumber);

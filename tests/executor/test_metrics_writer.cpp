@@ -48,7 +48,7 @@ TEST_CASE("MetricsWriter: step and evaluation lines, truncated or appended", "[m
     r.phases.forward_s = 0.5;
     r.phases.backward_s = 1.0;
     metrics.write_step(r);
-    metrics.write_evaluation(3, 0.75, 0.25);
+    metrics.write_evaluation(3, 0.75, 0.25, "test");
   }
   std::vector<nlohmann::json> lines = read_lines(path);
   REQUIRE(lines.size() == 2);
@@ -70,20 +70,42 @@ TEST_CASE("MetricsWriter: step and evaluation lines, truncated or appended", "[m
   CHECK(step["phases_s"]["forward"] == 0.5);
   CHECK(step["phases_s"]["other"] == 0.5);  // 2.0 - 0.5 - 1.0
   CHECK(lines[1] ==
-        nlohmann::json{{"eval", true}, {"step", 3}, {"accuracy", 0.75}, {"loss", 0.25}});
+        nlohmann::json{
+            {"eval", true}, {"step", 3}, {"accuracy", 0.75}, {"loss", 0.25}, {"split", "test"}});
   {
     loom::executor::MetricsWriter appended(path.string(), true);
-    appended.write_evaluation(4, 1.0, 0.0);
+    appended.write_evaluation(4, 1.0, 0.0, "validation");
   }
   CHECK(read_lines(path).size() == 3);
   {
     loom::executor::MetricsWriter fresh(path.string(), false);
-    fresh.write_evaluation(1, 1.0, 0.0);
+    fresh.write_evaluation(1, 1.0, 0.0, "validation");
   }
   CHECK(read_lines(path).size() == 1);
   CHECK_THROWS_AS(loom::executor::MetricsWriter((dir / "no" / "such.jsonl").string(), false),
                   loom::InputError);
   fs::remove_all(dir);
+}
+
+TEST_CASE("Log lines of steps and evaluations", "[metrics_writer]") {
+  loom::executor::StepLog log;
+  log.step = 10;
+  log.total_steps = 40;
+  log.epoch = 0.25;
+  log.loss = 0.693147;
+  log.lr = 7.5e-4;
+  log.samples_per_s = 512.34;
+  log.eta_s = 3.4;
+  CHECK(loom::executor::format_step_line(log) ==
+        "step 10/40, epoch 0.25: loss 0.6931, lr 7.50e-04, 512.3 samples/s, ETA 0:00:03");
+  log.eta_s = 2 * 3600 + 5 * 60 + 7.6;  // rounded to the second
+  log.lr = 2e-5;
+  CHECK(loom::executor::format_step_line(log) ==
+        "step 10/40, epoch 0.25: loss 0.6931, lr 2.00e-05, 512.3 samples/s, ETA 2:05:08");
+  CHECK(loom::executor::format_eval_line(40, 40, 1.0, "test", 0.912, 0.23) ==
+        "step 40/40, epoch 1.00: test accuracy 91.20 %, loss 0.2300");
+  CHECK(loom::executor::format_eval_line(5, 400, 1.0 / 3, "validation", 0.5, 0.69314) ==
+        "step 5/400, epoch 0.33: validation accuracy 50.00 %, loss 0.6931");
 }
 
 TEST_CASE("median of step times", "[metrics_writer]") {

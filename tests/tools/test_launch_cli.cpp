@@ -1,9 +1,11 @@
 // End-to-end: `loom launch` runs ranks of `loom train` as processes (Gloo over loopback, a
-// TCPStore on rank 0), prefixes their output, stops everything when one fails; `loom slurm`
-// writes an sbatch script.
+// TCPStore on rank 0), prefixes their output, stops everything when one fails, and runs as one
+// node of several (torchrun's --nnodes, --node-rank, --master-addr); `loom slurm` writes an
+// sbatch script and warns when this build cannot run the plan's device.
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cstdlib>
 #include <filesystem>
@@ -11,9 +13,11 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
+#include <vector>
 
 namespace fs = std::filesystem;
 using Catch::Contains;
+using Catch::StartsWith;
 
 namespace {
 
@@ -143,4 +147,106 @@ TEST_CASE("loom slurm writes an sbatch script for the plan's ranks", "[tools][sl
   CHECK_THAT(script, Contains("srun \"$LOOM\" train '"));
   CHECK_THAT(script, Contains("PLAN.json' '--data' 'synthetic' '--steps' '5'"));
   CHECK(f.loom("slurm PLAN.json --time 1h -o JOB.sh").exit_code == 2);
+}
+
+TEST_CASE("loom launch --nnodes --node-rank --master-addr set torchrun's variables",
+          "[tools][launch]") {
+  Folder f;
+  // Node 1 of a 2 x 2 job: global ranks 2 and 3.
+  const Result r = f.loom(
+      "launch --nnodes 2 --node-rank 1 --nproc 2 --master-addr node0.example --master-port 1234 "
+      "-- sh -c 'echo $RANK $WORLD_SIZE $LOCAL_RANK $LOCAL_WORLD_SIZE $MASTER_ADDR $MASTER_PORT'");
+  INFO("stderr: " << r.err);
+  REQUIRE(r.exit_code == 0);
+  std::vector<std::string> lines;
+  std::istringstream in(r.out);
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  std::sort(lines.begin(), lines.end());
+  CHECK(lines == std::vector<std::string>{"[rank 2] 2 4 0 2 node0.example 1234",
+                                          "[rank 3] 3 4 1 2 node0.example 1234"});
+  // The defaults: one node, rank 0, the rendezvous on this machine.
+  const Result one = f.loom("launch --nproc 1 -- sh -c 'echo $RANK $WORLD_SIZE $MASTER_ADDR'");
+  CHECK(one.out == "[rank 0] 0 1 127.0.0.1\n");
+
+  const Result bad = f.loom("launch --nnodes 2 --node-rank 2 --nproc 1 -- true");
+  CHECK(bad.exit_code == 2);
+  CHECK_THAT(bad.err, Contains("loom launch: error: --node-rank") &&
+                          Contains("0 to --nnodes - 1 = 1, found 2"));
+}
+
+TEST_CASE("two loom launch nodes train a plan as one launch of the same world does",
+          "[tools][launch]") {
+  Folder f;
+  REQUIRE(f.loom(kPlanDp2).exit_code == 0);
+  const std::string train =
+      " -- loom train PLAN.json --data synthetic:80 --steps 3 --dropout 0 --comm-timeout 60 "
+      "--log-every 0 --json";
+  const Result single = f.loom("launch --nproc 2 --master-port " + port(3) + train);
+  INFO("one launch: " << single.err);
+  REQUIRE(single.exit_code == 0);
+
+  // Nodes 0 and 1 of a 2 x 1 job on this machine, started side by side.
+  const std::string loom = "'" + std::string(LOOM_BINARY) + "'";
+  const std::string nodes = "launch --nnodes 2 --nproc 1 --master-addr 127.0.0.1 --master-port " +
+                            port(4) + " --node-rank ";
+  const std::string script = "cd '" + f.path().string() + "' && { " + loom + " " + nodes + "1" +
+                             train + " >n1.out 2>n1.err & node1=$!; " + loom + " " + nodes + "0" +
+                             train + " >n0.out 2>n0.err; code=$?; wait $node1 && exit $code; }";
+  const int status = std::system(script.c_str());
+  INFO("node 0: " << slurp(f.path() / "n0.err"));
+  INFO("node 1: " << slurp(f.path() / "n1.err"));
+  REQUIRE(WIFEXITED(status));
+  REQUIRE(WEXITSTATUS(status) == 0);
+  // Rank 0 (node 0) prints the summary; rank 1 (node 1) nothing.
+  CHECK(slurp(f.path() / "n1.out").empty());
+  auto losses = [](const std::string& out) {
+    std::string json;
+    std::istringstream lines(out);
+    for (std::string line; std::getline(lines, line);) {
+      REQUIRE(line.rfind("[rank 0] ", 0) == 0);
+      json += line.substr(9) + "\n";
+    }
+    return nlohmann::json::parse(json).at("losses").get<std::vector<double>>();
+  };
+  const std::vector<double> expected = losses(single.out);
+  REQUIRE(expected.size() == 3);
+  CHECK(losses(slurp(f.path() / "n0.out")) == expected);  // the same ranks, the same sums
+}
+
+TEST_CASE("loom slurm --cpus-per-task; a warning when this build cannot run the plan's cuda",
+          "[tools][slurm]") {
+  Folder f;
+  REQUIRE(f.loom(kPlanDp2).exit_code == 0);
+  Result r = f.loom("slurm PLAN.json --cpus-per-task 8 -o JOB.sh -- --data synthetic --steps 5");
+  REQUIRE(r.exit_code == 0);
+  CHECK(r.err.empty());  // a CPU plan: any build runs it
+  CHECK_THAT(slurp(f.path() / "JOB.sh"), Contains("#SBATCH --cpus-per-task=8\n"));
+  CHECK_FALSE(slurp(f.path() / "JOB.sh").find("--device cuda") != std::string::npos);
+  CHECK(f.loom("slurm PLAN.json --cpus-per-task 0 -o JOB.sh").exit_code == 2);
+
+  REQUIRE(f.loom("plan --model tiny-bert --cluster dgx-a100-80g --global-batch 8 --seq-len 32 "
+                 "--dp 1 --tp 1 --pp 1 --micro-batch 8 --precision fp32 -o GPU.json")
+              .exit_code == 0);
+  // Whether this build trains on cuda, as loom train (LibTorch's side) says it.
+  const Result train = f.loom("train GPU.json --data synthetic:80 --steps 1");
+  const bool cpu_build = train.err.find("this one is a CPU build") != std::string::npos;
+  r = f.loom("slurm GPU.json -o GPU.sh -- --data synthetic --steps 5");
+  INFO("stderr: " << r.err);
+  REQUIRE(r.exit_code == 0);  // a warning, not an error
+  CHECK_THAT(slurp(f.path() / "GPU.sh"), Contains("'--steps' '5' --device cuda \"$@\"\n"));
+  if (cpu_build) {
+    CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+    CHECK_THAT(r.err, StartsWith("loom slurm: warning: the plan trains on cuda, but the loom this "
+                                 "script runs (") &&
+                          Contains(") is a CPU build: build Loom for GPUs with cmake "
+                                   "-DLOOM_CUDA=ON") &&
+                          Contains("add --device cpu after --"));
+  } else {
+    CHECK(r.err.empty());
+  }
+  // Trained on CPUs by request: nothing to warn about.
+  r = f.loom("slurm GPU.json -o GPU.sh -- --data synthetic --device cpu");
+  REQUIRE(r.exit_code == 0);
+  CHECK(r.err.empty());
+  CHECK_THAT(slurp(f.path() / "GPU.sh"), Contains("'--device' 'cpu' \"$@\"\n"));
 }

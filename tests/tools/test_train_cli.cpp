@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <regex>
 #include <set>
 #include <sstream>
 #include <string>
@@ -40,6 +41,12 @@ std::string shell_word(const std::string& s) {
   std::string out = "'";
   for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
   return out + "'";
+}
+
+// The first line of a metrics file, parsed.
+nlohmann::json first_line(const fs::path& path) {
+  const std::string text = file_text(path);
+  return nlohmann::json::parse(text.substr(0, text.find('\n')));
 }
 
 std::size_t newlines(const std::string& text) {
@@ -102,6 +109,25 @@ class TrainSandbox {
     return r;
   }
 
+  // As loom(), with loom's stderr written into a pipe (which cat copies into TrainRun::err).
+  TrainRun loom_piped(const std::string& args) const {
+    const fs::path out = dir_ / "stdout.txt";
+    const fs::path err = dir_ / "stderr.txt";
+    const fs::path code = dir_ / "code.txt";
+    const std::string command =
+        "cd " + shell_word(work().string()) +
+        " && ( env -u RANK -u WORLD_SIZE -u LOCAL_RANK -u SLURM_PROCID -u SLURM_NTASKS "
+        "-u SLURM_LOCALID " +
+        shell_word(LOOM_BINARY) + " " + args + " </dev/null 2>&1 >" + shell_word(out.string()) +
+        "; echo $? >" + shell_word(code.string()) + " ) | cat >" + shell_word(err.string());
+    REQUIRE(std::system(command.c_str()) == 0);
+    TrainRun r;
+    r.exit_code = std::stoi(file_text(code));
+    r.out = file_text(out);
+    r.err = file_text(err);
+    return r;
+  }
+
   void write(const std::string& name, const std::string& text) const {
     fs::create_directories((work() / name).parent_path());
     std::ofstream(work() / name, std::ios::binary) << text;
@@ -159,7 +185,9 @@ TEST_CASE("loom train runs a one-rank plan and writes the metrics of spec/format
   box.plan();
   const TrainRun r = box.loom(train_args("--steps 5 --metrics m.jsonl --json"));
   const nlohmann::json summary = parse_summary(r);
-  CHECK(r.err.empty());
+  // Five steps: a log line for each (about 20 per run at most) and one for the evaluation.
+  CHECK(newlines(r.err) == 6);
+  CHECK_THAT(r.err, StartsWith("step 1/5, epoch 0.02: loss "));
   CHECK(summary.at("steps") == 5);
   CHECK(losses_of(summary).size() == 5);
   CHECK(summary.at("final_loss").get<double>() == losses_of(summary).back());
@@ -168,6 +196,7 @@ TEST_CASE("loom train runs a one-rank plan and writes the metrics of spec/format
   CHECK(summary.at("precision") == "fp32");
   CHECK(summary.at("validation_accuracy").get<double>() >= 0);
   CHECK(summary.at("validation_accuracy").get<double>() <= 1);
+  CHECK(summary.at("eval_split") == "validation");
   CHECK_FALSE(summary.contains("resumed_from_step"));
 
   // Five step lines with exactly the spec's fields, then one evaluation after the last step.
@@ -190,8 +219,8 @@ TEST_CASE("loom train runs a one-rank plan and writes the metrics of spec/format
     CHECK(lines[i].at("step") == i + 1);
     CHECK(lines[i].at("epoch") == 0);
     CHECK(lines[i].at("loss").get<double>() == losses_of(summary)[i]);
-    CHECK(lines[i].at("lr").get<double>() > 0);  // default --lr 2e-5, no warm-up
-    CHECK(lines[i].at("lr").get<double>() <= 2e-5);
+    // From scratch the default --lr is 1e-3; no warm-up, then linear decay to 0 at step 5.
+    CHECK(lines[i].at("lr").get<double>() == Approx(1e-3 * static_cast<double>(5 - i) / 5));
     CHECK(lines[i].at("samples_per_s").get<double>() > 0);
     CHECK(lines[i].at("step_time_s").get<double>() > 0);
     CHECK(lines[i].at("peak_memory_bytes").get<std::int64_t>() > 0);
@@ -218,8 +247,9 @@ TEST_CASE("loom train runs a one-rank plan and writes the metrics of spec/format
     CHECK(time.back() == 'Z');
   }
   const nlohmann::json& eval = lines[5];
-  CHECK(eval.size() == 4);
+  CHECK(eval.size() == 5);
   CHECK(eval.at("eval") == true);
+  CHECK(eval.at("split") == "validation");
   CHECK(eval.at("step") == 5);
   CHECK(eval.at("accuracy").get<double>() == summary.at("validation_accuracy").get<double>());
   CHECK(eval.at("loss").get<double>() == summary.at("validation_loss").get<double>());
@@ -228,7 +258,12 @@ TEST_CASE("loom train runs a one-rank plan and writes the metrics of spec/format
   const TrainRun text = box.loom(train_args("--steps 2"));
   INFO("stderr: " << text.err);
   CHECK(text.exit_code == 0);
-  CHECK_THAT(text.out, Contains("trained 2 steps") && Contains("validation accuracy"));
+  // The default learning rate is said first, with the log lines.
+  CHECK_THAT(text.err, StartsWith("lr 1e-3 (training from scratch; --init fine-tunes at 2e-5)\n"
+                                  "step 1/2, "));
+  // 400 reviews, 40 held out for validation.
+  CHECK_THAT(text.out, StartsWith("trained 2 steps") && Contains("\nvalidation accuracy ") &&
+                           Contains(" % (40 reviews), loss "));
   CHECK_FALSE(nlohmann::json::accept(text.out));
 }
 
@@ -534,4 +569,167 @@ TEST_CASE("loom train --dump-batches writes each micro-batch, loom logits scores
   r = box.loom("logits --init nowhere --ids cut.json");
   CHECK(r.exit_code == 2);
   CHECK_THAT(r.err, Contains("--init") && Contains("config.json"));
+}
+
+TEST_CASE("loom train runs on the plan's device; --device overrides; precisions are not changed",
+          "[tools][cli][train][device]") {
+  TrainSandbox box;
+  box.plan();
+  box.plan("--cluster dgx-a100-80g --dp 1 --tp 1 --pp 1", "gpu.json");
+  // Whether this build trains on cuda: loom slurm warns when it cannot.
+  const TrainRun slurm = box.loom("slurm gpu.json -o job.sh");
+  REQUIRE(slurm.exit_code == 0);
+  const bool cpu_build = slurm.err.find("is a CPU build") != std::string::npos;
+  SECTION("a GPU plan trains on cuda: a CPU build refuses it and says how to build for GPUs") {
+    const TrainRun r = box.loom("train gpu.json --data synthetic:400 --steps 2");
+    if (cpu_build) {
+      require_train_error(r);
+      CHECK_THAT(r.err, StartsWith("loom train: error: gpu.json: a plan for dgx-a100-80g's GPUs "
+                                   "trains on cuda, which needs a CUDA build of Loom") &&
+                            Contains("cmake -DLOOM_CUDA=ON") &&
+                            Contains("add --device cpu to train on the CPU"));
+    } else if (r.exit_code != 0) {  // a CUDA build on a machine without a GPU
+      require_train_error(r);
+      CHECK_THAT(r.err, Contains("needs a GPU") && Contains("--device cpu"));
+    }
+  }
+  SECTION("--device cpu trains a GPU plan on the CPU") {
+    const nlohmann::json summary = parse_summary(
+        box.loom("train gpu.json --data synthetic:400 --steps 2 --device cpu --json"));
+    CHECK(summary.at("steps") == 2);
+    CHECK(summary.at("precision") == "fp32");
+  }
+  SECTION("--device cuda on a CPU plan") {
+    const TrainRun r = box.loom(train_args("--steps 2 --device cuda"));
+    if (cpu_build) {
+      require_train_error(r);
+      CHECK_THAT(r.err, StartsWith("loom train: error: --device: cuda, which needs a CUDA build") &&
+                            Contains("use --device cpu"));
+    }
+  }
+  SECTION("fp16 does not train on the CPU: refused, not run in fp32") {
+    for (const char* precision : {"fp16"}) {
+      INFO(precision);
+      const TrainRun plan = box.loom(
+          "plan --model model.json --cluster dgx-a100-80g --dp 1 --tp 1 --pp 1 --global-batch 8 "
+          "--seq-len 32 --micro-batch 4 -o half.json --precision " +
+          std::string(precision));
+      REQUIRE(plan.exit_code == 0);
+      const TrainRun r = box.loom("train half.json --data synthetic:400 --steps 2 --device cpu");
+      require_train_error(r);
+      CHECK_THAT(r.err, StartsWith("loom train: error: half.json: $.job.precision: " +
+                                   std::string(precision) +
+                                   " does not train on the CPU (LibTorch runs fp32 and bf16 "
+                                   "there): re-plan with --precision fp32, or for a CPU cluster") &&
+                            Contains("or train it on cuda"));
+    }
+  }
+  SECTION("bf16 trains on the CPU under autocast, but not with tensor parallelism (Gloo)") {
+    const TrainRun plan = box.loom(
+        "plan --model model.json --cluster cluster-1.json --global-batch 8 --seq-len 32 "
+        "--micro-batch 4 --precision bf16 -o bf16.json");
+    REQUIRE(plan.exit_code == 0);
+    const nlohmann::json bf16 =
+        parse_summary(box.loom("train bf16.json --data synthetic:400 --steps 2 --json"));
+    CHECK(bf16.at("precision") == "bf16");
+    const nlohmann::json fp32 = parse_summary(box.loom(train_args("--steps 2 --json")));
+    // The same initial weights and batch; bf16 matrix products change the loss a little.
+    CHECK(losses_of(bf16)[0] != losses_of(fp32)[0]);
+    CHECK(losses_of(bf16)[0] == Approx(losses_of(fp32)[0]).epsilon(1e-2));
+    const TrainRun tp = box.loom(
+        "plan --model model.json --cluster cluster-2.json --global-batch 8 --seq-len 32 "
+        "--micro-batch 4 --precision bf16 --tp 2 --dp 1 --pp 1 -o tp.json");
+    REQUIRE(tp.exit_code == 0);
+    const TrainRun r = box.loom("train tp.json --data synthetic:400 --steps 2");
+    require_train_error(r);
+    CHECK_THAT(r.err, Contains("tp.json: $.job.precision: bf16 with tensor parallelism") &&
+                          Contains("Gloo") && !Contains("or train it on cuda"));
+  }
+}
+
+TEST_CASE("loom train's default learning rate: 1e-3 from scratch, 2e-5 fine-tuning --init",
+          "[tools][cli][train]") {
+  TrainSandbox box;
+  box.plan();
+  const TrainRun scratch = box.loom(train_args("--steps 1 --checkpoint ck --metrics m.jsonl"));
+  REQUIRE(scratch.exit_code == 0);
+  CHECK_THAT(scratch.err,
+             StartsWith("lr 1e-3 (training from scratch; --init fine-tunes at 2e-5)\nstep 1/1, "));
+  // One step: the rate it used is the peak rate (no warm-up).
+  CHECK(first_line(box.work() / "m.jsonl").at("lr") == 1e-3);
+  const TrainRun tuned =
+      box.loom(train_args("--steps 1 --init ck/step-00000001 --metrics m.jsonl"));
+  REQUIRE(tuned.exit_code == 0);
+  CHECK_THAT(
+      tuned.err,
+      StartsWith("lr 2e-5 (fine-tuning --init; from scratch the default is 1e-3)\nstep 1/1, "));
+  CHECK(first_line(box.work() / "m.jsonl").at("lr") == 2e-5);
+  // A given --lr is used as it is, without a word.
+  const TrainRun given = box.loom(train_args("--steps 1 --lr 5e-4 --metrics m.jsonl"));
+  REQUIRE(given.exit_code == 0);
+  CHECK_THAT(given.err, StartsWith("step 1/1, "));
+  // --json says nothing but JSON on stdout and keeps stderr to the log lines.
+  const TrainRun json = box.loom(train_args("--steps 1 --json"));
+  CHECK_THAT(json.err, StartsWith("step 1/1, "));
+  CHECK(first_line(box.work() / "m.jsonl").at("lr") == 5e-4);
+}
+
+TEST_CASE("loom train writes log lines to stderr under a pipe; stdout stays JSON",
+          "[tools][cli][train]") {
+  TrainSandbox box;
+  box.plan();
+  const TrainRun r = box.loom_piped(
+      train_args("--steps 40 --log-every 10 --eval-every 20 --metrics m.jsonl --json"));
+  const nlohmann::json summary = parse_summary(r);
+  const std::vector<double> losses = losses_of(summary);
+  REQUIRE(losses.size() == 40);
+  std::vector<nlohmann::json> evals;
+  std::istringstream metrics(file_text(box.work() / "m.jsonl"));
+  for (std::string line; std::getline(metrics, line);) {
+    const nlohmann::json j = nlohmann::json::parse(line);
+    if (j.contains("eval")) evals.push_back(j);
+  }
+  REQUIRE(evals.size() == 2);  // steps 20 and 40
+
+  auto fixed = [](const char* format, double value) {
+    char text[64];
+    std::snprintf(text, sizeof text, format, value);
+    return std::string(text);
+  };
+  // 360 training reviews in global batches of 8: 45 steps per epoch.
+  auto step_line = [&](int step) {
+    return "step " + std::to_string(step) + "/40, epoch " + fixed("%.2f", step / 45.0) + ": loss " +
+           fixed("%.4f", losses[static_cast<std::size_t>(step - 1)]) + ", lr " +
+           fixed("%.2e", 1e-3 * (40 - (step - 1)) / 40) + ", ";
+  };
+  auto eval_line = [&](const nlohmann::json& e) {
+    const int step = e.at("step");
+    return "step " + std::to_string(step) + "/40, epoch " + fixed("%.2f", step / 45.0) +
+           ": validation accuracy " + fixed("%.2f", 100 * e.at("accuracy").get<double>()) +
+           " %, loss " + fixed("%.4f", e.at("loss").get<double>());
+  };
+  std::vector<std::string> lines;
+  std::istringstream err(r.err);
+  for (std::string line; std::getline(err, line);) lines.push_back(line);
+  REQUIRE(lines.size() == 6);
+  const std::regex tail(R"(\d+\.\d samples/s, ETA \d+:\d\d:\d\d)");
+  for (const auto& [index, step] : {std::pair{0, 10}, {1, 20}, {3, 30}, {4, 40}}) {
+    const std::string& line = lines[static_cast<std::size_t>(index)];
+    INFO(line);
+    const std::string head = step_line(step);
+    CHECK(line.substr(0, head.size()) == head);
+    CHECK(std::regex_match(line.substr(std::min(head.size(), line.size())), tail));
+  }
+  CHECK(lines[2] == eval_line(evals[0]));
+  CHECK(lines[5] == eval_line(evals[1]));
+  CHECK(r.err.find('\r') == std::string::npos);  // no progress bar off a terminal
+
+  // --log-every 0: none.
+  const TrainRun quiet = box.loom(train_args("--steps 4 --log-every 0 --json"));
+  parse_summary(quiet);
+  CHECK(quiet.err.empty());
+  // The default: about 20 lines per run, here one every 45 / 20 = 2 steps, and the evaluation.
+  const TrainRun epoch = box.loom_piped(train_args("--json"));
+  parse_summary(epoch);
+  CHECK(newlines(epoch.err) == 24);  // steps 2, 4, ..., 44, the last (45) and the evaluation
 }
