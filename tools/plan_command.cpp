@@ -163,18 +163,18 @@ std::string head_noun(const profiles::ModelSpec& model) {
 
 void print_stage_memory(std::ostream& out, const planner::Plan& plan, const Unit& bytes) {
   const costmodel::Prediction& p = plan.predicted;
-  out << "stage  layers             params      grads       optimizer   activations buffers     "
-         "total\n";
+  // The layers last: an interleaved rank's chunks make a long list.
+  out << "stage  params      grads       optimizer   activations buffers     total       layers\n";
   for (std::size_t r = 0; r < p.memory_by_stage.size(); ++r) {
     const costmodel::MemoryBreakdown& m = p.memory_by_stage[r];
     char line[512];
-    std::snprintf(
-        line, sizeof line, "%-6zu %-18s %-11s %-11s %-11s %-11s %-11s %s\n", r,
-        stage_layers_text(plan, r).c_str(), unit_text(m.parameter_bytes, bytes, 2).c_str(),
-        unit_text(m.gradient_bytes, bytes, 2).c_str(),
-        unit_text(m.optimizer_bytes, bytes, 2).c_str(),
-        unit_text(m.activation_bytes, bytes, 2).c_str(),
-        unit_text(m.buffer_bytes, bytes, 2).c_str(), unit_text(m.total(), bytes, 2).c_str());
+    std::snprintf(line, sizeof line, "%-6zu %-11s %-11s %-11s %-11s %-11s %-11s %s\n", r,
+                  unit_text(m.parameter_bytes, bytes, 2).c_str(),
+                  unit_text(m.gradient_bytes, bytes, 2).c_str(),
+                  unit_text(m.optimizer_bytes, bytes, 2).c_str(),
+                  unit_text(m.activation_bytes, bytes, 2).c_str(),
+                  unit_text(m.buffer_bytes, bytes, 2).c_str(),
+                  unit_text(m.total(), bytes, 2).c_str(), stage_layers_text(plan, r).c_str());
     out << line;
   }
   const std::int64_t layers = plan.model.layers;
