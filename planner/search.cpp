@@ -8,6 +8,7 @@
 #include <memory>
 #include <numeric>
 #include <set>
+#include <string_view>
 #include <tuple>
 
 #include "costmodel/layers.hpp"
@@ -63,9 +64,17 @@ constexpr Dimension kDimensions[] = {
     {"recompute", [](const Strategy& s) { return static_cast<int>(s.recompute); }, recompute_label},
 };
 
+// Whether dimension `d` means anything for `s`: the schedule only orders a pipeline.
+bool applies(const Dimension& d, const Strategy& s) {
+  return s.pp > 1 || std::string_view(d.name) != "schedule";
+}
+
 std::vector<std::string> explain(const Candidate& best, const std::vector<Candidate>& all) {
   std::vector<std::string> why;
+  // Durations in the unit the plan's summary prints its step time in.
+  const profiles::Unit time = profiles::time_unit(best.step_time_s);
   for (const Dimension& d : kDimensions) {
+    if (!applies(d, best.strategy)) continue;
     int chosen = d.value(best.strategy);
     const Candidate* faster_other = nullptr;   // best feasible with another value
     const Candidate* leanest_other = nullptr;  // smallest memory with another value
@@ -81,9 +90,10 @@ std::vector<std::string> explain(const Candidate& best, const std::vector<Candid
     std::string head = std::string(d.name) + "=" + d.label(chosen) + " chosen over ";
     if (faster_other != nullptr) {
       char buf[160];
-      std::snprintf(buf, sizeof buf, "%s=%s: %.4g s vs %.4g s per step (%+.1f %%)", d.name,
-                    d.label(d.value(faster_other->strategy)).c_str(), best.step_time_s,
-                    faster_other->step_time_s,
+      std::snprintf(buf, sizeof buf, "%s=%s: %s vs %s per step (%+.1f %%)", d.name,
+                    d.label(d.value(faster_other->strategy)).c_str(),
+                    profiles::unit_text(best.step_time_s, time, 3).c_str(),
+                    profiles::unit_text(faster_other->step_time_s, time, 3).c_str(),
                     100 * (faster_other->step_time_s / best.step_time_s - 1));
       why.push_back(head + buf);
     } else if (leanest_other != nullptr) {
@@ -269,18 +279,21 @@ std::vector<std::string> describe(const Plan& plan, const costmodel::CostModel& 
   const Strategy& s = plan.strategy;
   const auto even = costmodel::even_partition(plan.model, s.pp * s.virtual_stages);
   char buf[256];
+  // Durations in the unit the plan's summary prints its step time in.
+  const profiles::Unit time = profiles::time_unit(plan.predicted.step_time_s);
+  auto duration = [&](double seconds) { return profiles::unit_text(seconds, time, 3); };
   if (pinned_stages) {
-    std::snprintf(buf, sizeof buf, "stages %s as pinned; slowest stage %.4g ms per micro-batch",
+    std::snprintf(buf, sizeof buf, "stages %s as pinned; slowest stage %s per micro-batch",
                   ranges(plan.stages).c_str(),
-                  1e3 * slowest_stage_s(cost, plan.job, s, plan.stages));
+                  duration(slowest_stage_s(cost, plan.job, s, plan.stages)).c_str());
     why.emplace_back(buf);
   } else if (plan.stages != even) {
     std::snprintf(buf, sizeof buf,
-                  "stages %s balanced by time and memory: slowest stage %.4g ms per micro-batch "
-                  "vs %.4g ms with equal layer counts (%s)",
+                  "stages %s balanced by time and memory: slowest stage %s per micro-batch "
+                  "vs %s with equal layer counts (%s)",
                   ranges(plan.stages).c_str(),
-                  1e3 * slowest_stage_s(cost, plan.job, s, plan.stages),
-                  1e3 * slowest_stage_s(cost, plan.job, s, even), ranges(even).c_str());
+                  duration(slowest_stage_s(cost, plan.job, s, plan.stages)).c_str(),
+                  duration(slowest_stage_s(cost, plan.job, s, even)).c_str(), ranges(even).c_str());
     why.emplace_back(buf);
   }
   for (const std::string& note : cost.calibration_notes(plan.job, s)) {
@@ -370,7 +383,9 @@ void refine_by_simulation(ShapeCosts& costs, std::vector<Plan>* plans, bool pinn
     // placement and profile notes.
     Plan& best = ranked.front();
     best.why.clear();
+    const profiles::Unit time = profiles::time_unit(best.predicted.step_time_s);
     for (const Dimension& d : kDimensions) {
+      if (!applies(d, best.strategy)) continue;
       const int chosen = d.value(best.strategy);
       const Plan* other = nullptr;
       for (std::size_t i = 1; i < ranked.size() && other == nullptr; ++i) {
@@ -379,10 +394,10 @@ void refine_by_simulation(ShapeCosts& costs, std::vector<Plan>* plans, bool pinn
       if (other == nullptr) continue;
       char line[200];
       std::snprintf(line, sizeof line,
-                    "%s=%s chosen over %s=%s: %.4g s vs %.4g s per step simulated (%+.1f %%)",
-                    d.name, d.label(chosen).c_str(), d.name,
-                    d.label(d.value(other->strategy)).c_str(), best.predicted.step_time_s,
-                    other->predicted.step_time_s,
+                    "%s=%s chosen over %s=%s: %s vs %s per step simulated (%+.1f %%)", d.name,
+                    d.label(chosen).c_str(), d.name, d.label(d.value(other->strategy)).c_str(),
+                    profiles::unit_text(best.predicted.step_time_s, time, 3).c_str(),
+                    profiles::unit_text(other->predicted.step_time_s, time, 3).c_str(),
                     100 * (other->predicted.step_time_s / best.predicted.step_time_s - 1));
       best.why.emplace_back(line);
     }
@@ -392,13 +407,14 @@ void refine_by_simulation(ShapeCosts& costs, std::vector<Plan>* plans, bool pinn
   }
   char buf[200];
   const std::size_t first = order.front();
-  std::snprintf(buf, sizeof buf,
-                "ranked by simulation of the top %zu: %.4g s per step %s (%.4g s analytical)%s",
-                ranked.size(), ranked.front().predicted.step_time_s,
-                ranked.front().predicted.source == "simulation" ? "simulated"
-                                                                : "(too large to simulate here)",
-                analytical[first],
-                first == 0 ? "" : "; the simulation reordered the analytical ranking");
+  const profiles::Unit time = profiles::time_unit(ranked.front().predicted.step_time_s);
+  std::snprintf(
+      buf, sizeof buf, "ranked by simulation of the top %zu: %s per step %s (%s analytical)%s",
+      ranked.size(), profiles::unit_text(ranked.front().predicted.step_time_s, time, 3).c_str(),
+      ranked.front().predicted.source == "simulation" ? "simulated"
+                                                      : "(too large to simulate here)",
+      profiles::unit_text(analytical[first], time, 3).c_str(),
+      first == 0 ? "" : "; the simulation reordered the analytical ranking");
   ranked.front().why.insert(ranked.front().why.begin(), buf);
   for (std::size_t i = 1; i < ranked.size(); ++i) {
     std::snprintf(buf, sizeof buf, "%.1f %% slower than the best plan (simulated)",

@@ -223,4 +223,73 @@ Cluster with_nodes(const Cluster& cluster, std::int64_t nodes, const std::string
   return c;
 }
 
+namespace {
+
+// Whether `name` is a device ("node<K>/gpu<J>" or "node<K>/cpu<J>") outside `nodes` nodes of
+// `per_node` devices; switch names are kept.
+bool names_missing_device(const std::string& name, std::int64_t nodes, std::int64_t per_node) {
+  const std::size_t slash = name.find('/');
+  if (name.rfind("node", 0) != 0 || slash == std::string::npos || slash == 4) return false;
+  const std::string node = name.substr(4, slash - 4);
+  const std::string rest = name.substr(slash + 1);
+  if (rest.size() < 4 || (rest.rfind("gpu", 0) != 0 && rest.rfind("cpu", 0) != 0)) return false;
+  const std::string index = rest.substr(3);
+  auto digits = [](const std::string& t) {
+    return !t.empty() && t.size() < 10 && t.find_first_not_of("0123456789") == std::string::npos;
+  };
+  if (!digits(node) || !digits(index)) return false;
+  return std::stoll(node) >= nodes || std::stoll(index) >= per_node;
+}
+
+}  // namespace
+
+Cluster with_devices(const Cluster& cluster, std::int64_t devices, const std::string& source) {
+  const std::int64_t per_node = cluster.devices_per_node;
+  if (devices < 1) {
+    throw InputError(source, "", "expected an integer >= 1, found " + std::to_string(devices));
+  }
+  Cluster c = cluster;
+  if (devices <= per_node) {
+    c.nodes = 1;
+    c.devices_per_node = devices;
+  } else if (devices % per_node == 0) {
+    c = with_nodes(cluster, devices / per_node, source);
+  } else {
+    throw InputError(source, "",
+                     "at most the " + std::to_string(per_node) + " devices of one node of " +
+                         cluster.name + ", or a multiple of " + std::to_string(per_node) +
+                         " (whole nodes), found " + std::to_string(devices));
+  }
+  std::vector<ExplicitLink> kept;
+  for (const ExplicitLink& l : c.links) {
+    if (!names_missing_device(l.a, c.nodes, c.devices_per_node) &&
+        !names_missing_device(l.b, c.nodes, c.devices_per_node)) {
+      kept.push_back(l);
+    }
+  }
+  c.links = std::move(kept);
+  return c;
+}
+
+Precision best_precision(const DeviceSpec& device) {
+  if (device.kind == DeviceKind::kCpu) return Precision::kFp32;
+  if (device.peak_tflops.bf16 > 0) return Precision::kBf16;
+  if (device.peak_tflops.fp16 > 0) return Precision::kFp16;
+  return Precision::kFp32;
+}
+
+std::optional<std::string> precision_refusal(const DeviceSpec& device, Precision precision) {
+  if (device.peak_tflops.of(precision) > 0) return std::nullopt;
+  // The suggestion must be one the device runs: the default when it has a rate, else the fastest
+  // it has.
+  Precision suggestion = best_precision(device);
+  for (Precision p : {Precision::kBf16, Precision::kFp16, Precision::kFp32}) {
+    if (device.peak_tflops.of(suggestion) > 0) break;
+    suggestion = p;
+  }
+  return std::string("the ") + device.name + " has no " + to_string(precision) +
+         " rate in its peak_tflops: use --precision " + to_string(suggestion) +
+         " (the best it runs)";
+}
+
 }  // namespace loom::profiles

@@ -85,4 +85,17 @@ void validate_cluster(const Cluster& cluster, const std::string& source);
 // A copy with `nodes` changed (the --nodes override); validates the result.
 Cluster with_nodes(const Cluster& cluster, std::int64_t nodes, const std::string& source);
 
+// A copy with `devices` devices (the --gpus option): one node of that many when `devices` is at
+// most devices_per_node, else devices / devices_per_node whole nodes. Explicit links that name a
+// device the copy lacks are dropped. InputError (naming `source`) for another count.
+Cluster with_devices(const Cluster& cluster, std::int64_t devices, const std::string& source);
+
+// The precision plans default to on `device`: the fastest its peak table has (bf16, else fp16,
+// else fp32) on GPUs; fp32 on CPUs, where Loom computes in fp32.
+Precision best_precision(const DeviceSpec& device);
+
+// Why `device` cannot run `precision` (its peak table has no rate for it), naming the precision
+// it runs best; nullopt when it can.
+std::optional<std::string> precision_refusal(const DeviceSpec& device, Precision precision);
+
 }  // namespace loom::profiles

@@ -88,6 +88,17 @@ Resolved resolve(const std::string& name_or_path, const std::vector<BuiltinFile>
 }  // namespace
 
 ModelSpec load_model(const std::string& name_or_path) {
+  std::error_code ec;
+  if (find_builtin(builtin_models(), name_or_path) == nullptr &&
+      std::filesystem::is_directory(name_or_path, ec)) {
+    const std::filesystem::path config = std::filesystem::path(name_or_path) / "config.json";
+    if (!std::filesystem::is_regular_file(config, ec)) {
+      throw InputError(name_or_path, "",
+                       "a checkpoint folder holding config.json (a Hugging Face model's "
+                       "configuration), found a folder without one");
+    }
+    return load_model(config.string());
+  }
   Resolved r = resolve(name_or_path, builtin_models(), "model", "--model");
   return model_from_json(parse_json_text(r.text, r.source), r.source);
 }

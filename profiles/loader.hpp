@@ -15,7 +15,9 @@ namespace loom::profiles {
 std::vector<std::string> builtin_model_names();
 std::vector<std::string> builtin_cluster_names();
 
-// `name_or_path`: a built-in name, a loom-model JSON file or a Hugging Face config.json.
+// `name_or_path`: a built-in name, a loom-model JSON file, a Hugging Face config.json, or a
+// checkpoint folder holding one (a folder without config.json is an InputError naming it). The
+// head is the file's own (model_spec.hpp's with_head() picks the one a plan gets).
 ModelSpec load_model(const std::string& name_or_path);
 // `name_or_path`: a built-in name or a loom-cluster JSON file.
 Cluster load_cluster(const std::string& name_or_path);

@@ -196,4 +196,27 @@ nlohmann::json model_to_json(const ModelSpec& m) {
   return j;
 }
 
+ModelSpec with_head(ModelSpec model, std::optional<std::int64_t> num_labels) {
+  if (num_labels) {
+    if (*num_labels < 0 || *num_labels > kMaxLabels) {
+      throw InputError("--num-labels", "",
+                       "expected 0 (the language-model head) or a label count from 1 to " +
+                           std::to_string(kMaxLabels) + ", found " + std::to_string(*num_labels));
+    }
+    model.num_labels = *num_labels > 0 ? num_labels : std::nullopt;
+  } else if (!model.num_labels && model.family == Family::kEncoder) {
+    model.num_labels = 2;
+  }
+  return model;
+}
+
+std::string head_text(const ModelSpec& model) {
+  if (model.num_labels) {
+    return "classifier, " + std::to_string(*model.num_labels) +
+           (*model.num_labels == 1 ? " label" : " labels");
+  }
+  return std::string(model.family == Family::kEncoder ? "masked-LM" : "causal LM") +
+         (model.tied_embeddings ? " (tied to the word embedding)" : " (its own output matrix)");
+}
+
 }  // namespace loom::profiles

@@ -51,4 +51,18 @@ nlohmann::json model_to_json(const ModelSpec& model);
 // Checks the invariants a reader enforces (for specs built in code); throws InputError.
 void validate_model(const ModelSpec& model, const std::string& source);
 
+// The most labels a classification head may have: far more than any classifier has is a typo.
+constexpr std::int64_t kMaxLabels = 1'000'000;
+
+// The head `loom plan` plans for `model`. `num_labels` given: a classifier with that many labels,
+// 0 for the language-model head (InputError naming --num-labels outside [0, kMaxLabels]). Not
+// given: the model's own classifier (a loom-model's num_labels, a ...ForSequenceClassification
+// config's labels), else a classifier with 2 labels for an encoder (what loom train fine-tunes),
+// while a decoder keeps its language-model head.
+ModelSpec with_head(ModelSpec model, std::optional<std::int64_t> num_labels);
+
+// The head in words: "classifier, 2 labels", "masked-LM (tied to the word embedding)",
+// "causal LM (its own output matrix)".
+std::string head_text(const ModelSpec& model);
+
 }  // namespace loom::profiles

@@ -1,8 +1,9 @@
 // Numbers as text, the one form every printer of Loom uses (the plan summary, the HTML report,
 // the simulator's slice names, the planner's reasons): fixed notation with a stated number of
 // decimals, time in s / ms / µs, sizes in binary units (KiB, MiB, GiB, TiB: what device memory
-// is sold and reported in), percentages with a space before "%". The C locale's formatting:
-// the same value gives the same bytes on every machine.
+// is sold and reported in), percentages with a space before "%". An output that prints many
+// figures of one kind picks one Unit for them all (time_unit, byte_unit) and writes each with
+// unit_text. The C locale's formatting: the same value gives the same bytes on every machine.
 #pragma once
 
 #include <cmath>
@@ -53,6 +54,44 @@ inline std::string bytes_text(double bytes) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.3g %s", bytes, kUnits[unit]);
   return buf;
+}
+
+// The unit of one kind of figure across an output (all its durations, all its sizes), so that a
+// reader compares figures without converting: the value is divided by `scale` and followed by
+// `name`.
+struct Unit {
+  const char* name;
+  double scale;
+};
+
+// The largest of s, ms and µs that keeps `seconds` at least 1 (s for zero or less): chosen from an
+// output's headline duration, such as a plan's step time.
+inline Unit time_unit(double seconds) {
+  if (seconds >= 1 || !(seconds > 0)) return {"s", 1};
+  if (seconds >= 1e-3) return {"ms", 1e-3};
+  return {"µs", 1e-6};
+}
+
+// The largest binary unit that keeps `bytes` at least 1: B, KiB, MiB, GiB or TiB.
+inline Unit byte_unit(double bytes) {
+  static constexpr const char* kNames[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int unit = 0;
+  double scale = 1;
+  while (bytes >= 1024 * scale && unit < 4) {
+    scale *= 1024;
+    ++unit;
+  }
+  return {kNames[unit], scale};
+}
+
+// `value` in `unit` with `digits` decimals: "12.500 ms". A positive value too small to show at
+// that precision prints as "< 0.001 ms", so that it does not read as none.
+inline std::string unit_text(double value, Unit unit, int digits) {
+  const double scaled = value / unit.scale;
+  if (std::isfinite(scaled) && scaled > 0 && scaled < 0.5 * std::pow(10.0, -digits)) {
+    return "< " + fixed_text(std::pow(10.0, -digits), digits) + " " + unit.name;
+  }
+  return fixed_text(scaled, digits) + " " + unit.name;
 }
 
 // A fraction as a percentage with `digits` decimals: "41.3 %".

@@ -16,6 +16,10 @@
 
 #include "planner/plan.hpp"
 
+namespace loom::costmodel {
+struct SimulationResult;
+}  // namespace loom::costmodel
+
 namespace loom::tools {
 
 // One subcommand: its name, the line `loom --help` shows for it, and whether it computes with
@@ -140,8 +144,20 @@ std::string self_executable();
 // measures with by default.
 int local_cpu_threads();
 
-// The human-readable summary of a plan: model, cluster, job, strategy, prediction, memory per
-// stage and the reasons (`loom plan`, `loom simulate`).
-void print_plan(std::ostream& out, const planner::Plan& plan);
+// What print_plan says beyond the plan itself.
+struct PlanTextOptions {
+  // Said after the job's precision when the command chose it ("the best the A100-SXM4-80GB runs;
+  // --precision to choose"); empty when the user did.
+  std::string precision_note;
+  // The plan's step as the simulator played it, for the share of device time left idle; null:
+  // print_plan plays it (and omits the figure for a step too large to play quickly).
+  const costmodel::SimulationResult* simulation = nullptr;
+};
+
+// The human-readable summary of a plan: model, head, cluster, job, strategy, prediction, memory
+// per stage and the reasons (`loom plan`, `loom simulate`, `loom demo`). Durations share one unit
+// (the step time's), sizes another (the peak memory's); the pipeline schedule is named only when
+// there is a pipeline.
+void print_plan(std::ostream& out, const planner::Plan& plan, const PlanTextOptions& options = {});
 
 }  // namespace loom::tools

@@ -1,4 +1,5 @@
 // `loom plan` and `loom demo`.
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <iostream>
@@ -9,6 +10,7 @@
 #include <string>
 
 #include "costmodel/estimate.hpp"
+#include "costmodel/simulator.hpp"
 #include "planner/partition.hpp"
 #include "planner/plan.hpp"
 #include "planner/search.hpp"
@@ -26,11 +28,12 @@ struct PlanArgs {
   std::string cluster;
   std::int64_t global_batch = 0;
   std::int64_t seq_len = 0;
-  std::optional<std::int64_t> nodes;
-  std::string precision = "bf16";
+  std::optional<std::int64_t> nodes, gpus;
+  std::optional<std::string> precision;
+  std::optional<std::int64_t> num_labels;
   std::vector<std::string> profile;
   std::optional<int> tp, pp, dp, zero, virtual_stages;
-  std::optional<std::int64_t> micro_batch;
+  std::optional<std::int64_t> micro_batch, micro_batch_per_device;
   std::optional<std::string> schedule, recompute, stages;
   double memory_margin = 0.9;
   int top = 5;
@@ -39,53 +42,162 @@ struct PlanArgs {
 };
 
 using profiles::fixed_text;
-using profiles::gib_text;
-using profiles::seconds_text;
+using profiles::Unit;
+using profiles::unit_text;
+
+// Plans whose step has more tasks than this are not played again just to print their idle share
+// (the search's own limit; `loom simulate` plays any plan).
+constexpr std::int64_t kMaxPrintedTasks = 60000;
+
+// The strategy in words; the schedule only when there is a pipeline to schedule.
+std::string strategy_text(const costmodel::Strategy& s) {
+  std::string out = "dp=" + std::to_string(s.dp) + " tp=" + std::to_string(s.tp) +
+                    " pp=" + std::to_string(s.pp) + " zero=" + std::to_string(s.zero) +
+                    " micro-batch=" + std::to_string(s.micro_batch) +
+                    " micro-batches=" + std::to_string(s.num_micro_batches);
+  if (s.pp > 1) out += std::string(" schedule=") + costmodel::to_string(s.schedule);
+  if (s.virtual_stages > 1) out += " virtual-stages=" + std::to_string(s.virtual_stages);
+  out += std::string(" recompute=") + costmodel::to_string(s.recompute);
+  if (s.sequence_parallel) out += " sequence-parallel";
+  return out;
+}
+
+// The entries of the layer sequence one chunk holds, in words: "emb + 1-6", "7-12 + head".
+std::string chunk_text(const costmodel::StageRange& range, std::int64_t layers) {
+  std::string out;
+  auto add = [&](const std::string& part) { out += (out.empty() ? "" : " + ") + part; };
+  if (range.first_layer == 0) add("emb");
+  const std::int64_t first = std::max<std::int64_t>(range.first_layer, 1);
+  const std::int64_t last = std::min<std::int64_t>(range.last_layer, layers);
+  if (first == last) add(std::to_string(first));
+  if (first < last) add(std::to_string(first) + "-" + std::to_string(last));
+  if (range.last_layer == layers + 1) add("head");
+  return out;
+}
+
+// The chunks of pipeline rank `rank` (chunk c runs on rank c % pp), comma-separated.
+std::string stage_layers_text(const planner::Plan& plan, std::size_t rank) {
+  std::string out;
+  const auto pp = static_cast<std::size_t>(plan.strategy.pp);
+  for (std::size_t c = rank; c < plan.stages.size(); c += pp) {
+    out += (out.empty() ? "" : ", ") + chunk_text(plan.stages[c], plan.model.layers);
+  }
+  return out;
+}
+
+// The share of the pipeline ranks' device time in which their compute stream does nothing
+// (waiting on other stages or on communication): 1 - sum(busy) / (ranks * step). nullopt when
+// the step is too large to play here.
+std::optional<double> idle_share(const planner::Plan& plan,
+                                 const costmodel::SimulationResult* simulation) {
+  costmodel::SimulationResult own;
+  if (simulation == nullptr) {
+    costmodel::SimulationOptions options;
+    options.record_trace = false;
+    options.max_tasks = kMaxPrintedTasks;
+    own = costmodel::simulate(planner::cost_model_of(plan), plan.job, plan.strategy, plan.stages,
+                              options);
+    if (own.skipped) return std::nullopt;
+    simulation = &own;
+  }
+  if (simulation->ranks.empty() || !(simulation->step_time_s > 0)) return std::nullopt;
+  double idle_s = 0;
+  for (const costmodel::RankTimeline& r : simulation->ranks) idle_s += r.idle_s;
+  return idle_s / (static_cast<double>(simulation->ranks.size()) * simulation->step_time_s);
+}
+
+// "label" padded to the column the figures start in.
+std::string label(const std::string& text) {
+  constexpr std::size_t kWidth = 25;
+  return text + std::string(text.size() < kWidth ? kWidth - text.size() : 1, ' ');
+}
+
+void print_header(std::ostream& out, const planner::Plan& plan, const PlanTextOptions& options) {
+  out << "model    " << plan.model.name << " (" << plan.model.layers << " layers, hidden "
+      << plan.model.hidden << ")\n"
+      << "head     " << profiles::head_text(plan.model) << "\n"
+      << "cluster  " << plan.cluster.name << ": " << plan.cluster.nodes << " x "
+      << plan.cluster.devices_per_node << " " << plan.cluster.device.name << "\n"
+      << "job      global batch " << plan.job.global_batch << ", seq " << plan.job.seq_len
+      << ", precision " << profiles::to_string(plan.job.precision)
+      << (options.precision_note.empty() ? "" : " (" + options.precision_note + ")") << "\n"
+      << "strategy " << strategy_text(plan.strategy) << "\n\n";
+}
+
+void print_prediction(std::ostream& out, const planner::Plan& plan, const Unit& time,
+                      const Unit& bytes, const PlanTextOptions& options) {
+  const costmodel::Prediction& p = plan.predicted;
+  const std::string per =
+      plan.cluster.device.kind == profiles::DeviceKind::kGpu ? "per GPU" : "per device";
+  out << label("step time") << unit_text(p.step_time_s, time, 3) << "\n"
+      << label("samples/s") << fixed_text(p.samples_per_s, 1) << "\n"
+      << label("tokens/s") << fixed_text(p.tokens_per_s, 0) << "\n"
+      << label("model TFLOP/s " + per) << fixed_text(p.model_tflops_per_gpu, 2) << "  (MFU "
+      << profiles::percent_text(p.mfu) << ")\n"
+      << label("hw TFLOP/s " + per) << fixed_text(p.hardware_tflops_per_gpu, 2) << "\n"
+      << label("peak memory") << unit_text(p.peak_memory_bytes, bytes, 2) << " of "
+      << unit_text(static_cast<double>(plan.cluster.device.memory_bytes), bytes, 2) << "\n";
+  const std::optional<double> idle = idle_share(plan, options.simulation);
+  out << label("devices idle")
+      << (idle ? profiles::percent_text(*idle) +
+                     " of the step (waiting on other stages or on communication)"
+               : std::string("- (the step is too large to play here; loom simulate plays it)"))
+      << "\n";
+  if (plan.strategy.pp > 1) {
+    out << label("pipeline bubble") << profiles::percent_text(p.bubble_fraction)
+        << " over the ideal pipeline time (Megatron's (p-1)/m; not the idle share)\n";
+  }
+  out << label("exposed communication") << "dp " << unit_text(p.exposed_communication_s.dp, time, 3)
+      << ", tp " << unit_text(p.exposed_communication_s.tp, time, 3) << ", pp "
+      << unit_text(p.exposed_communication_s.pp, time, 3) << ", zero "
+      << unit_text(p.exposed_communication_s.zero, time, 3) << "\n"
+      << label("optimizer step") << unit_text(p.optimizer_s, time, 3) << "\n"
+      << label("prediction") << p.source << "\n\n";
+}
+
+// The head in the legend of the memory table.
+std::string head_noun(const profiles::ModelSpec& model) {
+  if (model.num_labels) return "classifier";
+  return model.family == profiles::Family::kEncoder ? "masked-LM head" : "LM head";
+}
+
+void print_stage_memory(std::ostream& out, const planner::Plan& plan, const Unit& bytes) {
+  const costmodel::Prediction& p = plan.predicted;
+  // The layers last: an interleaved rank's chunks make a long list.
+  out << "stage  params      grads       optimizer   activations buffers     total       layers\n";
+  for (std::size_t r = 0; r < p.memory_by_stage.size(); ++r) {
+    const costmodel::MemoryBreakdown& m = p.memory_by_stage[r];
+    char line[512];
+    std::snprintf(line, sizeof line, "%-6zu %-11s %-11s %-11s %-11s %-11s %-11s %s\n", r,
+                  unit_text(m.parameter_bytes, bytes, 2).c_str(),
+                  unit_text(m.gradient_bytes, bytes, 2).c_str(),
+                  unit_text(m.optimizer_bytes, bytes, 2).c_str(),
+                  unit_text(m.activation_bytes, bytes, 2).c_str(),
+                  unit_text(m.buffer_bytes, bytes, 2).c_str(),
+                  unit_text(m.total(), bytes, 2).c_str(), stage_layers_text(plan, r).c_str());
+    out << line;
+  }
+  const std::int64_t layers = plan.model.layers;
+  out << "(emb = embedding, 0 in --stages; "
+      << (layers == 1 ? std::string("1") : "1-" + std::to_string(layers))
+      << " = transformer layers; head = " << head_noun(plan.model) << ", " << layers + 1
+      << " in --stages)\n";
+}
 
 }  // namespace
 
-void print_plan(std::ostream& out, const planner::Plan& plan) {
-  const costmodel::Prediction& p = plan.predicted;
-  out << "model    " << plan.model.name << " (" << plan.model.layers << " layers, hidden "
-      << plan.model.hidden << ")\n"
-      << "cluster  " << plan.cluster.name << ": " << plan.cluster.nodes << " x "
-      << plan.cluster.devices_per_node << " " << plan.cluster.device.name << "\n"
-      << "job      global batch " << plan.job.global_batch << ", seq " << plan.job.seq_len << ", "
-      << profiles::to_string(plan.job.precision) << "\n"
-      << "strategy " << costmodel::describe(plan.strategy) << "\n\n";
-  out << "step time              " << seconds_text(p.step_time_s) << "\n"
-      << "samples/s              " << fixed_text(p.samples_per_s, 1) << "\n"
-      << "tokens/s               " << fixed_text(p.tokens_per_s, 0) << "\n"
-      << "model TFLOP/s per GPU  " << fixed_text(p.model_tflops_per_gpu, 2) << "  (MFU "
-      << profiles::percent_text(p.mfu) << ")\n"
-      << "hw TFLOP/s per GPU     " << fixed_text(p.hardware_tflops_per_gpu, 2) << "\n"
-      << "peak memory            " << gib_text(p.peak_memory_bytes) << " of "
-      << gib_text(static_cast<double>(plan.cluster.device.memory_bytes)) << "\n"
-      << "pipeline bubble        " << profiles::percent_text(p.bubble_fraction) << "\n"
-      << "exposed communication  dp " << seconds_text(p.exposed_communication_s.dp) << ", tp "
-      << seconds_text(p.exposed_communication_s.tp) << ", pp "
-      << seconds_text(p.exposed_communication_s.pp) << ", zero "
-      << seconds_text(p.exposed_communication_s.zero) << "\n"
-      << "optimizer step         " << seconds_text(p.optimizer_s) << "\n"
-      << "prediction             " << p.source << "\n\n";
-  out << "stage  layers      params      grads       optimizer   activations buffers     total\n";
-  for (std::size_t r = 0; r < p.memory_by_stage.size(); ++r) {
-    const costmodel::MemoryBreakdown& m = p.memory_by_stage[r];
-    // The layers of pipeline rank r (its first chunk's range when interleaved).
-    const costmodel::StageRange& range = plan.stages[r];
-    char line[256];
-    std::snprintf(
-        line, sizeof line, "%-6zu %-11s %-11s %-11s %-11s %-11s %-11s %s\n", r,
-        (std::to_string(range.first_layer) + "-" + std::to_string(range.last_layer)).c_str(),
-        gib_text(m.parameter_bytes).c_str(), gib_text(m.gradient_bytes).c_str(),
-        gib_text(m.optimizer_bytes).c_str(), gib_text(m.activation_bytes).c_str(),
-        gib_text(m.buffer_bytes).c_str(), gib_text(m.total()).c_str());
-    out << line;
-  }
+void print_plan(std::ostream& out, const planner::Plan& plan, const PlanTextOptions& options) {
+  const Unit time = profiles::time_unit(plan.predicted.step_time_s);
+  const Unit bytes = profiles::byte_unit(plan.predicted.peak_memory_bytes);
+  print_header(out, plan, options);
+  print_prediction(out, plan, time, bytes, options);
+  print_stage_memory(out, plan, bytes);
   for (const std::string& w : plan.why) out << "why: " << w << "\n";
 }
 
-costmodel::Job make_job(const PlanArgs& a) {
+// The job's precision: --precision when given (refused when the device has no rate for it), else
+// the best the device runs, with the note that says so.
+costmodel::Job make_job(const PlanArgs& a, const profiles::Cluster& cluster, std::string* note) {
   costmodel::Job job;
   if (a.global_batch > costmodel::kMaxGlobalBatch) {
     throw InputError("--global-batch", "",
@@ -94,13 +206,40 @@ costmodel::Job make_job(const PlanArgs& a) {
   }
   job.global_batch = a.global_batch;
   job.seq_len = a.seq_len;
-  auto precision = profiles::parse_precision(a.precision);
+  if (!a.precision) {
+    job.precision = profiles::best_precision(cluster.device);
+    *note = cluster.device.kind == profiles::DeviceKind::kCpu
+                ? "what Loom computes in on CPUs; --precision to choose"
+                : "the best the " + cluster.device.name + " runs; --precision to choose";
+    return job;
+  }
+  auto precision = profiles::parse_precision(*a.precision);
   if (!precision || *precision == profiles::Precision::kTf32) {
     throw InputError("--precision", "",
-                     "expected bf16, fp16 or fp32, found \"" + a.precision + "\"");
+                     "expected bf16, fp16 or fp32, found \"" + *a.precision + "\"");
+  }
+  if (auto why = profiles::precision_refusal(cluster.device, *precision)) {
+    throw InputError("--precision", "", *why);
   }
   job.precision = *precision;
   return job;
+}
+
+// The cluster the plan uses: --gpus devices of it, or --nodes nodes; both only when they agree.
+profiles::Cluster plan_cluster(const PlanArgs& a) {
+  profiles::Cluster cluster = profiles::load_cluster(a.cluster);
+  if (!a.gpus) {
+    return a.nodes ? profiles::with_nodes(cluster, *a.nodes, "--nodes") : cluster;
+  }
+  profiles::Cluster used = profiles::with_devices(cluster, *a.gpus, "--gpus");
+  if (a.nodes && *a.nodes != used.nodes) {
+    throw InputError("--gpus", "",
+                     "--gpus " + std::to_string(*a.gpus) + " is " + std::to_string(used.nodes) +
+                         (used.nodes == 1 ? " node" : " nodes") + " of " +
+                         std::to_string(used.devices_per_node) + " devices, but --nodes is " +
+                         std::to_string(*a.nodes) + ": give one of them");
+  }
+  return used;
 }
 
 // Checks the pinned dimensions against each other and the cluster before searching, so that a
@@ -119,6 +258,9 @@ planner::SearchOptions search_options(const PlanArgs& a, const profiles::ModelSp
   if (a.stages) o.stages = planner::parse_stages(*a.stages, "--stages");
   o.memory_margin = a.memory_margin;
   o.top = a.top;
+  // --gpus N plans for exactly N devices, also on a CPU node (where the search would otherwise
+  // also try fewer ranks with more threads each).
+  o.fewer_cpu_ranks = !a.gpus;
   auto n = [](std::int64_t v) { return std::to_string(v); };
   if (a.tp && model.heads % *a.tp != 0) {
     throw InputError("--tp", "",
@@ -161,22 +303,25 @@ planner::SearchOptions search_options(const PlanArgs& a, const profiles::ModelSp
 
 namespace {
 
+// The plans side by side, in the units of the first one's summary.
 void print_table(std::ostream& out, const std::vector<planner::Plan>& plans, double margin) {
+  const Unit time = profiles::time_unit(plans.at(0).predicted.step_time_s);
+  const Unit bytes = profiles::byte_unit(plans.at(0).predicted.peak_memory_bytes);
   out << "  #  dp  tp  pp zero    mb  chunks schedule        recompute  step time    samples/s"
          "    MFU   peak mem    bound by\n";
   for (std::size_t i = 0; i < plans.size(); ++i) {
     const planner::Plan& p = plans[i];
     const costmodel::Strategy& s = p.strategy;
-    std::string schedule = costmodel::to_string(s.schedule);
+    std::string schedule = s.pp > 1 ? costmodel::to_string(s.schedule) : "-";
     if (s.virtual_stages > 1) schedule += " v=" + std::to_string(s.virtual_stages);
     char line[256];
     std::snprintf(line, sizeof line,
                   "%3zu %3d %3d %3d %4d %5lld %7lld %-15s %-10s %-12s %9.1f %5.1f %% %10s    %s\n",
                   i + 1, s.dp, s.tp, s.pp, s.zero, static_cast<long long>(s.micro_batch),
                   static_cast<long long>(s.num_micro_batches), schedule.c_str(),
-                  costmodel::to_string(s.recompute), seconds_text(p.predicted.step_time_s).c_str(),
-                  p.predicted.samples_per_s, 100 * p.predicted.mfu,
-                  gib_text(p.predicted.peak_memory_bytes).c_str(),
+                  costmodel::to_string(s.recompute),
+                  unit_text(p.predicted.step_time_s, time, 3).c_str(), p.predicted.samples_per_s,
+                  100 * p.predicted.mfu, unit_text(p.predicted.peak_memory_bytes, bytes, 2).c_str(),
                   planner::binding_constraint(p, margin).c_str());
     out << line;
   }
@@ -184,14 +329,23 @@ void print_table(std::ostream& out, const std::vector<planner::Plan>& plans, dou
 
 int run_plan(const PlanArgs& a) {
   auto start = std::chrono::steady_clock::now();
-  profiles::ModelSpec model = profiles::load_model(a.model);
-  profiles::Cluster cluster = profiles::load_cluster(a.cluster);
-  if (a.nodes) cluster = profiles::with_nodes(cluster, *a.nodes, "--nodes");
+  const profiles::ModelSpec model =
+      profiles::with_head(profiles::load_model(a.model), a.num_labels);
+  const profiles::Cluster cluster = plan_cluster(a);
   if (!(a.memory_margin > 0 && a.memory_margin <= 1)) {
     throw InputError("--memory-margin", "", "expected a fraction in (0, 1]");
   }
-  costmodel::Job job = make_job(a);
-  planner::SearchOptions options = search_options(a, model, cluster.device_count());
+  PlanArgs pinned = a;
+  if (a.micro_batch_per_device) {
+    if (a.micro_batch) {
+      throw InputError("--micro-batch-per-device", "",
+                       "another name for --micro-batch: give one of them");
+    }
+    pinned.micro_batch = a.micro_batch_per_device;
+  }
+  PlanTextOptions text;
+  costmodel::Job job = make_job(pinned, cluster, &text.precision_note);
+  planner::SearchOptions options = search_options(pinned, model, cluster.device_count());
   std::shared_ptr<const profiles::Profile> profile;
   if (!a.profile.empty()) {
     profile = std::make_shared<const profiles::Profile>(
@@ -221,7 +375,7 @@ int run_plan(const PlanArgs& a) {
     std::cout << doc.dump(2) << "\n";
     return 0;
   }
-  print_plan(std::cout, result.plans[0]);
+  print_plan(std::cout, result.plans[0], text);
   if (result.searched > 1) {
     std::cout << "\n";
     print_table(std::cout, result.plans, a.memory_margin);
@@ -241,8 +395,14 @@ int run_plan(const PlanArgs& a) {
 Runner add_plan_command(CLI::App& app) {
   auto args = std::make_shared<PlanArgs>();
   CLI::App* cmd = add_subcommand(app, "plan");
-  cmd->add_option("--model", args->model, "built-in name, loom-model JSON or HF config.json")
+  cmd->add_option("--model", args->model,
+                  "built-in name, loom-model JSON, HF config.json or a checkpoint folder holding "
+                  "one")
       ->required();
+  cmd->add_option("--num-labels", args->num_labels,
+                  "classification head with N labels; 0 = the language-model head (default: the "
+                  "config's own labels, else 2 for encoders; decoders keep the LM head)")
+      ->check(kNonNegativeNumber);
   cmd->add_option("--cluster", args->cluster, "built-in name or loom-cluster JSON")->required();
   cmd->add_option("--global-batch", args->global_batch, "samples per optimizer step")
       ->required()
@@ -252,7 +412,12 @@ Runner add_plan_command(CLI::App& app) {
       ->check(kPositiveNumber);
   cmd->add_option("--nodes", args->nodes, "override the cluster's node count")
       ->check(kPositiveNumber);
-  cmd->add_option("--precision", args->precision, "bf16 | fp16 | fp32")
+  cmd->add_option("--gpus", args->gpus,
+                  "use N devices of the cluster: one node of N when N <= devices_per_node, else "
+                  "N / devices_per_node nodes")
+      ->check(kPositiveNumber);
+  cmd->add_option("--precision", args->precision,
+                  "bf16 | fp16 | fp32 (default: the best the device runs; fp32 on CPUs)")
       ->check(CLI::IsMember({"bf16", "fp16", "fp32"}));
   cmd->add_option("--profile", args->profile,
                   "measured loom-profile JSON (repeatable): layer times and links replace the "
@@ -263,6 +428,9 @@ Runner add_plan_command(CLI::App& app) {
   cmd->add_option("--dp", args->dp, "data-parallel size")->check(kPositiveNumber);
   cmd->add_option("--zero", args->zero, "ZeRO stage")->check(CLI::Range(0, 3));
   cmd->add_option("--micro-batch", args->micro_batch, "samples per micro-batch")
+      ->check(kPositiveNumber);
+  cmd->add_option("--micro-batch-per-device", args->micro_batch_per_device,
+                  "another name for --micro-batch (Hugging Face's per_device_train_batch_size)")
       ->check(kPositiveNumber);
   cmd->add_option("--schedule", args->schedule, "gpipe | 1f1b | interleaved")
       ->check(CLI::IsMember(costmodel::schedule_names()));

@@ -12,6 +12,7 @@
 #include "profiles/json_reader.hpp"
 #include "profiles/loader.hpp"
 #include "profiles/profile.hpp"
+#include "profiles/units.hpp"
 #include "tools/commands.hpp"
 
 namespace loom::tools {
@@ -47,15 +48,20 @@ int run_simulate(const SimulateArgs& a) {
   }
   const costmodel::Prediction recorded = plan.predicted;
   plan.predicted = sim.prediction;
-  print_plan(std::cout, plan);
-  char line[256];
+  PlanTextOptions text;
+  text.simulation = &sim;
+  print_plan(std::cout, plan, text);
+  // In print_plan's unit of durations (the simulated step's).
+  const profiles::Unit time = profiles::time_unit(sim.step_time_s);
   if (recorded.step_time_s > 0) {
-    std::snprintf(line, sizeof line,
-                  "\nsimulated step %.6g s; the plan recorded %.6g s (%s, %+.1f %%)\n",
-                  sim.step_time_s, recorded.step_time_s, recorded.source.c_str(),
+    char change[32];
+    std::snprintf(change, sizeof change, "%+.1f %%",
                   100 * (recorded.step_time_s / sim.step_time_s - 1));
-    std::cout << line;
+    std::cout << "\nsimulated step " << profiles::unit_text(sim.step_time_s, time, 3)
+              << "; the plan recorded " << profiles::unit_text(recorded.step_time_s, time, 3)
+              << " (" << recorded.source << ", " << change << ")\n";
   }
+  char line[128];
   std::snprintf(line, sizeof line, "%lld events in %.1f ms\n",
                 static_cast<long long>(sim.events_processed), elapsed_s * 1e3);
   std::cout << line;

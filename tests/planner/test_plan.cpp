@@ -78,3 +78,18 @@ TEST_CASE("plans that cannot run are refused with the field and the expectation"
     CHECK_THAT(message, Catch::StartsWith("plan.json: ") && Catch::Contains(c.expected));
   }
 }
+
+TEST_CASE("a plan carries its head as the model's num_labels", "[planner][plan]") {
+  nlohmann::json j = sample_plan();
+  REQUIRE(j.at("model").at("num_labels") == 2);  // bert-large's classifier
+  j["model"]["num_labels"] = 5;
+  const Plan five = plan_from_json(j, "plan.json");
+  CHECK(five.model.num_labels == 5);
+  CHECK(plan_to_json(five) == j);
+  // Absent: the language-model head, and it stays absent.
+  j["model"].erase("num_labels");
+  const Plan lm = plan_from_json(j, "plan.json");
+  CHECK_FALSE(lm.model.num_labels.has_value());
+  CHECK_FALSE(plan_to_json(lm).at("model").contains("num_labels"));
+  CHECK(plan_to_json(lm) == j);
+}

@@ -124,3 +124,56 @@ TEST_CASE("with_nodes refuses what the cluster cannot do", "[profiles][cluster]"
   REQUIRE_THROWS_WITH(loom::profiles::with_nodes(h100, 0, "--nodes"),
                       Catch::Contains("--nodes") && Catch::Contains(">= 1"));
 }
+
+TEST_CASE("with_devices uses part of a node or whole nodes (--gpus)", "[profiles][cluster]") {
+  const Cluster dgx = loom::profiles::load_cluster("dgx-a100-80g");
+  const Cluster two = loom::profiles::with_devices(dgx, 2, "--gpus");
+  CHECK(two.nodes == 1);
+  CHECK(two.devices_per_node == 2);
+  CHECK(two.device == dgx.device);
+  CHECK(two.intra_node == dgx.intra_node);
+  const Cluster eight = loom::profiles::with_devices(dgx, 8, "--gpus");
+  CHECK(eight.nodes == 1);
+  CHECK(eight.devices_per_node == 8);
+  const Cluster sixteen = loom::profiles::with_devices(dgx, 16, "--gpus");
+  CHECK(sixteen.nodes == 2);
+  CHECK(sixteen.devices_per_node == 8);
+  CHECK(loom::profiles::with_devices(dgx, 64, "--gpus").nodes == 8);
+  REQUIRE_THROWS_WITH(loom::profiles::with_devices(dgx, 12, "--gpus"),
+                      "--gpus: at most the 8 devices of one node of dgx-a100-80g, or a multiple "
+                      "of 8 (whole nodes), found 12");
+  REQUIRE_THROWS_AS(loom::profiles::with_devices(dgx, 0, "--gpus"), loom::InputError);
+
+  // Explicit links to the devices left out are dropped; the rest stay.
+  const Cluster quad = loom::profiles::load_cluster("v100-16g-4x-nvlink");
+  const Cluster pair = loom::profiles::with_devices(quad, 2, "--gpus");
+  REQUIRE(pair.links.size() == 1);
+  CHECK(pair.links[0] == quad.links[0]);  // node0/gpu0 - node0/gpu1
+  CHECK(loom::profiles::with_devices(quad, 3, "--gpus").links.size() == 3);
+  CHECK(loom::profiles::with_devices(quad, 4, "--gpus") == quad);
+}
+
+TEST_CASE("the default precision is the best the device runs", "[profiles][cluster]") {
+  using loom::profiles::best_precision;
+  CHECK(best_precision(loom::profiles::load_cluster("dgx-a100-80g").device) == Precision::kBf16);
+  CHECK(best_precision(loom::profiles::load_cluster("v100-32g-2x-pcie").device) ==
+        Precision::kFp16);
+  // A CPU computes in fp32, even where its table lists a bf16 rate.
+  const Cluster cpu = loom::profiles::load_cluster("local-cpu");
+  REQUIRE(cpu.device.peak_tflops.bf16 > 0);
+  CHECK(best_precision(cpu.device) == Precision::kFp32);
+  loom::profiles::DeviceSpec old = loom::profiles::load_cluster("v100-32g-2x-pcie").device;
+  old.peak_tflops.fp16 = 0;
+  CHECK(best_precision(old) == Precision::kFp32);
+
+  using loom::profiles::precision_refusal;
+  const loom::profiles::DeviceSpec v100 = loom::profiles::load_cluster("v100-32g-2x-pcie").device;
+  CHECK(precision_refusal(v100, Precision::kBf16) ==
+        "the V100-PCIE-32GB has no bf16 rate in its peak_tflops: use --precision fp16 (the best "
+        "it runs)");
+  CHECK_FALSE(precision_refusal(v100, Precision::kFp16).has_value());
+  CHECK_FALSE(precision_refusal(v100, Precision::kFp32).has_value());
+  CHECK(precision_refusal(old, Precision::kFp16) ==
+        "the V100-PCIE-32GB has no fp16 rate in its peak_tflops: use --precision fp32 (the best "
+        "it runs)");
+}

@@ -301,3 +301,57 @@ TEST_CASE("load_model reads a loom-model file and a config.json from disk", "[pr
   REQUIRE_THROWS_AS(loom::profiles::load_model(missing), loom::InputError);
   REQUIRE_THROWS_WITH(loom::profiles::load_model(missing), Catch::Contains(missing));
 }
+
+TEST_CASE("a plan's head: the model's own, else a classifier for encoders, or --num-labels",
+          "[profiles][model]") {
+  using loom::profiles::with_head;
+  // bert-base-uncased's Hub config (BertForMaskedLM) reads with its masked-LM head...
+  const ModelSpec hub = parse_model(kBertBaseUncased, "bert-base-uncased/config.json");
+  CHECK_FALSE(hub.num_labels.has_value());
+  CHECK(loom::profiles::head_text(hub) == "masked-LM (tied to the word embedding)");
+  // ...and a plan fine-tunes it as loom train does: a classifier with 2 labels.
+  CHECK(with_head(hub, std::nullopt).num_labels == 2);
+  CHECK(loom::profiles::head_text(with_head(hub, std::nullopt)) == "classifier, 2 labels");
+  CHECK(with_head(hub, 5).num_labels == 5);
+  CHECK_FALSE(with_head(hub, 0).num_labels.has_value());
+  // A sequence-classification config keeps its own labels unless told otherwise.
+  const ModelSpec classifier = parse_model(kBertClassifier, "runs/imdb/config.json");
+  CHECK(with_head(classifier, std::nullopt).num_labels == 3);
+  CHECK(with_head(classifier, 2).num_labels == 2);
+  CHECK_FALSE(with_head(classifier, 0).num_labels.has_value());
+  // A decoder keeps its language-model head.
+  const ModelSpec gpt2 = parse_model(kGpt2, "gpt2/config.json");
+  CHECK_FALSE(with_head(gpt2, std::nullopt).num_labels.has_value());
+  CHECK(loom::profiles::head_text(gpt2) == "causal LM (tied to the word embedding)");
+  ModelSpec untied = gpt2;
+  untied.tied_embeddings = false;
+  CHECK(loom::profiles::head_text(untied) == "causal LM (its own output matrix)");
+  CHECK(loom::profiles::head_text(with_head(gpt2, 1)) == "classifier, 1 label");
+  REQUIRE_THROWS_WITH(with_head(hub, -1),
+                      "--num-labels: expected 0 (the language-model head) or a label count from "
+                      "1 to 1000000, found -1");
+  REQUIRE_THROWS_AS(with_head(hub, loom::profiles::kMaxLabels + 1), loom::InputError);
+}
+
+TEST_CASE("load_model reads a checkpoint folder's config.json", "[profiles][model]") {
+  fs::path dir = fs::temp_directory_path() / ("loom-test-model-dir-" + std::to_string(::getpid()));
+  fs::create_directories(dir / "ckpt");
+  fs::create_directories(dir / "empty");
+  struct Cleanup {
+    fs::path dir;
+    ~Cleanup() {
+      std::error_code ec;
+      fs::remove_all(dir, ec);
+    }
+  } cleanup{dir};
+  std::ofstream((dir / "ckpt" / "config.json").string()) << kRobertaBase;
+  const ModelSpec from_folder = loom::profiles::load_model((dir / "ckpt").string());
+  CHECK(from_folder == loom::profiles::load_model((dir / "ckpt" / "config.json").string()));
+  CHECK(loom::profiles::load_model((dir / "ckpt").string() + "/") == from_folder);
+  CHECK(from_folder.vocab == 50265);
+  const std::string empty = (dir / "empty").string();
+  REQUIRE_THROWS_WITH(loom::profiles::load_model(empty),
+                      empty +
+                          ": a checkpoint folder holding config.json (a Hugging Face model's "
+                          "configuration), found a folder without one");
+}

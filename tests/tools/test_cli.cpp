@@ -60,6 +60,28 @@ TEST_CASE("loom demo plans a small encoder on this machine", "[tools][cli]") {
   CHECK_THAT(r.out, Contains("step time"));
   CHECK_THAT(r.out, Contains("tiny-bert"));
   CHECK(r.err.empty());
+  // The commands it prints as its equivalent: the plan over the ranks it trains on, and a launch
+  // of that many ranks with its data and settings.
+  const std::string plan =
+      "plan --model tiny-bert --cluster local-cpu --gpus 2 --global-batch 16 --seq-len 64 "
+      "--precision fp32 --micro-batch 8 -o plan.json";
+  CHECK_THAT(r.out,
+             Contains("\nequivalent:\n  loom " + plan +
+                      "\n  loom launch --nproc 2 -- loom train plan.json --data synthetic:1200 "
+                      "--validation-fraction 0.2 --steps 80 --lr 0.001 --warmup-steps 4 "
+                      "--eval-every 40\n"));
+  CHECK_THAT(r.out, Contains("training 80 steps on 2 ranks, 960 synthetic reviews (240 held out)"));
+  // That plan command plans what the demo ran.
+  auto strategy_line = [](const std::string& text) {
+    const std::size_t at = text.find("\nstrategy ");
+    return at == std::string::npos ? std::string()
+                                   : text.substr(at + 1, text.find('\n', at + 1) - at - 1);
+  };
+  const RunResult planned = box.loom(plan);
+  REQUIRE(planned.exit_code == 0);
+  CHECK(strategy_line(planned.out) ==
+        "strategy dp=2 tp=1 pp=1 zero=1 micro-batch=8 micro-batches=1 recompute=none");
+  CHECK(strategy_line(planned.out) == strategy_line(r.out));
 }
 
 TEST_CASE("loom plan --json prints one JSON document", "[tools][cli]") {

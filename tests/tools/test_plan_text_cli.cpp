@@ -1,0 +1,214 @@
+// What `loom plan` and `loom simulate` say in words, and the options that choose the head, the
+// devices, the precision and the micro-batch the way users name them (spec/cli.md).
+#include <catch2/catch.hpp>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "tests/tools/cli_sandbox.hpp"
+
+using Catch::Contains;
+using loom::test::CliResult;
+
+namespace {
+
+class Sandbox : public loom::test::CliSandbox {
+ public:
+  Sandbox() : CliSandbox("test-plan-text") {}
+};
+
+std::vector<std::string> lines_of(const std::string& text) {
+  std::vector<std::string> out;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) out.push_back(line);
+  return out;
+}
+
+// The line of `text` that starts with `prefix` ("" when none does).
+std::string line_starting(const std::string& text, const std::string& prefix) {
+  for (const std::string& line : lines_of(text)) {
+    if (line.rfind(prefix, 0) == 0) return line;
+  }
+  return "";
+}
+
+// A Hugging Face masked-LM config as the Hub ships bert-base-cased's, scaled down.
+constexpr const char* kHubConfig = R"({
+  "architectures": ["BertForMaskedLM"], "model_type": "bert", "num_hidden_layers": 2,
+  "hidden_size": 24, "num_attention_heads": 3, "intermediate_size": 48, "vocab_size": 100,
+  "max_position_embeddings": 64, "type_vocab_size": 2})";
+
+const std::string kNaiveSplit =
+    "plan --model bert-base --cluster v100-32g-2x-pcie --global-batch 32 --seq-len 512 "
+    "--stages 0-0,1-13 --micro-batch 32 --zero 0 --recompute none";
+
+void require_error(const CliResult& r, const std::string& line) {
+  INFO("stdout: " << r.out);
+  CHECK(r.exit_code == 2);
+  CHECK(r.out.empty());
+  CHECK(r.err == line + "\n");
+}
+
+}  // namespace
+
+TEST_CASE("loom plan says what it planned: head, precision, idle share, layers, one unit",
+          "[tools][cli]") {
+  Sandbox box;
+  const CliResult r = box.loom(kNaiveSplit + " -o plan.json");
+  INFO("stderr: " << r.err);
+  REQUIRE(r.exit_code == 0);
+  const std::vector<std::string> expected = {
+      "model    bert-base (12 layers, hidden 768)", "head     classifier, 2 labels",
+      "cluster  v100-32g-2x-pcie: 1 x 2 V100-PCIE-32GB",
+      "job      global batch 32, seq 512, precision fp16 (the best the V100-PCIE-32GB runs; "
+      "--precision to choose)",
+      "strategy dp=1 tp=1 pp=2 zero=0 micro-batch=32 micro-batches=1 schedule=1f1b "
+      "recompute=none",
+      "", "step time                196.558 ms", "samples/s                162.8",
+      "tokens/s                 83354", "model TFLOP/s per GPU    23.60  (MFU 21.1 %)",
+      "hw TFLOP/s per GPU       23.60", "peak memory              11.68 GiB of 32.00 GiB",
+      // Half of the two GPUs' time is idle: stage 0 holds only the embedding.
+      "devices idle             50.3 % of the step (waiting on other stages or on communication)",
+      "pipeline bubble          0.4 % over the ideal pipeline time (Megatron's (p-1)/m; not the "
+      "idle share)",
+      "exposed communication    dp 0.000 ms, tp 0.000 ms, pp 3.117 ms, zero 0.000 ms",
+      "optimizer step           3.331 ms", "prediction               simulation", "",
+      "stage  params      grads       optimizer   activations buffers     total       layers",
+      "0      0.04 GiB    0.04 GiB    0.27 GiB    0.04 GiB    0.05 GiB    0.44 GiB    emb",
+      "1      0.16 GiB    0.16 GiB    0.96 GiB    10.41 GiB   0.00 GiB    11.68 GiB   1-12 + head",
+      "(emb = embedding, 0 in --stages; 1-12 = transformer layers; head = classifier, 13 in "
+      "--stages)",
+      "why: ranked by simulation of the top 1: 196.558 ms per step simulated (200.672 ms "
+      "analytical)",
+      "why: every dimension was pinned; evaluated as given",
+      "why: stages 0-0 | 1-13 as pinned; slowest stage 189.595 ms per micro-batch"};
+  CHECK(lines_of(r.out) == expected);
+
+  // simulate prints the same summary, with its comparison in the same unit.
+  const CliResult sim = box.loom("simulate plan.json");
+  REQUIRE(sim.exit_code == 0);
+  CHECK_THAT(sim.out, Contains("\nhead     classifier, 2 labels\n"));
+  CHECK_THAT(sim.out, Contains("\ndevices idle             50.3 % of the step"));
+  CHECK(line_starting(sim.out, "simulated step") ==
+        "simulated step 196.558 ms; the plan recorded 196.558 ms (simulation, +0.0 %)");
+  // The plan JSON keeps Megatron's figure under its own key.
+  const nlohmann::json plan = nlohmann::json::parse(loom::test::read_all(box.work() / "plan.json"));
+  CHECK(plan.at("predicted").at("bubble_fraction").get<double>() ==
+        Approx(0.0042148649).epsilon(1e-6));
+}
+
+TEST_CASE("loom plan on a CPU: per device, fp32 by default, no schedule without a pipeline",
+          "[tools][cli]") {
+  Sandbox box;
+  const CliResult r = box.loom(
+      "plan --model tiny-bert --cluster local-cpu --global-batch 16 --seq-len 64 --micro-batch 8 "
+      "--gpus 2 --top 2");
+  INFO("stderr: " << r.err);
+  REQUIRE(r.exit_code == 0);
+  CHECK(line_starting(r.out, "job ") ==
+        "job      global batch 16, seq 64, precision fp32 (what Loom computes in on CPUs; "
+        "--precision to choose)");
+  CHECK(line_starting(r.out, "strategy ") ==
+        "strategy dp=2 tp=1 pp=1 zero=1 micro-batch=8 micro-batches=1 recompute=none");
+  CHECK(line_starting(r.out, "model TFLOP/s") == "model TFLOP/s per device 0.02  (MFU 24.8 %)");
+  CHECK(line_starting(r.out, "hw TFLOP/s") == "hw TFLOP/s per device    0.02");
+  CHECK(line_starting(r.out, "peak memory") ==
+        "peak memory              76.06 MiB of 12288.00 MiB");
+  CHECK(line_starting(r.out, "pipeline bubble").empty());  // no pipeline
+  CHECK(
+      line_starting(r.out, "0      ") ==
+      "0      18.24 MiB   18.24 MiB   18.24 MiB   21.32 MiB   0.00 MiB    76.06 MiB   emb + 1-4 + "
+      "head");
+  CHECK(line_starting(r.out, "  1 ") ==
+        "  1   2   1   1    1     8       1 -               none       105.661 ms       151.4  "
+        "24.8 %  76.06 MiB    optimizer");
+  CHECK(r.out.find("schedule=") == std::string::npos);
+  CHECK(r.out.find(" s per step") == std::string::npos);  // the reasons in ms too
+}
+
+TEST_CASE("loom plan reads a checkpoint folder and plans the head --num-labels asks for",
+          "[tools][cli]") {
+  Sandbox box;
+  std::filesystem::create_directories(box.work() / "ckpt");
+  box.write("ckpt/config.json", kHubConfig);
+  const std::string plan =
+      "plan --model ckpt --cluster local-cpu --global-batch 8 --seq-len 32 --micro-batch 4 ";
+  // A masked-LM config is fine-tuned as a classifier with 2 labels unless told otherwise.
+  const CliResult two = box.loom(plan + "-o two.json");
+  INFO("stderr: " << two.err);
+  REQUIRE(two.exit_code == 0);
+  CHECK(line_starting(two.out, "model ") == "model    ckpt (2 layers, hidden 24)");
+  CHECK(line_starting(two.out, "head ") == "head     classifier, 2 labels");
+  CHECK(nlohmann::json::parse(loom::test::read_all(box.work() / "two.json"))
+            .at("model")
+            .at("num_labels") == 2);
+  const CliResult three = box.loom(plan + "--num-labels 3 -o three.json");
+  REQUIRE(three.exit_code == 0);
+  CHECK(line_starting(three.out, "head ") == "head     classifier, 3 labels");
+  CHECK(nlohmann::json::parse(loom::test::read_all(box.work() / "three.json"))
+            .at("model")
+            .at("num_labels") == 3);
+  const CliResult lm = box.loom(plan + "--num-labels 0 -o lm.json");
+  REQUIRE(lm.exit_code == 0);
+  CHECK(line_starting(lm.out, "head ") == "head     masked-LM (tied to the word embedding)");
+  CHECK(line_starting(lm.out, "(emb") ==
+        "(emb = embedding, 0 in --stages; 1-2 = transformer layers; head = masked-LM head, 3 in "
+        "--stages)");
+  CHECK_FALSE(nlohmann::json::parse(loom::test::read_all(box.work() / "lm.json"))
+                  .at("model")
+                  .contains("num_labels"));
+  // The language-model head costs more than the classifier.
+  const CliResult json_two = box.loom(plan + "--json");
+  const CliResult json_lm = box.loom(plan + "--num-labels 0 --json");
+  REQUIRE(json_two.exit_code == 0);
+  REQUIRE(json_lm.exit_code == 0);
+  auto step = [](const CliResult& r) {
+    return nlohmann::json::parse(r.out).at("plans").at(0).at("predicted").at("step_time_s");
+  };
+  CHECK(step(json_lm).get<double>() > step(json_two).get<double>());
+
+  std::filesystem::create_directories(box.work() / "empty");
+  box.write("empty/notes.txt", "no config here\n");
+  require_error(box.loom("plan --model empty --cluster local-cpu --global-batch 8 --seq-len 32"),
+                "loom plan: error: empty: a checkpoint folder holding config.json (a Hugging "
+                "Face model's configuration), found a folder without one");
+}
+
+TEST_CASE("loom plan --gpus, --micro-batch-per-device and a precision the device lacks",
+          "[tools][cli]") {
+  Sandbox box;
+  const std::string tiny =
+      "plan --model tiny-bert --cluster dgx-a100-80g --global-batch 16 "
+      "--seq-len 64 --tp 1 --pp 1 --zero 0 ";
+  const CliResult two = box.loom(tiny + "--gpus 2 --micro-batch-per-device 4");
+  INFO("stderr: " << two.err);
+  REQUIRE(two.exit_code == 0);
+  CHECK(line_starting(two.out, "cluster ") == "cluster  dgx-a100-80g: 1 x 2 A100-SXM4-80GB");
+  CHECK(line_starting(two.out, "strategy ") ==
+        "strategy dp=2 tp=1 pp=1 zero=0 micro-batch=4 micro-batches=2 recompute=none");
+  // The same plan as --micro-batch.
+  auto without_timing = [](const std::string& out) { return out.substr(0, out.find("searched ")); };
+  CHECK(without_timing(box.loom(tiny + "--gpus 2 --micro-batch 4").out) == without_timing(two.out));
+  const CliResult sixteen = box.loom(tiny + "--gpus 16 --nodes 2 --micro-batch 1");
+  REQUIRE(sixteen.exit_code == 0);
+  CHECK(line_starting(sixteen.out, "cluster ") == "cluster  dgx-a100-80g: 2 x 8 A100-SXM4-80GB");
+
+  require_error(box.loom(tiny + "--gpus 12"),
+                "loom plan: error: --gpus: at most the 8 devices of one node of dgx-a100-80g, or "
+                "a multiple of 8 (whole nodes), found 12");
+  require_error(box.loom(tiny + "--gpus 16 --nodes 3"),
+                "loom plan: error: --gpus: --gpus 16 is 2 nodes of 8 devices, but --nodes is 3: "
+                "give one of them");
+  require_error(box.loom(tiny + "--gpus 2 --micro-batch 4 --micro-batch-per-device 4"),
+                "loom plan: error: --micro-batch-per-device: another name for --micro-batch: "
+                "give one of them");
+  require_error(box.loom("plan --model bert-base --cluster v100-32g-2x-pcie --global-batch 32 "
+                         "--seq-len 128 --precision bf16"),
+                "loom plan: error: --precision: the V100-PCIE-32GB has no bf16 rate in its "
+                "peak_tflops: use --precision fp16 (the best it runs)");
+  require_error(box.loom(tiny + "--num-labels -1"),
+                "loom plan: error: --num-labels: expected a number >= 0, found -1 (see loom plan "
+                "--help)");
+}
