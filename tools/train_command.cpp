@@ -48,6 +48,8 @@ struct TrainArgs {
   double dropout = 0.1;
   std::string checkpoint;
   std::int64_t checkpoint_every = 0;
+  std::int64_t keep_checkpoints = 0;
+  std::string output;
   bool resume = false;
   std::string metrics;
   std::string dump_batches;
@@ -238,6 +240,8 @@ int run_train(const TrainArgs& a) {
   o.dropout = a.dropout;
   o.checkpoint_dir = a.checkpoint;
   o.checkpoint_every = a.checkpoint_every;
+  o.keep_checkpoints = a.keep_checkpoints;
+  o.output_dir = a.output;
   o.resume = a.resume;
   read_fault_injection(o, env.rank);
   install_stop_handlers();
@@ -282,6 +286,12 @@ int run_train(const TrainArgs& a) {
   // The data first, so that a wrong --data is reported as such (not as a missing tokenizer).
   std::vector<executor::Review> reviews = executor::load_reviews(a.data, "train");
   const executor::WordPieceTokenizer tokenizer = load_tokenizer(a);
+  // WIRE: the files of the tokenizer that was loaded (vocab.txt, or vocab.json + merges.txt, or
+  // tokenizer.json, and tokenizer_config.json / special_tokens_map.json when present).
+  if (const std::string file = tokenizer_source(a); fs::is_regular_file(file)) {
+    o.tokenizer_files = {file};
+  }
+  // WIRE: o.label_names from the data's label names ("negative", "positive" for IMDB-type data).
   if (tokenizer.vocab_size() > plan.model.vocab) {
     throw InputError(tokenizer_source(a), "",
                      "at most the model's " + std::to_string(plan.model.vocab) + " token ids (" +
@@ -325,6 +335,9 @@ int run_train(const TrainArgs& a) {
   }
 
   print_summary(a, s);
+  if (!a.output.empty() && s.stopped_by_signal == 0 && !a.json) {
+    std::cout << "model written to " << a.output << " (Hugging Face folder)\n";
+  }
   return s.stopped_by_signal != 0 ? 128 + s.stopped_by_signal : 0;
 }
 
@@ -359,7 +372,13 @@ Runner add_train_command(CLI::App& app) {
   cmd->add_option("--checkpoint-every", args->checkpoint_every,
                   "steps between checkpoints (0: at the end)")
       ->check(kNonNegativeNumber);
+  cmd->add_option("--keep-checkpoints", args->keep_checkpoints,
+                  "step folders kept in --checkpoint, the newest (default 0: all)")
+      ->check(kNonNegativeNumber);
   cmd->add_flag("--resume", args->resume, "continue from the latest checkpoint");
+  cmd->add_option("--output", args->output,
+                  "write the trained model here at the end as a Hugging Face folder (config.json, "
+                  "model.safetensors, tokenizer files)");
   cmd->add_option("--metrics", args->metrics,
                   "METRICS.jsonl to write (\"{rank}\" in the name: one file per rank)");
   cmd->add_option("--dump-batches", args->dump_batches,
