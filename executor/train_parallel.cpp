@@ -3,6 +3,7 @@
 // sends and receives, and the dp reduction and optimizer step of FlatParameters.
 #include <algorithm>
 #include <csignal>
+#include <exception>
 #include <filesystem>
 #include <memory>
 #include <numeric>
@@ -48,6 +49,26 @@ int agreed_stop_signal(const torch::Tensor& summed_slots) {
     if (votes[i] != 0.0) return static_cast<int>(i + 1);
   }
   return 0;
+}
+
+// World rank 0 checks what it will write at the end (labels, tokenizer files, --output); every
+// rank learns the verdict, so a refusal ends every rank now instead of leaving the others
+// waiting in the first step's collectives.
+HfFolder checked_hf_folder(const TrainOptions& o, ParallelGroups& groups) {
+  HfFolder folder;
+  std::exception_ptr refused;
+  try {
+    folder = hf_folder_of(o, groups.world_rank() == 0);
+  } catch (const InputError&) {
+    refused = std::current_exception();
+  }
+  torch::Tensor votes = torch::tensor({refused ? 1.0 : 0.0}, torch::kDouble);
+  groups.world().allreduce_sum(votes);
+  if (refused) std::rethrow_exception(refused);
+  if (votes.item<double>() != 0) {
+    throw InputError("--output", "", "labels, tokenizer files and a folder rank 0 can write");
+  }
+  return folder;
 }
 
 // One micro-batch of one chunk in flight: its chunk input (a leaf that collects the gradient to
@@ -154,7 +175,7 @@ ParallelRank::ParallelRank(const TrainOptions& o, const RunSize& size,
       activation_options_(torch::TensorOptions().dtype(torch::kFloat).device(device_)),
       device_memory_(o.device == Device::kCuda, o.device_index, cpu_memory,
                      o.ranks_in_process > 1) {
-  hf_ = hf_folder_of(o, groups.world_rank() == 0);  // refuses bad labels or --output now
+  hf_ = checked_hf_folder(o, groups);  // refuses bad labels, tokenizer files or --output now
   // Model chunks: global chunk g of pp * v ranges of the layer sequence runs on pipeline rank
   // g % pp, so this rank holds g = k * pp + c.pp for k = 0 .. v - 1.
   stages_ = o.stages.empty() ? costmodel::even_partition(o.model, chunk_count_) : o.stages;

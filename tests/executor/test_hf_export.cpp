@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
+#include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -271,6 +272,12 @@ TEST_CASE("export refuses what is no checkpoint and an output folder of other fi
   o.output_dir.clear();
   o.label_names = {"only-one"};
   CHECK_THROWS_WITH(loom::executor::train_classifier(o, train, {}), Catch::Contains("labels"));
+  // Many ranks: world rank 0's refusal ends every rank at once (none waits for it in a step).
+  o.label_names.clear();
+  o.output_dir = (tmp.path() / "busy").string();
+  const auto started = std::chrono::steady_clock::now();
+  CHECK_THROWS_WITH(train_layout({"dp2", 2, 1, 1, 0, 1}, o, train), Catch::Contains("--output"));
+  CHECK(std::chrono::steady_clock::now() - started < std::chrono::seconds(30));
 }
 
 TEST_CASE("config.json reads back as the same ModelSpec", "[export]") {
