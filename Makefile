@@ -59,7 +59,7 @@ format:
 # sources only: Debian's clang-tidy 14 cannot parse LibTorch 1.13's headers with GCC 12's library
 # (c10::IValue is incomplete), and each such file takes minutes, so the commands built into
 # loom-torch are left out.
-TIDY_SKIP := tools/(train|profile|logits|demo)_command\.cpp
+TIDY_SKIP := tools/(train|profile|logits|demo|export)_command\.cpp
 tidy: configure
 	@git ls-files 'profiles/*.cpp' 'costmodel/*.cpp' 'planner/*.cpp' 'tools/*.cpp' | \
 	  grep -Ev '^$(TIDY_SKIP)$$' | \

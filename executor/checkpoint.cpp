@@ -114,11 +114,18 @@ void restore_rng(const std::vector<torch::Tensor>& states, Device device, int de
 
 namespace {
 
-// Removes the step folders of `dir` older than `step`.
-void remove_older_steps(const fs::path& dir, std::int64_t step) {
+// Keeps the step folder `step` of `dir` and the newest keep - 1 older ones, removing the rest of
+// the older ones; keep 0 removes none. Later steps (of another run) stay.
+void remove_older_steps(const fs::path& dir, std::int64_t step, std::int64_t keep) {
+  if (keep <= 0) return;
+  std::vector<std::pair<std::int64_t, fs::path>> older;
   for (const auto& entry : fs::directory_iterator(dir)) {
     const std::int64_t other = folder_step(entry.path().filename().string());
-    if (other >= 0 && other < step) fs::remove_all(entry.path());
+    if (other >= 0 && other < step) older.emplace_back(other, entry.path());
+  }
+  std::sort(older.begin(), older.end(), [](const auto& a, const auto& b) { return a > b; });
+  for (std::size_t i = static_cast<std::size_t>(keep - 1); i < older.size(); ++i) {
+    fs::remove_all(older[i].second);
   }
 }
 
@@ -126,7 +133,8 @@ void remove_older_steps(const fs::path& dir, std::int64_t step) {
 
 void write_checkpoint(const fs::path& dir, std::int64_t step, EncoderClassifier& model,
                       torch::optim::AdamW& optimizer, const std::vector<torch::Tensor>& rng,
-                      const nlohmann::ordered_json& state, bool kill_midway) {
+                      const nlohmann::ordered_json& state, const StepFolderExtras& extras,
+                      bool kill_midway) {
   fs::create_directories(dir);
   const std::string name = step_folder(step);
   const std::string pid = std::to_string(static_cast<long long>(getpid()));
@@ -145,6 +153,7 @@ void write_checkpoint(const fs::path& dir, std::int64_t step, EncoderClassifier&
     if (kill_midway) ::raise(SIGKILL);  // fault injection (TrainOptions::fault_kill_in_checkpoint)
     torch::save(optimizer, (tmp / "optimizer.pt").string());
     torch::save(rng, (tmp / "rng.pt").string());
+    if (extras.write_files) extras.write_files(tmp);
     profiles::write_file_atomically((tmp / kTrainerStateFile).string(), state.dump(2) + "\n");
   } catch (const c10::Error& e) {
     failed(e.what_without_backtrace());
@@ -161,12 +170,13 @@ void write_checkpoint(const fs::path& dir, std::int64_t step, EncoderClassifier&
   } else {
     fs::rename(tmp, target);
   }
-  remove_older_steps(dir, step);
+  remove_older_steps(dir, step, extras.keep);
 }
 
 void write_rank_checkpoint(const fs::path& dir, std::int64_t step, ProcessGroup& world,
                            const std::vector<torch::Tensor>& rank_state,
-                           const nlohmann::ordered_json& state, bool kill_midway) {
+                           const nlohmann::ordered_json& state, const StepFolderExtras& extras,
+                           bool kill_midway) {
   const int world_rank = world.rank();
   const std::string name = step_folder(step);
   const fs::path tmp = dir / (".tmp-" + name);
@@ -181,6 +191,7 @@ void write_rank_checkpoint(const fs::path& dir, std::int64_t step, ProcessGroup&
     torch::save(rank_state, (tmp / ("rank-" + std::to_string(world_rank) + ".pt")).string());
     if (kill_midway) ::raise(SIGKILL);  // fault injection
     if (world_rank == 0) {
+      if (extras.write_files) extras.write_files(tmp);
       profiles::write_file_atomically((tmp / kTrainerStateFile).string(), state.dump(2) + "\n");
     }
   } catch (const c10::Error& e) {
@@ -203,7 +214,7 @@ void write_rank_checkpoint(const fs::path& dir, std::int64_t step, ProcessGroup&
     const fs::path target = dir / name;
     fs::remove_all(target);
     fs::rename(tmp, target);
-    remove_older_steps(dir, step);
+    remove_older_steps(dir, step, extras.keep);
   }
   world.barrier();
 }

@@ -7,18 +7,26 @@
 // "global_batch", "micro_batch", "num_micro_batches", "total_steps", "train_examples",
 // "loss_scale", "loss_scale_good_steps", "model"}).
 // Many ranks: the folder holds trainer_state.json ({"format", "step", "epoch", "seed",
-// "global_batch", "total_steps", "train_examples", "world_size", "layout", "model"}) and
+// "global_batch", "total_steps", "train_examples", "world_size", "layout", "model"}; "layout" is
+// {"dp", "tp", "pp", "zero", "virtual_stages", "stages": [[first_layer, last_layer], ...]}) and
 // rank-R.pt per world rank R (FlatParameters::state(), then the RNG states); it resumes only with
-// the same layout.
-// Either is written into a temporary folder in checkpoint_dir and renamed into place; older step
-// folders are removed only after that rename, so a run killed mid-write leaves the previous
-// checkpoint whole.
+// the same layout. It holds no model.safetensors: gathering the full model at every checkpoint
+// would cost a pipeline-wide transfer (and a ZeRO-3 all-gather) and a second copy of the weights
+// on disk each time, while the rank files already hold every parameter; `loom export` builds the
+// Hugging Face folder from them when it is wanted (executor/hf_export.hpp).
+// Both also hold config.json and the tokenizer files (StepFolderExtras, written by world rank
+// 0), as the Hugging Face Trainer's checkpoint-N folders do, so a one-rank step folder is a
+// Hugging Face model folder as it stands.
+// Either is written into a temporary folder in checkpoint_dir and renamed into place; only after
+// that rename are older step folders removed, and only beyond the newest StepFolderExtras::keep
+// (0 keeps all), so a run killed mid-write leaves the previous checkpoint whole.
 #pragma once
 
 #include <torch/torch.h>
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -54,20 +62,30 @@ std::vector<torch::Tensor> capture_rng(Device device, int device_index);
 void restore_rng(const std::vector<torch::Tensor>& states, Device device, int device_index,
                  const std::string& source);
 
+// What a step folder holds besides the training state, and how many step folders stay.
+struct StepFolderExtras {
+  // Writes config.json and the tokenizer files into the folder being written; empty = none.
+  std::function<void(const std::filesystem::path& folder)> write_files;
+  std::int64_t keep = 0;  // step folders kept after a write, the newest; 0 = all
+};
+
 // One rank: writes step folder `step` of `dir` (model, optimizer, rng, `state`) and removes older
-// ones. `kill_midway` raises SIGKILL after the model file (fault injection). Throws
-// std::runtime_error naming the folder when a write fails (the temporary folder removed).
+// ones beyond extras.keep. `kill_midway` raises SIGKILL after the model file (fault injection).
+// Throws std::runtime_error naming the folder when a write fails (the temporary folder removed).
 void write_checkpoint(const std::filesystem::path& dir, std::int64_t step, EncoderClassifier& model,
                       torch::optim::AdamW& optimizer, const std::vector<torch::Tensor>& rng,
-                      const nlohmann::ordered_json& state, bool kill_midway);
+                      const nlohmann::ordered_json& state, const StepFolderExtras& extras,
+                      bool kill_midway);
 
 // Many ranks, collective over `world`: every rank writes rank-R.pt (`rank_state`), world rank 0
-// `state` as trainer_state.json; once every rank has reported success rank 0 renames the folder
-// into place and removes older ones. `kill_midway` raises SIGKILL after the rank's file. Throws
-// std::runtime_error on every rank when any rank's write failed.
+// `state` as trainer_state.json and the extras' files; once every rank has reported success rank
+// 0 renames the folder into place and removes older ones beyond extras.keep. `kill_midway` raises
+// SIGKILL after the rank's file. Throws std::runtime_error on every rank when any rank's write
+// failed.
 void write_rank_checkpoint(const std::filesystem::path& dir, std::int64_t step, ProcessGroup& world,
                            const std::vector<torch::Tensor>& rank_state,
-                           const nlohmann::ordered_json& state, bool kill_midway);
+                           const nlohmann::ordered_json& state, const StepFolderExtras& extras,
+                           bool kill_midway);
 // rank-R.pt of `checkpoint` for world rank R; InputError when unreadable or shorter than
 // `min_tensors`.
 std::vector<torch::Tensor> read_rank_state(const std::filesystem::path& checkpoint, int world_rank,

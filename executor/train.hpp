@@ -57,7 +57,12 @@
 //
 // Checkpoints: `checkpoint_dir/step-NNNNNNNN/` (executor/checkpoint.hpp lists the files of one
 // rank and of many). Each is written into a temporary folder in checkpoint_dir and renamed into
-// place; older step folders are removed only after that rename.
+// place; only after that rename are older step folders removed, beyond the newest
+// keep_checkpoints (0: every step folder stays).
+//
+// Output: a run that completes (not one stopped early) with output_dir set ends, after its final
+// evaluation, with world rank 0 writing output_dir as a Hugging Face model folder (config.json,
+// model.safetensors, the tokenizer files), whatever the layout (executor/hf_export.hpp).
 //
 // The code: train.cpp (these entry points), train_loop.hpp (the one loop and its one-rank and
 // many-rank engines), batch_order.hpp, metrics_writer.hpp, checkpoint.hpp, flat_adamw.hpp,
@@ -123,6 +128,13 @@ struct TrainOptions {
   std::string checkpoint_dir;         // "" = no checkpoints
   std::int64_t checkpoint_every = 0;  // steps between checkpoints; 0 = only after the last step
   bool resume = false;  // continue from the latest checkpoint in checkpoint_dir (fresh if none)
+  std::int64_t keep_checkpoints = 0;  // step folders kept, the newest; 0 = all
+  // A Hugging Face model folder written at the end of a completed run; "" = none.
+  std::string output_dir;
+  // Copied into output_dir and into every step folder (vocab.txt, vocab.json, merges.txt, ...).
+  std::vector<std::string> tokenizer_files;
+  // The head's label names in config.json (num_labels of them); empty = "LABEL_0", "LABEL_1", ...
+  std::vector<std::string> label_names;
   // Stop after this many completed steps, as if interrupted (the checkpoint is still written,
   // no final evaluation); 0 = run to the end.
   std::int64_t stop_after_step = 0;

@@ -58,6 +58,9 @@ class Loop {
     if (finished && last_eval_step_ != summary_.steps && !evaluate(summary_.steps)) {
       summary_.stopped_by_signal = rank_.stop_signal();
     }
+    if (finished && summary_.stopped_by_signal == 0 && !o_.output_dir.empty()) {
+      rank_.write_output(o_.output_dir);
+    }
     rank_.finish();
     summary_.final_loss = summary_.losses.empty() ? 0.0 : summary_.losses.back();
     summary_.median_step_time_s = median(step_times_s_);

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "executor/batch_order.hpp"
@@ -43,6 +44,8 @@ class TrainRank {
   // Scores the validation set; nullopt when a stop signal abandoned it.
   virtual std::optional<Evaluation> evaluate() = 0;
   virtual void save_checkpoint(std::int64_t step_done) = 0;
+  // Writes the trained model as a Hugging Face folder `dir` (world rank 0 writes; collective).
+  virtual void write_output(const std::string& dir) = 0;
   virtual std::int64_t peak_memory_bytes() const = 0;
   virtual void finish() = 0;  // after the last step and evaluation
 };
@@ -54,7 +57,8 @@ double learning_rate(const TrainOptions& options, std::int64_t step, std::int64_
 // log_every-th step and the last, printing log lines (world rank 0) every print_every-th step,
 // the last and after every evaluation, evaluating every eval_every steps and after the last step
 // (when `has_validation`), checkpointing every checkpoint_every steps and at the end (when
-// options.checkpoint_dir is set), and stopping at a step boundary on a stop signal.
+// options.checkpoint_dir is set), and stopping at a step boundary on a stop signal; a completed
+// run then writes options.output_dir (when set).
 TrainSummary run_training(const TrainOptions& options, const RunSize& size,
                           std::int64_t train_examples, bool has_validation, TrainRank& rank);
 

@@ -3,6 +3,7 @@
 // sends and receives, and the dp reduction and optimizer step of FlatParameters.
 #include <algorithm>
 #include <csignal>
+#include <exception>
 #include <filesystem>
 #include <memory>
 #include <numeric>
@@ -14,6 +15,7 @@
 #include "executor/distributed.hpp"
 #include "executor/flat_adamw.hpp"
 #include "executor/flat_parameters.hpp"
+#include "executor/hf_export.hpp"
 #include "executor/model.hpp"
 #include "executor/torch_compat.hpp"
 #include "executor/train_loop.hpp"
@@ -49,22 +51,24 @@ int agreed_stop_signal(const torch::Tensor& summed_slots) {
   return 0;
 }
 
-// The parameters of `chunks` as FlatParameters takes them: decay by name, and tp-replicated
-// parameters counted in the global norm on tp rank 0 only.
-std::vector<std::vector<FlatParameter>> flat_parameters_of(
-    const std::vector<std::unique_ptr<EncoderClassifier>>& chunks, bool first_tp) {
-  std::vector<std::vector<FlatParameter>> out;
-  for (const auto& chunk : chunks) {
-    const std::vector<ParameterInfo> infos = chunk->parameter_infos();
-    std::vector<FlatParameter> parameters;
-    std::size_t i = 0;
-    for (const auto& [name, tensor] : chunk->local_parameters()) {
-      const bool replicated = infos[i++].split == TensorParallelSplit::kReplicated;
-      parameters.push_back({tensor, weight_decay_applies(name), first_tp || !replicated});
-    }
-    out.push_back(std::move(parameters));
+// World rank 0 checks what it will write at the end (labels, tokenizer files, --output); every
+// rank learns the verdict, so a refusal ends every rank now instead of leaving the others
+// waiting in the first step's collectives.
+HfFolder checked_hf_folder(const TrainOptions& o, ParallelGroups& groups) {
+  HfFolder folder;
+  std::exception_ptr refused;
+  try {
+    folder = hf_folder_of(o, groups.world_rank() == 0);
+  } catch (const InputError&) {
+    refused = std::current_exception();
   }
-  return out;
+  torch::Tensor votes = torch::tensor({refused ? 1.0 : 0.0}, torch::kDouble);
+  groups.world().allreduce_sum(votes);
+  if (refused) std::rethrow_exception(refused);
+  if (votes.item<double>() != 0) {
+    throw InputError("--output", "", "labels, tokenizer files and a folder rank 0 can write");
+  }
+  return folder;
 }
 
 // One micro-batch of one chunk in flight: its chunk input (a leaf that collects the gradient to
@@ -102,6 +106,9 @@ class ParallelRank final : public TrainRank {
   int stop_signal() override { return agreed_signal_; }
   std::optional<Evaluation> evaluate() override;
   void save_checkpoint(std::int64_t step_done) override;
+  void write_output(const std::string& dir) override {
+    export_rank_model(dir, hf_, chunks_, stages_, *flat_, groups_);
+  }
   std::int64_t peak_memory_bytes() const override { return device_memory_.peak_bytes(); }
   void finish() override { groups_.world().barrier(); }
 
@@ -145,6 +152,7 @@ class ParallelRank final : public TrainRank {
   torch::TensorOptions activation_options_;
   compat::DeviceMemory device_memory_;
   int agreed_signal_ = 0;  // the stop signal every rank agreed on (0: none)
+  HfFolder hf_;            // what step folders and the output folder say besides the weights
 };
 
 ParallelRank::ParallelRank(const TrainOptions& o, const RunSize& size,
@@ -167,6 +175,7 @@ ParallelRank::ParallelRank(const TrainOptions& o, const RunSize& size,
       activation_options_(torch::TensorOptions().dtype(torch::kFloat).device(device_)),
       device_memory_(o.device == Device::kCuda, o.device_index, cpu_memory,
                      o.ranks_in_process > 1) {
+  hf_ = checked_hf_folder(o, groups);  // refuses bad labels, tokenizer files or --output now
   // Model chunks: global chunk g of pp * v ranges of the layer sequence runs on pipeline rank
   // g % pp, so this rank holds g = k * pp + c.pp for k = 0 .. v - 1.
   stages_ = o.stages.empty() ? costmodel::even_partition(o.model, chunk_count_) : o.stages;
@@ -235,7 +244,10 @@ void ParallelRank::save_checkpoint(std::int64_t step_done) {
   state["world_size"] = o_.dp * o_.tp * o_.pp;
   state["layout"] = layout_;
   state["model"] = profiles::model_to_json(o_.model);
-  write_rank_checkpoint(o_.checkpoint_dir, step_done, groups_.world(), saved, state,
+  StepFolderExtras extras;
+  extras.write_files = [this](const fs::path& folder) { write_hf_files(folder, hf_); };
+  extras.keep = o_.keep_checkpoints;
+  write_rank_checkpoint(o_.checkpoint_dir, step_done, groups_.world(), saved, state, extras,
                         o_.fault_kill_in_checkpoint == step_done);
 }
 

@@ -9,6 +9,7 @@
 #include "executor/checkpoint.hpp"
 #include "executor/device_batch.hpp"
 #include "executor/flat_adamw.hpp"
+#include "executor/hf_export.hpp"
 #include "executor/model.hpp"
 #include "executor/torch_compat.hpp"
 #include "executor/train_loop.hpp"
@@ -141,6 +142,7 @@ class SingleRank final : public TrainRank {
         model_((torch::manual_seed(o.seed), o.model), model_options(o, device_)),
         device_memory_(o.device == Device::kCuda, o.device_index, cpu_memory,
                        o.ranks_in_process > 1) {
+    hf_ = hf_folder_of(o, true);  // refuses bad labels, tokenizer files or --output now
     model_.train();
     const std::optional<std::string> checkpoint =
         o.resume ? latest_checkpoint(o.checkpoint_dir) : std::nullopt;
@@ -172,6 +174,9 @@ class SingleRank final : public TrainRank {
     return evaluate_model(model_, validation_data_, batch, device_, mp_, o_.stop_signal);
   }
   void save_checkpoint(std::int64_t step_done) override;
+  void write_output(const std::string& dir) override {
+    write_hf_folder(dir, hf_, model_.full_state());
+  }
   std::int64_t peak_memory_bytes() const override { return device_memory_.peak_bytes(); }
   void finish() override {}
 
@@ -193,6 +198,7 @@ class SingleRank final : public TrainRank {
   LossScaler scaler_;
   std::optional<std::int64_t> resumed_from_;
   std::unique_ptr<JsonlWriter> batches_;
+  HfFolder hf_;  // what step folders and the output folder say besides the weights
 };
 
 void SingleRank::load_trainer_state(const std::string& checkpoint) {
@@ -307,8 +313,11 @@ void SingleRank::save_checkpoint(std::int64_t step_done) {
   state["loss_scale"] = scaler_.scale;
   state["loss_scale_good_steps"] = scaler_.good_steps;
   state["model"] = profiles::model_to_json(o_.model);
+  StepFolderExtras extras;
+  extras.write_files = [this](const fs::path& folder) { write_hf_files(folder, hf_); };
+  extras.keep = o_.keep_checkpoints;
   write_checkpoint(o_.checkpoint_dir, step_done, model_, *optimizer_,
-                   capture_rng(o_.device, o_.device_index), state,
+                   capture_rng(o_.device, o_.device_index), state, extras,
                    o_.fault_kill_in_checkpoint == step_done);
 }
 

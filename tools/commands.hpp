@@ -31,7 +31,7 @@ struct CommandInfo {
 };
 
 // Every subcommand, in the order `loom --help` lists them.
-inline constexpr std::array<CommandInfo, 10> kCommands{{
+inline constexpr std::array<CommandInfo, 11> kCommands{{
     {"plan", "Search parallel strategies; predict step time and memory of the best", false},
     {"demo", "Plan, simulate and train a small encoder on this machine", true},
     {"train", "Train as one rank of a plan", true},
@@ -45,6 +45,7 @@ inline constexpr std::array<CommandInfo, 10> kCommands{{
     {"validate", "Run a plan for N steps here; print predicted vs measured step time and memory",
      false},
     {"logits", "A classifier's logits for given token ids, from a Hugging Face checkpoint", true},
+    {"export", "Write a Hugging Face model folder from a checkpoint of loom train", true},
 }};
 
 // The kCommands entry named `name`; throws std::logic_error for another name.
@@ -73,6 +74,7 @@ Runner add_slurm_command(CLI::App& app);
 Runner add_profile_command(CLI::App& app);
 Runner add_validate_command(CLI::App& app);
 Runner add_logits_command(CLI::App& app);
+Runner add_export_command(CLI::App& app);
 
 // Checks of numeric flags that say what a good value is ("--steps: expected a number > 0, found
 // 0"). CLI11's PositiveNumber and NonNegativeNumber print their range instead, as "0.000000 to "

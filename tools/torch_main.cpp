@@ -1,5 +1,6 @@
-// loom-torch: the half of `loom` that computes with LibTorch (train, profile, logits, demo). `loom`
-// runs it with execv and the same argv (tools/cli.hpp); run directly it behaves as `loom` does.
+// loom-torch: the half of `loom` that computes with LibTorch (train, profile, logits, demo,
+// export). `loom` runs it with execv and the same argv (tools/cli.hpp); run directly it behaves as
+// `loom` does.
 #include <malloc.h>
 #include <unistd.h>
 
@@ -46,10 +47,9 @@ int main(int argc, char** argv) {
   const loom::tools::GlooInfoFilter gloo_info_filter(std::cerr);
   using loom::tools::CommandAdder;
   const std::map<std::string, CommandAdder> commands = {
-      {"train", loom::tools::add_train_command},
-      {"profile", loom::tools::add_profile_command},
-      {"logits", loom::tools::add_logits_command},
-      {"demo", loom::tools::add_demo_command},
+      {"train", loom::tools::add_train_command},   {"profile", loom::tools::add_profile_command},
+      {"logits", loom::tools::add_logits_command}, {"demo", loom::tools::add_demo_command},
+      {"export", loom::tools::add_export_command},
   };
   return loom::tools::run_command_line(argc, argv, commands, "loom");
 }

@@ -51,6 +51,8 @@ struct TrainArgs {
   double dropout = 0.1;
   std::string checkpoint;
   std::int64_t checkpoint_every = 0;
+  std::int64_t keep_checkpoints = 0;
+  std::string output;
   bool resume = false;
   std::string metrics;
   std::string dump_batches;
@@ -293,6 +295,11 @@ int run_train(const TrainArgs& a) {
   } catch (const InputError& e) {
     throw InputError(a.plan, e.path().empty() ? "$.model" : "$.model." + e.path(), e.expectation());
   }
+  if (!plan.model.num_labels) {
+    throw InputError(a.plan, "$.model.num_labels",
+                     "a classification head (loom train fine-tunes sequence classifiers); this "
+                     "plan has a language-model head: re-plan with --num-labels N");
+  }
   const executor::Device device = run_device(a, plan);  // before anything else is read
   const executor::RankEnvironment env = executor::process_rank_environment();
   if (env.world_size != plan.strategy.world_size()) {
@@ -324,6 +331,8 @@ int run_train(const TrainArgs& a) {
   o.dropout = a.dropout;
   o.checkpoint_dir = a.checkpoint;
   o.checkpoint_every = a.checkpoint_every;
+  o.keep_checkpoints = a.keep_checkpoints;
+  o.output_dir = a.output;
   o.resume = a.resume;
   read_fault_injection(o, env.rank);
   install_stop_handlers();
@@ -370,7 +379,9 @@ int run_train(const TrainArgs& a) {
       executor::load_evaluation_split(a.data, a.eval_data);
   const std::unique_ptr<executor::Tokenizer> tokenizer = load_tokenizer(a);
   check_tokenizer(*tokenizer, plan);
-  // WIRE: tokenizer files -> o.tokenizer_files (tokenizer->files())
+  o.tokenizer_files = tokenizer->files();
+  // Every data source Loom reads is binary sentiment: 0 negative, 1 positive.
+  if (plan.model.num_labels.value_or(2) == 2) o.label_names = {"negative", "positive"};
   const std::size_t review_count = reviews.size();
   executor::TrainValidation split;
   std::string eval_split_name = "validation";
@@ -419,6 +430,9 @@ int run_train(const TrainArgs& a) {
   }
 
   print_summary(a, s, o.eval_split_name, validation_data.size());
+  if (!a.output.empty() && s.stopped_by_signal == 0 && !a.json) {
+    std::cout << "model written to " << a.output << " (Hugging Face folder)\n";
+  }
   return s.stopped_by_signal != 0 ? 128 + s.stopped_by_signal : 0;
 }
 
@@ -462,7 +476,13 @@ Runner add_train_command(CLI::App& app) {
   cmd->add_option("--checkpoint-every", args->checkpoint_every,
                   "steps between checkpoints (0: at the end)")
       ->check(kNonNegativeNumber);
+  cmd->add_option("--keep-checkpoints", args->keep_checkpoints,
+                  "step folders kept in --checkpoint, the newest (default 0: all)")
+      ->check(kNonNegativeNumber);
   cmd->add_flag("--resume", args->resume, "continue from the latest checkpoint");
+  cmd->add_option("--output", args->output,
+                  "write the trained model here at the end as a Hugging Face folder (config.json, "
+                  "model.safetensors, tokenizer files)");
   cmd->add_option("--metrics", args->metrics,
                   "METRICS.jsonl to write (\"{rank}\" in the name: one file per rank)");
   cmd->add_option("--dump-batches", args->dump_batches,

@@ -1,5 +1,6 @@
 // The single-rank training loop: learning a synthetic task, exact resume, gradient accumulation,
 // the learning-rate schedule, metrics lines and refusals.
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <filesystem>
@@ -181,12 +182,13 @@ TEST_CASE("Resuming from a checkpoint reproduces the uninterrupted losses exactl
   const TrainSummary head = loom::executor::train_classifier(first, train, validation);
   REQUIRE(head.losses.size() == 10);
   CHECK_FALSE(head.validation_accuracy);  // interrupted: no final evaluation
-  // Only the newest checkpoint is kept, nothing temporary is left behind.
+  // Every step folder is kept (keep_checkpoints 0), nothing temporary is left behind.
   std::vector<std::string> entries;
   for (const auto& e : fs::directory_iterator(first.checkpoint_dir)) {
     entries.push_back(e.path().filename().string());
   }
-  REQUIRE(entries == std::vector<std::string>{"step-00000010"});
+  std::sort(entries.begin(), entries.end());
+  REQUIRE(entries == std::vector<std::string>{"step-00000005", "step-00000010"});
   const fs::path ckpt = fs::path(first.checkpoint_dir) / "step-00000010";
   for (const char* file : {"model.safetensors", "optimizer.pt", "rng.pt", "trainer_state.json"}) {
     CHECK(fs::exists(ckpt / file));

@@ -551,6 +551,11 @@ void add_data_and_flag_rows(std::vector<Row>& rows, const Plans& plans) {
   add("train flag: --checkpoint a file", {{"afile", "x"}},
       train_with("plan.json", "--data synthetic:400 --steps 5 --checkpoint afile"),
       {"--checkpoint", "a folder", "afile"});
+  add("train flag: --output a file", {{"afile", "x"}},
+      train_with("plan.json", "--data synthetic:400 --steps 1 --output afile"),
+      {"--output", "afile is a file"});
+  add("export: a folder that is no checkpoint", {{"empty/", ""}}, "export empty -o out",
+      {"empty", "trainer_state.json"});
   add("data: synthetic beyond a million", {},
       train_with("plan.json", "--steps 5 --data synthetic:1000001"),
       {"synthetic:1000001", "from 1 to 1000000"});
@@ -574,7 +579,7 @@ std::vector<Row> table(const Plans& plans) {
 std::string error_prefix(const std::string& args) {
   const std::string first = args.substr(0, args.find(' '));
   for (const char* sub : {"plan", "simulate", "report", "train", "launch", "slurm", "demo",
-                          "profile", "validate", "logits"}) {
+                          "profile", "validate", "logits", "export"}) {
     if (first == sub) return "loom " + first + ": error: ";
   }
   return "loom: error: ";

@@ -298,7 +298,8 @@ TEST_CASE("loom train --checkpoint and --resume continue with the uninterrupted 
   }
 
   const nlohmann::json tail =
-      parse_summary(box.loom(common + "--steps 10 --checkpoint ckpt --resume --metrics m.jsonl"));
+      parse_summary(box.loom(common + "--steps 10 --checkpoint ckpt --resume --metrics m.jsonl "
+                                      "--keep-checkpoints 1"));
   CHECK(tail.at("resumed_from_step") == 5);
   CHECK(tail.at("steps") == 10);
   const std::vector<double> resumed = losses_of(tail);
@@ -310,7 +311,7 @@ TEST_CASE("loom train --checkpoint and --resume continue with the uninterrupted 
     CHECK(resumed[i] == losses_of(whole)[i + 5]);  // bit-identical
   }
   CHECK(tail.at("validation_accuracy") == whole.at("validation_accuracy"));
-  // Only the newest checkpoint is kept.
+  // --keep-checkpoints 1: only the newest checkpoint is kept.
   std::vector<std::string> folders;
   for (const auto& entry : fs::directory_iterator(box.work() / "ckpt")) {
     folders.push_back(entry.path().filename().string());

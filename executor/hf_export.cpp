@@ -1,0 +1,481 @@
+#include "executor/hf_export.hpp"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <exception>
+#include <functional>
+#include <set>
+#include <stdexcept>
+#include <system_error>
+#include <thread>
+
+#include "executor/checkpoint.hpp"
+#include "executor/flat_adamw.hpp"
+#include "executor/safetensors.hpp"
+#include "profiles/errors.hpp"
+#include "profiles/loader.hpp"
+
+namespace loom::executor {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+nlohmann::ordered_json read_config_object(const fs::path& path) {
+  const std::string text = profiles::read_text_file(path.string());
+  nlohmann::ordered_json value;
+  try {
+    value = nlohmann::ordered_json::parse(text);
+  } catch (const nlohmann::json::exception& e) {
+    throw InputError(path.string(), "", std::string("valid JSON (") + e.what() + ")");
+  }
+  if (!value.is_object()) throw InputError(path.string(), "$", "a JSON object");
+  return value;
+}
+
+// The folder `dir` names, absolute ("out/" and "out" alike).
+fs::path folder_path(const fs::path& dir) {
+  fs::path p = fs::absolute(dir).lexically_normal();
+  if (!p.has_filename()) p = p.parent_path();
+  return p;
+}
+
+// A model folder may replace an older model folder, never a file or a folder of other files.
+void check_output_folder(const fs::path& dir, const std::string& source) {
+  std::error_code error;
+  const fs::path p = folder_path(dir);
+  if (!fs::exists(p, error)) return;
+  if (!fs::is_directory(p, error)) {
+    throw InputError(source, "",
+                     "a folder to write the model into; " + dir.string() + " is a file");
+  }
+  if (!fs::is_empty(p, error) && !fs::exists(p / "config.json", error)) {
+    throw InputError(source, "",
+                     "a new or empty folder, or a model folder (config.json) to replace; " +
+                         dir.string() + " holds other files");
+  }
+}
+
+void check_tokenizer_files(const std::vector<std::string>& files, const std::string& source) {
+  std::error_code error;
+  for (const std::string& file : files) {
+    if (!fs::is_regular_file(file, error)) {
+      throw InputError(source, "", "readable tokenizer files; " + file + " is not a file");
+    }
+  }
+}
+
+// The head's label names: the folder's own, the base config's id2label when it names `count`
+// labels "0".."count-1", else transformers' LABEL_i.
+std::vector<std::string> label_names_of(const HfFolder& f, std::int64_t count) {
+  if (!f.label_names.empty()) return f.label_names;
+  std::vector<std::string> names;
+  const nlohmann::ordered_json& base = f.base_config;
+  if (base.is_object() && base.contains("id2label") && base["id2label"].is_object() &&
+      static_cast<std::int64_t>(base["id2label"].size()) == count) {
+    for (std::int64_t i = 0; i < count; ++i) {
+      const auto it = base["id2label"].find(std::to_string(i));
+      if (it == base["id2label"].end() || !it->is_string()) break;
+      names.push_back(it->get<std::string>());
+    }
+  }
+  if (static_cast<std::int64_t>(names.size()) == count) return names;
+  names.clear();
+  for (std::int64_t i = 0; i < count; ++i) names.push_back("LABEL_" + std::to_string(i));
+  return names;
+}
+
+// model.safetensors from full tensors, as fp32 (the form EncoderClassifier::save_safetensors
+// writes an fp32 model in).
+void write_model_file(const fs::path& path,
+                      const std::vector<std::pair<std::string, torch::Tensor>>& state) {
+  std::vector<torch::Tensor> keep_alive;
+  std::vector<TensorView> views;
+  for (const auto& [name, tensor] : state) {
+    const torch::Tensor t = tensor.to(torch::kCPU).to(torch::kFloat).contiguous();
+    keep_alive.push_back(t);
+    TensorView view;
+    view.name = name;
+    view.dtype = DType::kF32;
+    view.shape = t.sizes().vec();
+    view.data = static_cast<const std::byte*>(t.data_ptr());
+    view.size_bytes = static_cast<std::size_t>(t.nbytes());
+    views.push_back(std::move(view));
+  }
+  write_safetensors(path.string(), views, {{"format", "pt"}});
+}
+
+// Fills a temporary folder next to `dir` with `fill`, then renames it to `dir` (an old `dir`
+// moved aside first and removed after). A failure removes the temporary folder: InputError
+// passes as it is, anything else becomes std::runtime_error naming `dir`.
+void write_folder_atomically(const fs::path& dir,
+                             const std::function<void(const fs::path&)>& fill) {
+  const fs::path target = folder_path(dir);
+  const std::string pid = std::to_string(static_cast<long long>(::getpid()));
+  const fs::path tmp = target.parent_path() / (".tmp-" + target.filename().string() + "-" + pid);
+  auto failed = [&](const std::string& what) {
+    std::error_code ignored;
+    fs::remove_all(tmp, ignored);
+    throw std::runtime_error("cannot write model folder " + dir.string() + ": " + what);
+  };
+  try {
+    fs::create_directories(target.parent_path());
+    fs::remove_all(tmp);
+    fs::create_directory(tmp);
+    fill(tmp);
+    if (fs::exists(target)) {
+      const fs::path old =
+          target.parent_path() / (".old-" + target.filename().string() + "-" + pid);
+      fs::remove_all(old);
+      fs::rename(target, old);
+      fs::rename(tmp, target);
+      fs::remove_all(old);
+    } else {
+      fs::rename(tmp, target);
+    }
+  } catch (const InputError&) {
+    std::error_code ignored;
+    fs::remove_all(tmp, ignored);
+    throw;
+  } catch (const c10::Error& e) {
+    failed(e.what_without_backtrace());
+  } catch (const std::exception& e) {
+    failed(e.what());
+  }
+}
+
+// The entries of `table` that global chunk `range` holds, in order.
+std::vector<ParameterInfo> chunk_infos(const std::vector<ParameterInfo>& table,
+                                       const costmodel::StageRange& range) {
+  std::vector<ParameterInfo> out;
+  for (const ParameterInfo& info : table) {
+    if (info.layer >= range.first_layer && info.layer <= range.last_layer) out.push_back(info);
+  }
+  return out;
+}
+
+// A checkpoint's parallel layout (trainer_state.json's "layout").
+struct SavedLayout {
+  int dp = 1;
+  int tp = 1;
+  int pp = 1;
+  int zero = 0;
+  int virtual_stages = 1;
+  std::vector<costmodel::StageRange> stages;
+};
+
+SavedLayout read_layout(const nlohmann::json& state, const std::string& source) {
+  SavedLayout l;
+  try {
+    const nlohmann::json& j = state.at("layout");
+    l.dp = j.at("dp").get<int>();
+    l.tp = j.at("tp").get<int>();
+    l.pp = j.at("pp").get<int>();
+    l.zero = j.at("zero").get<int>();
+    l.virtual_stages = j.at("virtual_stages").get<int>();
+    for (const nlohmann::json& r : j.at("stages")) {
+      l.stages.push_back({r.at(0).get<int>(), r.at(1).get<int>()});
+    }
+  } catch (const nlohmann::json::exception& e) {
+    throw InputError(source, "$.layout",
+                     std::string("dp, tp, pp, zero, virtual_stages and stages (") + e.what() + ")");
+  }
+  const bool sizes =
+      l.dp >= 1 && l.tp >= 1 && l.pp >= 1 && l.virtual_stages >= 1 && l.zero >= 0 && l.zero <= 3;
+  if (!sizes || static_cast<int>(l.stages.size()) != l.pp * l.virtual_stages ||
+      state.value("world_size", 0) != l.dp * l.tp * l.pp) {
+    throw InputError(source, "$.layout",
+                     "a layout of world_size = dp * tp * pp ranks and pp * virtual_stages stages");
+  }
+  return l;
+}
+
+// One rank (a thread) of a many-rank checkpoint's export: the rank's chunks and flat parameters
+// as training built them, loaded from rank-R.pt. Every rank first learns whether every rank
+// loaded its state; a rank whose load failed rethrows its InputError, the others return.
+void export_rank(int rank, const fs::path& step, const SavedLayout& l, std::uint64_t seed,
+                 const HfFolder& folder, const fs::path& dir,
+                 const c10::intrusive_ptr<c10d::Store>& store) {
+  GroupOptions options;
+  ParallelGroups groups(store, rank, l.dp, l.tp, l.pp, options);
+  const RankCoordinates c = groups.coordinates();
+  ParallelContext context;
+  context.tp = std::make_shared<GroupTensorParallelComm>(groups.tp_group());
+  std::vector<std::unique_ptr<EncoderClassifier>> chunks;
+  for (int k = 0; k < l.virtual_stages; ++k) {
+    EncoderOptions model_options;
+    model_options.dropout = 0.0;
+    model_options.seed = seed;
+    const costmodel::StageRange& range = l.stages[static_cast<std::size_t>(k * l.pp + c.pp)];
+    model_options.first_layer = range.first_layer;
+    model_options.last_layer = range.last_layer;
+    chunks.push_back(std::make_unique<EncoderClassifier>(folder.model, model_options, context));
+  }
+  FlatOptions flat_options;
+  flat_options.zero = l.zero;
+  FlatParameters flat(flat_parameters_of(chunks, c.tp == 0), flat_options, groups, torch::kCPU);
+  std::exception_ptr load_error;
+  try {
+    const std::vector<torch::Tensor> saved = read_rank_state(step, rank, 4);
+    flat.load_state({saved.begin(), saved.begin() + 4},
+                    (step / ("rank-" + std::to_string(rank) + ".pt")).string());
+  } catch (const InputError&) {
+    load_error = std::current_exception();
+  }
+  torch::Tensor failed = torch::tensor({load_error ? 1.0 : 0.0}, torch::kDouble);
+  groups.world().allreduce_sum(failed);
+  if (load_error) std::rethrow_exception(load_error);
+  if (failed.item<double>() != 0) return;
+  export_rank_model(dir, folder, chunks, l.stages, flat, groups);
+}
+
+// The ranks of a many-rank checkpoint as threads over Gloo on an in-process store.
+void export_rank_checkpoint(const fs::path& step, const nlohmann::json& state,
+                            const HfFolder& folder, const fs::path& dir) {
+  const std::string source = (step / kTrainerStateFile).string();
+  const SavedLayout l = read_layout(state, source);
+  const int world = l.dp * l.tp * l.pp;
+  for (int r = 0; r < world; ++r) {
+    const fs::path file = step / ("rank-" + std::to_string(r) + ".pt");
+    if (!fs::is_regular_file(file)) {
+      throw InputError(file.string(), "",
+                       "rank " + std::to_string(r) + "'s state of the " + std::to_string(world) +
+                           " ranks this checkpoint was written by");
+    }
+  }
+  const auto seed = state.value("seed", std::uint64_t{42});
+  const auto store = make_local_store();
+  std::vector<std::exception_ptr> errors(static_cast<std::size_t>(world));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < world; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        export_rank(r, step, l, seed, folder, dir, store);
+      } catch (...) {
+        errors[static_cast<std::size_t>(r)] = std::current_exception();
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  for (const std::exception_ptr& e : errors) {
+    if (e) std::rethrow_exception(e);
+  }
+}
+
+}  // namespace
+
+HfFolder hf_folder_of(const TrainOptions& o, bool writes) {
+  HfFolder f;
+  f.model = o.model;
+  f.dropout = o.dropout;
+  f.label_names = o.label_names;
+  f.tokenizer_files = o.tokenizer_files;
+  if (!o.init_weights.empty()) {
+    const fs::path config = fs::path(o.init_weights).parent_path() / "config.json";
+    std::error_code error;
+    if (fs::exists(config, error)) f.base_config = read_config_object(config);
+  }
+  if (!writes) return f;
+  const std::int64_t count = o.model.num_labels.value_or(2);
+  const std::set<std::string> distinct(f.label_names.begin(), f.label_names.end());
+  if (!f.label_names.empty() && (static_cast<std::int64_t>(f.label_names.size()) != count ||
+                                 distinct.size() != f.label_names.size())) {
+    throw InputError("labels", "",
+                     std::to_string(count) +
+                         " distinct label names (the model's num_labels), found " +
+                         std::to_string(f.label_names.size()));
+  }
+  check_tokenizer_files(f.tokenizer_files, "--tokenizer");
+  if (!o.output_dir.empty()) check_output_folder(o.output_dir, "--output");
+  return f;
+}
+
+nlohmann::ordered_json hf_config(const HfFolder& f) {
+  using Json = nlohmann::ordered_json;
+  const profiles::ModelSpec& m = f.model;
+  const bool roberta = m.model_type == profiles::ModelType::kRoberta;
+  Json c = f.base_config.is_object() ? f.base_config : Json::object();
+  auto set_default = [&c](const char* key, const Json& value) {
+    if (!c.contains(key)) c[key] = value;
+  };
+  c["_name_or_path"] = m.name;
+  c["architectures"] =
+      Json::array({roberta ? "RobertaForSequenceClassification" : "BertForSequenceClassification"});
+  c["model_type"] = roberta ? "roberta" : "bert";
+  c["vocab_size"] = m.vocab;
+  c["hidden_size"] = m.hidden;
+  c["num_hidden_layers"] = m.layers;
+  c["num_attention_heads"] = m.heads;
+  c["intermediate_size"] = m.ffn_hidden;
+  c["max_position_embeddings"] = m.max_positions;
+  c["type_vocab_size"] = m.type_vocab;
+  c["layer_norm_eps"] = layer_norm_eps(m.model_type);
+  c["pad_token_id"] = pad_token_id(m.model_type);
+  c["tie_word_embeddings"] = m.tied_embeddings;
+  set_default("hidden_act", "gelu");
+  set_default("hidden_dropout_prob", f.dropout);
+  set_default("attention_probs_dropout_prob", f.dropout);
+  set_default("classifier_dropout", nullptr);
+  set_default("initializer_range", 0.02);
+  set_default("position_embedding_type", "absolute");
+  if (roberta) {
+    set_default("bos_token_id", 0);
+    set_default("eos_token_id", 2);
+  }
+  // transformers derives num_labels from id2label; both present and different is an error there.
+  c.erase("num_labels");
+  const std::vector<std::string> names = label_names_of(f, m.num_labels.value_or(2));
+  Json id2label = Json::object();
+  Json label2id = Json::object();
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    id2label[std::to_string(i)] = names[i];
+    label2id[names[i]] = i;
+  }
+  c["id2label"] = id2label;
+  c["label2id"] = label2id;
+  set_default("problem_type", "single_label_classification");
+  c["torch_dtype"] = "float32";
+  return c;
+}
+
+void write_hf_files(const fs::path& dir, const HfFolder& folder) {
+  profiles::write_file_atomically((dir / "config.json").string(), hf_config(folder).dump(2) + "\n");
+  for (const std::string& file : folder.tokenizer_files) {
+    fs::copy_file(file, dir / fs::path(file).filename(), fs::copy_options::overwrite_existing);
+  }
+}
+
+void write_hf_folder(const fs::path& dir, const HfFolder& folder,
+                     const std::vector<std::pair<std::string, torch::Tensor>>& state) {
+  write_folder_atomically(dir, [&](const fs::path& tmp) {
+    write_model_file(tmp / "model.safetensors", state);
+    write_hf_files(tmp, folder);
+  });
+}
+
+void export_rank_model(const fs::path& dir, const HfFolder& folder,
+                       const std::vector<std::unique_ptr<EncoderClassifier>>& chunks,
+                       const std::vector<costmodel::StageRange>& stages, FlatParameters& flat,
+                       ParallelGroups& groups) {
+  const torch::Device device = chunks.front()->local_parameters().front().second.device();
+  flat.materialize();  // ZeRO-3: the full parameters from the dp shards
+  std::vector<std::vector<std::pair<std::string, torch::Tensor>>> local;
+  for (const auto& chunk : chunks) local.push_back(chunk->full_state());  // tp gathers
+  flat.release();
+  const RankCoordinates c = groups.coordinates();
+  const int pp = groups.pp_size();
+  std::vector<std::pair<std::string, torch::Tensor>> state;
+  // The dp-0, tp-0 rank of each pipeline rank holds its stages in full; pipeline rank 0 of them
+  // (world rank 0) receives the others', one global chunk at a time, in chunk order.
+  if (c.dp == 0 && c.tp == 0) {
+    const std::vector<ParameterInfo> table = parameter_table(folder.model);
+    for (int g = 0; g < static_cast<int>(stages.size()); ++g) {
+      const int owner = g % pp;
+      auto& mine = local[static_cast<std::size_t>(g / pp)];
+      if (owner == c.pp && c.pp == 0) {
+        state.insert(state.end(), mine.begin(), mine.end());
+      } else if (owner == c.pp) {
+        std::vector<torch::Tensor> parts;
+        for (const auto& entry : mine) parts.push_back(entry.second.reshape({-1}));
+        const torch::Tensor packed = torch::cat(parts).to(torch::kFloat).to(device);
+        groups.pp_to(0).send(packed, 0, g).wait();
+      } else if (c.pp == 0) {
+        const std::vector<ParameterInfo> infos =
+            chunk_infos(table, stages[static_cast<std::size_t>(g)]);
+        std::int64_t numel = 0;
+        for (const ParameterInfo& info : infos) numel += element_count(info.shape);
+        torch::Tensor packed =
+            torch::empty({numel}, torch::TensorOptions().dtype(torch::kFloat).device(device));
+        groups.pp_from(owner).recv(packed, owner, g);
+        packed = packed.to(torch::kCPU);
+        std::int64_t offset = 0;
+        for (const ParameterInfo& info : infos) {
+          const std::int64_t n = element_count(info.shape);
+          state.emplace_back(info.name, packed.narrow(0, offset, n).view(info.shape).clone());
+          offset += n;
+        }
+      }
+    }
+  }
+  std::string error;
+  if (groups.world_rank() == 0) {
+    try {
+      write_hf_folder(dir, folder, state);
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+  }
+  // Every rank learns whether rank 0 wrote the folder.
+  torch::Tensor failed = torch::tensor({error.empty() ? 0.0 : 1.0}, torch::kDouble);
+  groups.world().allreduce_sum(failed);
+  if (failed.item<double>() != 0) {
+    throw std::runtime_error(error.empty() ? "cannot write model folder " + dir.string() +
+                                                 ": world rank 0 failed to write it"
+                                           : error);
+  }
+}
+
+std::vector<std::vector<FlatParameter>> flat_parameters_of(
+    const std::vector<std::unique_ptr<EncoderClassifier>>& chunks, bool first_tp) {
+  std::vector<std::vector<FlatParameter>> out;
+  for (const auto& chunk : chunks) {
+    const std::vector<ParameterInfo> infos = chunk->parameter_infos();
+    std::vector<FlatParameter> parameters;
+    std::size_t i = 0;
+    for (const auto& [name, tensor] : chunk->local_parameters()) {
+      const bool replicated = infos[i++].split == TensorParallelSplit::kReplicated;
+      parameters.push_back({tensor, weight_decay_applies(name), first_tp || !replicated});
+    }
+    out.push_back(std::move(parameters));
+  }
+  return out;
+}
+
+void export_checkpoint(const std::string& checkpoint, const fs::path& dir,
+                       const std::vector<std::string>& tokenizer_files) {
+  fs::path step(checkpoint);
+  std::error_code error;
+  if (!fs::exists(step / kTrainerStateFile, error)) {
+    const std::optional<std::string> latest = latest_checkpoint(checkpoint);
+    if (!latest) {
+      throw InputError(checkpoint, "",
+                       "a checkpoint of loom train: a step folder holding " +
+                           std::string(kTrainerStateFile) +
+                           ", or a --checkpoint folder holding step-NNNNNNNN folders");
+    }
+    step = *latest;
+  }
+  const nlohmann::json state = read_trainer_state(step);
+  const std::string source = (step / kTrainerStateFile).string();
+  HfFolder folder;
+  if (!state.contains("model")) throw InputError(source, "$.model", "the model (loom-model/1)");
+  folder.model = profiles::model_from_json(state.at("model"), source);
+  check_encoder(folder.model);
+  if (fs::exists(step / "config.json", error)) {
+    folder.base_config = read_config_object(step / "config.json");
+  }
+  folder.tokenizer_files = tokenizer_files;
+  if (tokenizer_files.empty()) {
+    for (const char* name : kTokenizerFileNames) {
+      if (fs::is_regular_file(step / name, error))
+        folder.tokenizer_files.push_back((step / name).string());
+    }
+  }
+  check_tokenizer_files(folder.tokenizer_files, "--tokenizer");
+  check_output_folder(dir, "-o");
+  if (!state.contains("layout")) {  // one rank: the step folder holds the full model
+    const fs::path weights = step / "model.safetensors";
+    if (!fs::is_regular_file(weights, error)) {
+      throw InputError(weights.string(), "", "the checkpoint's weights (model.safetensors)");
+    }
+    write_folder_atomically(dir, [&](const fs::path& tmp) {
+      fs::copy_file(weights, tmp / "model.safetensors");
+      write_hf_files(tmp, folder);
+    });
+    return;
+  }
+  export_rank_checkpoint(step, state, folder, dir);
+}
+
+}  // namespace loom::executor
