@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <numeric>
 #include <string>
 
 namespace loom::executor {
@@ -117,9 +118,10 @@ class Loop {
   // The log line of `step` (0-based) when it is due: every print_every steps and the run's last.
   void print_step(std::int64_t step, std::int64_t end_step, double loss, double lr) {
     if (print_every_ == 0 || ((step + 1) % print_every_ != 0 && step + 1 != end_step)) return;
-    double interval_s = 0;  // the steps since the previous line
-    for (std::size_t i = printed_steps_; i < step_times_s_.size(); ++i)
-      interval_s += step_times_s_[i];
+    // The steps since the previous line.
+    const double interval_s =
+        std::accumulate(step_times_s_.begin() + static_cast<std::ptrdiff_t>(printed_steps_),
+                        step_times_s_.end(), 0.0);
     const auto interval_steps = static_cast<double>(step_times_s_.size() - printed_steps_);
     printed_steps_ = step_times_s_.size();
     const double elapsed_s =

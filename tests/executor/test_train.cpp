@@ -162,7 +162,8 @@ TEST_CASE("A tiny encoder learns whether a token appears", "[train]") {
   CHECK(key_at("time") < key_at("peak_rss_bytes"));  // extensions after the spec's fields
   CHECK(key_at("peak_rss_bytes") < key_at("phases_s"));
   CHECK(first.size() == 11);
-  CHECK(evals[0].size() == 4);
+  CHECK(evals[0].size() == 5);
+  CHECK(evals[0]["split"] == "validation");  // TrainOptions::eval_split_name's default
 }
 
 TEST_CASE("Resuming from a checkpoint reproduces the uninterrupted losses exactly", "[train]") {
