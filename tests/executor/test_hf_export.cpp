@@ -315,7 +315,7 @@ TEST_CASE("config.json reads back as the same ModelSpec", "[export]") {
   CHECK(d["layer_norm_eps"].get<double>() == 1e-12);
 }
 
-TEST_CASE("--keep-checkpoints keeps the newest K step folders, 0 keeps every one", "[export]") {
+TEST_CASE("Checkpointing with --keep-checkpoints K keeps the newest K step folders, 0 keeps every one", "[export]") {
   TempDir tmp;
   const auto train = examples(16, 6);
   auto steps_in = [](const fs::path& dir) {

@@ -233,11 +233,10 @@ auto row_adder(std::vector<Row>& rows) {
 
 // Rows for the files a plan is made from (models, configs, profiles, clusters) and loom plan's
 // flags.
-void add_input_file_rows(std::vector<Row>& rows, const Plans& plans) {
+void add_input_file_rows(std::vector<Row>& rows) {
   const json model = valid_model();
   const json hf = valid_hf_config();
   const json cluster = cpu_cluster(1);
-  const json& plan = plans.one;
   using J = json&;
   auto add = row_adder(rows);
 
@@ -569,7 +568,7 @@ void add_data_and_flag_rows(std::vector<Row>& rows, const Plans& plans) {
 
 std::vector<Row> table(const Plans& plans) {
   std::vector<Row> rows;
-  add_input_file_rows(rows, plans);
+  add_input_file_rows(rows);
   add_plan_file_rows(rows, plans);
   add_data_and_flag_rows(rows, plans);
   return rows;

@@ -213,7 +213,7 @@ TEST_CASE("two loom launch nodes train a plan as one launch of the same world do
   CHECK(losses(slurp(f.path() / "n0.out")) == expected);  // the same ranks, the same sums
 }
 
-TEST_CASE("loom slurm --cpus-per-task; a warning when this build cannot run the plan's cuda",
+TEST_CASE("loom slurm --cpus-per-task, and a warning when this build cannot run the plan's cuda",
           "[tools][slurm]") {
   Folder f;
   REQUIRE(f.loom(kPlanDp2).exit_code == 0);

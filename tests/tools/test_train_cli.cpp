@@ -572,7 +572,7 @@ TEST_CASE("loom train --dump-batches writes each micro-batch, loom logits scores
   CHECK_THAT(r.err, Contains("--init") && Contains("config.json"));
 }
 
-TEST_CASE("loom train runs on the plan's device; --device overrides; precisions are not changed",
+TEST_CASE("loom train runs on the plan's device, --device overrides, precisions are not changed",
           "[tools][cli][train][device]") {
   TrainSandbox box;
   box.plan();
@@ -675,7 +675,7 @@ TEST_CASE("loom train's default learning rate: 1e-3 from scratch, 2e-5 fine-tuni
   CHECK(first_line(box.work() / "m.jsonl").at("lr") == 5e-4);
 }
 
-TEST_CASE("loom train writes log lines to stderr under a pipe; stdout stays JSON",
+TEST_CASE("loom train writes log lines to stderr under a pipe, stdout stays JSON",
           "[tools][cli][train]") {
   TrainSandbox box;
   box.plan();
