@@ -37,7 +37,7 @@ bench: build
 	@$(BUILD)/bench/bench_search
 	-@BUILD=$(BUILD) bench/train_vs_python.sh  # needs python3-torch; skipped with a hint otherwise
 
-# Fuzzing (issue 9): libFuzzer + ASan/UBSan with clang, every reader, FUZZ_SECONDS each.
+# Fuzzing: libFuzzer + ASan/UBSan with clang, every reader, FUZZ_SECONDS each.
 FUZZ_SECONDS ?= 600
 fuzz-build: deps
 	@cmake -S . -B build-fuzz -G Ninja -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=RelWithDebInfo \

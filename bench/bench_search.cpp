@@ -1,4 +1,4 @@
-// Full planner search times (issue 3's performance targets): bert-large on 8 to 64 GPUs of
+// Full planner search times (the performance targets): bert-large on 8 to 64 GPUs of
 // dgx-a100-80g (target < 50 ms each) and GPT-3 175B on 128 nodes = 1024 GPUs (target < 1 s),
 // single thread. Prints, per case, the median wall time over repeated searches and the number of
 // strategies searched, evaluated and feasible.

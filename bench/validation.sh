@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The validation set of issue 7: plans on this machine's CPUs (1 and 2 ranks; DP, ZeRO 1-3, TP,
+# The validation set: plans on this machine's CPUs (1 and 2 ranks; DP, ZeRO 1-3, TP,
 # PP gpipe/1f1b with several micro-batch counts, recomputation on and off; tiny-bert and
 # mini-bert), each predicted with a measured profile (loom profile for the layers and the
 # optimizer, loom profile --links inside a 2-rank launch for the links) and then measured with

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Builds Loom against LibTorch 2.x and runs its whole test suite there (issue 5: the executor "must
-# also build against LibTorch 2.x"). Debian 12 ships LibTorch 1.13; Debian 13 (trixie) ships 2.6
+# Builds Loom against LibTorch 2.x and runs its whole test suite there (the executor must also build
+# against LibTorch 2.x). Debian 12 ships LibTorch 1.13; Debian 13 (trixie) ships 2.6
 # and Debian unstable (sid) a current 2.x with transformers. This script makes a root of
 # TORCH2_SUITE (trixie, the default, or sid) with debootstrap (once, in TORCH2_ROOT, by default
 # /var/tmp/loom-SUITE), installs Loom's dependencies there from that suite's packages, binds this

@@ -304,7 +304,9 @@ Runner add_validate_command(CLI::App& app) {
       ->allow_extra_args(false);
   cmd->add_option("--data", args->data,
                   "aclImdb/ folder, IMDB CSV or synthetic[:N] (default synthetic:2000)");
-  cmd->add_option("--tokenizer", args->tokenizer, "WordPiece vocab.txt");
+  cmd->add_option("--tokenizer", args->tokenizer,
+                  "vocab.txt, tokenizer.json, or a folder holding vocab.txt, vocab.json + "
+                  "merges.txt or tokenizer.json");
   cmd->add_option("--init", args->init, "Hugging Face checkpoint folder");
   cmd->add_option("--seed", args->seed, "seed of initialisation, data order and dropout")
       ->check(kSeed);

@@ -1,4 +1,4 @@
-// Faults (issue 9): a rank killed mid-step, a process killed while writing a checkpoint, SIGTERM
+// Faults: a rank killed mid-step, a process killed while writing a checkpoint, SIGTERM
 // at a step boundary, and writes that fail for lack of space (a file-size limit stands in for a
 // full disk: the same EFBIG/ENOSPC path through write()). Tagged [.slow]: each trains for a few
 // seconds, so a plain run of test_tools skips them (`test_tools "[slow]"` runs them); CTest and
