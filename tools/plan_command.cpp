@@ -145,7 +145,8 @@ void print_prediction(std::ostream& out, const planner::Plan& plan, const Unit& 
       << "\n";
   if (plan.strategy.pp > 1) {
     out << label("pipeline bubble") << profiles::percent_text(p.bubble_fraction)
-        << " over the ideal pipeline time (Megatron's (p-1)/m; not the idle share)\n";
+        << " added to m x the slowest stage's time (Megatron's (p-1)/m for equal stages; not "
+           "the idle share)\n";
   }
   out << label("exposed communication") << "dp " << unit_text(p.exposed_communication_s.dp, time, 3)
       << ", tp " << unit_text(p.exposed_communication_s.tp, time, 3) << ", pp "

@@ -71,8 +71,8 @@ TEST_CASE("loom plan says what it planned: head, precision, idle share, layers, 
       "hw TFLOP/s per GPU       23.60", "peak memory              11.68 GiB of 32.00 GiB",
       // Half of the two GPUs' time is idle: stage 0 holds only the embedding.
       "devices idle             50.3 % of the step (waiting on other stages or on communication)",
-      "pipeline bubble          0.4 % over the ideal pipeline time (Megatron's (p-1)/m; not the "
-      "idle share)",
+      "pipeline bubble          0.4 % added to m x the slowest stage's time (Megatron's (p-1)/m "
+      "for equal stages; not the idle share)",
       "exposed communication    dp 0.000 ms, tp 0.000 ms, pp 3.117 ms, zero 0.000 ms",
       "optimizer step           3.331 ms", "prediction               simulation", "",
       "stage  params      grads       optimizer   activations buffers     total       layers",
