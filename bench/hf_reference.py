@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The Hugging Face side of bench/gpu.sh (issue 8): transformers' figures for the same models,
+"""The Hugging Face side of bench/gpu.sh: transformers' figures for the same models,
 ids and batches that Loom runs, on the same GPU. Needs torch, transformers and safetensors (the
 GPU machine's Python); Loom's side never imports this. DEVICE=cpu runs them on the CPU (the GPU
 is the default).

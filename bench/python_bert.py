@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """BERT-base sequence classification trained in plain PyTorch: the Python reference that
-bench/train_vs_python.sh times against `loom train` (issue 5).
+bench/train_vs_python.sh times against `loom train`.
 
 The same model and step as loom's executor (executor/model.cpp, executor/train.cpp), without the
 transformers package: word + position + token-type embeddings, LayerNorm (eps 1e-12), 12 post-LN

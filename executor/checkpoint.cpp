@@ -161,15 +161,7 @@ void write_checkpoint(const fs::path& dir, std::int64_t step, EncoderClassifier&
     failed(e.what());
   }
   const fs::path target = dir / name;
-  if (fs::exists(target)) {  // the same step written again: swap, then drop the old one
-    const fs::path old = dir / (".old-" + name + "-" + pid);
-    fs::remove_all(old);
-    fs::rename(target, old);
-    fs::rename(tmp, target);
-    fs::remove_all(old);
-  } else {
-    fs::rename(tmp, target);
-  }
+  profiles::replace_folder(tmp, target);  // the same step written again: swapped
   remove_older_steps(dir, step, extras.keep);
 }
 
@@ -211,9 +203,7 @@ void write_rank_checkpoint(const fs::path& dir, std::int64_t step, ProcessGroup&
                              (error.empty() ? "another rank failed to write its part" : error));
   }
   if (world_rank == 0) {
-    const fs::path target = dir / name;
-    fs::remove_all(target);
-    fs::rename(tmp, target);
+    profiles::replace_folder(tmp, dir / name);
     remove_older_steps(dir, step, extras.keep);
   }
   world.barrier();

@@ -13,6 +13,7 @@
 #include "executor/checkpoint.hpp"
 #include "executor/flat_adamw.hpp"
 #include "executor/safetensors.hpp"
+#include "executor/tokenizer_files.hpp"
 #include "profiles/errors.hpp"
 #include "profiles/loader.hpp"
 
@@ -45,15 +46,34 @@ fs::path folder_path(const fs::path& dir) {
 void check_output_folder(const fs::path& dir, const std::string& source) {
   std::error_code error;
   const fs::path p = folder_path(dir);
+  // The new folder is made next to `p`: its nearest existing folder must take it (found now, not
+  // after the run).
+  fs::path existing = p.parent_path();
+  while (existing.has_relative_path() && !fs::exists(existing, error)) {
+    existing = existing.parent_path();
+  }
+  if (fs::is_directory(existing, error) && ::access(existing.c_str(), W_OK) != 0) {
+    throw InputError(source, "",
+                     "a folder Loom can write in: " + existing.string() + " is not writable");
+  }
   if (!fs::exists(p, error)) return;
   if (!fs::is_directory(p, error)) {
     throw InputError(source, "",
                      "a folder to write the model into; " + dir.string() + " is a file");
   }
-  if (!fs::is_empty(p, error) && !fs::exists(p / "config.json", error)) {
-    throw InputError(source, "",
-                     "a new or empty folder, or a model folder (config.json) to replace; " +
-                         dir.string() + " holds other files");
+  // Replacing a folder replaces it whole: only one holding nothing but what Loom writes there, so
+  // that --output cannot take a checkpoint, a Hub clone or any other folder with it.
+  for (const fs::directory_entry& entry : fs::directory_iterator(p, error)) {
+    const std::string name = entry.path().filename().string();
+    const bool ours = name == "config.json" || name == "model.safetensors" ||
+                      std::find(kTokenizerFileNames.begin(), kTokenizerFileNames.end(), name) !=
+                          kTokenizerFileNames.end();
+    if (!ours) {
+      throw InputError(source, "",
+                       "a new or empty folder, or a model folder Loom wrote (config.json, "
+                       "model.safetensors, tokenizer files) to replace; " +
+                           dir.string() + " holds " + name);
+    }
   }
 }
 
@@ -124,16 +144,7 @@ void write_folder_atomically(const fs::path& dir,
     fs::remove_all(tmp);
     fs::create_directory(tmp);
     fill(tmp);
-    if (fs::exists(target)) {
-      const fs::path old =
-          target.parent_path() / (".old-" + target.filename().string() + "-" + pid);
-      fs::remove_all(old);
-      fs::rename(target, old);
-      fs::rename(tmp, target);
-      fs::remove_all(old);
-    } else {
-      fs::rename(tmp, target);
-    }
+    profiles::replace_folder(tmp, target);
   } catch (const InputError&) {
     std::error_code ignored;
     fs::remove_all(tmp, ignored);
@@ -456,11 +467,8 @@ void export_checkpoint(const std::string& checkpoint, const fs::path& dir,
     folder.base_config = read_config_object(step / "config.json");
   }
   folder.tokenizer_files = tokenizer_files;
-  if (tokenizer_files.empty()) {
-    for (const char* name : kTokenizerFileNames) {
-      if (fs::is_regular_file(step / name, error))
-        folder.tokenizer_files.push_back((step / name).string());
-    }
+  if (tokenizer_files.empty() && holds_tokenizer(step.string())) {
+    folder.tokenizer_files = load_tokenizer(step.string())->files();
   }
   check_tokenizer_files(folder.tokenizer_files, "--tokenizer");
   check_output_folder(dir, "-o");

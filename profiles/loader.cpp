@@ -116,6 +116,20 @@ Cluster load_cluster(const std::string& name_or_path) {
   return cluster;
 }
 
+void replace_folder(const std::filesystem::path& tmp, const std::filesystem::path& target) {
+  namespace fs = std::filesystem;
+  if (!fs::exists(target)) {
+    fs::rename(tmp, target);
+    return;
+  }
+  const fs::path old = target.parent_path() / (".old-" + target.filename().string() + "-" +
+                                               std::to_string(static_cast<long long>(::getpid())));
+  fs::remove_all(old);
+  fs::rename(target, old);
+  fs::rename(tmp, target);
+  fs::remove_all(old);
+}
+
 void write_file_atomically(const std::string& path, const std::string& text) {
   std::filesystem::path target(path);
   std::filesystem::path dir = target.parent_path().empty() ? "." : target.parent_path();

@@ -4,6 +4,7 @@
 // compiled into the binary, so `loom` works from any directory.
 #pragma once
 
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -29,5 +30,10 @@ std::string read_text_file(const std::string& path);
 // when its folder does not exist (or is not a folder), std::runtime_error naming it on any other
 // failure (and removes the temporary file).
 void write_file_atomically(const std::string& path, const std::string& text);
+// Puts the finished folder `tmp` (a sibling of `target`) in place as `target`: renamed directly,
+// or, when `target` exists, after moving the old one aside (to ".old-NAME-PID"), which is removed
+// last. `target` names a whole folder at every moment but one rename apart. Throws
+// std::filesystem::filesystem_error when a rename fails.
+void replace_folder(const std::filesystem::path& tmp, const std::filesystem::path& target);
 
 }  // namespace loom::profiles

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "executor/hf_export.hpp"
+#include "executor/tokenizer_files.hpp"
 #include "profiles/errors.hpp"
 #include "tools/commands.hpp"
 
@@ -22,27 +23,11 @@ struct ExportArgs {
   std::string tokenizer;
 };
 
-// --tokenizer: one file, or a folder whose tokenizer files (by their Hugging Face names) are
-// copied; empty = the checkpoint's own.
+// --tokenizer: the files load_tokenizer() reads from PATH (a file, or a folder picked by the files
+// present, as loom train picks them); empty = the checkpoint's own.
 std::vector<std::string> tokenizer_files(const std::string& path) {
   if (path.empty()) return {};
-  std::error_code error;
-  if (fs::is_regular_file(path, error)) return {path};
-  std::vector<std::string> files;
-  if (fs::is_directory(path, error)) {
-    for (const char* name : executor::kTokenizerFileNames) {
-      if (fs::is_regular_file(fs::path(path) / name, error)) {
-        files.push_back((fs::path(path) / name).string());
-      }
-    }
-  }
-  if (files.empty()) {
-    throw InputError("--tokenizer", "",
-                     "a tokenizer file or a folder holding one (vocab.txt, vocab.json and "
-                     "merges.txt, tokenizer.json), found none at " +
-                         path);
-  }
-  return files;
+  return executor::load_tokenizer(path)->files();
 }
 
 int run_export(const ExportArgs& a) {

@@ -68,6 +68,17 @@ struct TrainArgs {
 constexpr double kFineTuningLr = 2e-5;
 constexpr double kFromScratchLr = 1e-3;
 
+// A learning rate as people write one: 1e-3, 2e-5.
+std::string rate_text(double lr) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.0e", lr);
+  std::string out = text;
+  for (const char* padded : {"e-0", "e+0"}) {
+    if (const auto at = out.find(padded); at != std::string::npos) out.erase(at + 2, 1);
+  }
+  return out;
+}
+
 // The device of the run: --device, else the plan's (cuda for a GPU cluster, cpu for a CPU one).
 // Refuses cuda where this build or machine cannot run it, and a precision the device does not
 // run, each with one line that says what to do.
@@ -300,6 +311,12 @@ int run_train(const TrainArgs& a) {
                      "a classification head (loom train fine-tunes sequence classifiers); this "
                      "plan has a language-model head: re-plan with --num-labels N");
   }
+  if (*plan.model.num_labels < 2) {
+    throw InputError(a.plan, "$.model.num_labels",
+                     "at least 2 labels (the reviews are labelled 0 negative and 1 positive), "
+                     "found " +
+                         std::to_string(*plan.model.num_labels));
+  }
   const executor::Device device = run_device(a, plan);  // before anything else is read
   const executor::RankEnvironment env = executor::process_rank_environment();
   if (env.world_size != plan.strategy.world_size()) {
@@ -321,9 +338,13 @@ int run_train(const TrainArgs& a) {
   o.lr = a.lr.value_or(a.init.empty() ? kFromScratchLr : kFineTuningLr);
   o.print_every = a.log_every.value_or(executor::TrainOptions::kAutoPrintEvery);
   if (!a.lr && !a.json) {  // the default rate, said with the log lines
-    o.first_log_line = a.init.empty() ? "lr 1e-3 (training from scratch; --init fine-tunes at 2e-5)"
-                                      : "lr 2e-5 (fine-tuning --init; from scratch the default "
-                                        "is 1e-3)";
+    const std::string scratch = rate_text(kFromScratchLr);
+    const std::string fine_tuning = rate_text(kFineTuningLr);
+    o.first_log_line =
+        a.init.empty()
+            ? "lr " + scratch + " (training from scratch; --init fine-tunes at " + fine_tuning + ")"
+            : "lr " + fine_tuning + " (fine-tuning --init; from scratch the default is " + scratch +
+                  ")";
   }
   o.warmup_steps = a.warmup_steps;
   o.eval_every = a.eval_every;
@@ -430,7 +451,7 @@ int run_train(const TrainArgs& a) {
   }
 
   print_summary(a, s, o.eval_split_name, validation_data.size());
-  if (!a.output.empty() && s.stopped_by_signal == 0 && !a.json) {
+  if (!a.output.empty() && s.stopped_by_signal == 0 && s.steps == s.total_steps && !a.json) {
     std::cout << "model written to " << a.output << " (Hugging Face folder)\n";
   }
   return s.stopped_by_signal != 0 ? 128 + s.stopped_by_signal : 0;

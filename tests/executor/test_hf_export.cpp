@@ -269,6 +269,13 @@ TEST_CASE("export refuses what is no checkpoint and an output folder of other fi
   // Refused before training, naming --output; the folder keeps its file.
   CHECK_THROWS_WITH(loom::executor::train_classifier(o, train, {}), Catch::Contains("--output"));
   CHECK(fs::exists(tmp.path() / "busy" / "notes.txt"));
+  // A model folder Loom did not write (a Hub clone: config.json beside a README) is not replaced.
+  fs::create_directories(tmp.path() / "hub");
+  std::ofstream(tmp.path() / "hub" / "config.json") << "{}\n";
+  std::ofstream(tmp.path() / "hub" / "README.md") << "model card\n";
+  o.output_dir = (tmp.path() / "hub").string();
+  CHECK_THROWS_WITH(loom::executor::train_classifier(o, train, {}), Catch::Contains("README.md"));
+  CHECK(fs::exists(tmp.path() / "hub" / "README.md"));
   o.output_dir.clear();
   o.label_names = {"only-one"};
   CHECK_THROWS_WITH(loom::executor::train_classifier(o, train, {}), Catch::Contains("labels"));
@@ -315,7 +322,9 @@ TEST_CASE("config.json reads back as the same ModelSpec", "[export]") {
   CHECK(d["layer_norm_eps"].get<double>() == 1e-12);
 }
 
-TEST_CASE("Checkpointing with --keep-checkpoints K keeps the newest K step folders, 0 keeps every one", "[export]") {
+TEST_CASE(
+    "Checkpointing with --keep-checkpoints K keeps the newest K step folders, 0 keeps every one",
+    "[export]") {
   TempDir tmp;
   const auto train = examples(16, 6);
   auto steps_in = [](const fs::path& dir) {

@@ -1,4 +1,4 @@
-// Issue 5's learning check: a tiny BERT (2 layers, hidden 64) trained from scratch on the
+// The learning check: a tiny BERT (2 layers, hidden 64) trained from scratch on the
 // synthetic reviews through the real data path (load_reviews, the WordPiece tokenizer built from
 // synthetic_vocabulary(), train_classifier) reaches at least 95 % validation accuracy, in seconds.
 //

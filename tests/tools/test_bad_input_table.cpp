@@ -426,6 +426,14 @@ void add_plan_file_rows(std::vector<Row>& rows, const Plans& plans) {
                                      }))}},
       train_with("gpt-plan.json", "--data synthetic:400 --steps 5"),
       {"gpt-plan.json", "$.model.model_type", "BERT or RoBERTa encoder", "gpt2"});
+  add("train: a plan with one label (the reviews have two)",
+      {{"one.json", text(edited(plan, [](J j) { j["model"]["num_labels"] = 1; }))}},
+      train_with("one.json", "--data synthetic:400 --steps 5"),
+      {"one.json", "$.model.num_labels", "at least 2 labels", "found 1"});
+  add("train: a plan with a language-model head",
+      {{"lm.json", text(edited(plan, [](J j) { j["model"].erase("num_labels"); }))}},
+      train_with("lm.json", "--data synthetic:400 --steps 5"),
+      {"lm.json", "$.model.num_labels", "classification head", "--num-labels"});
   const json other = edited(hf, [](J j) { j["hidden_size"] = 48; });
   add("train: a plan made for another model than --init's config.json",
       {{"other/config.json", text(other)}},
