@@ -167,6 +167,17 @@ std::vector<std::pair<std::string, std::int64_t>> bpe_vocab_from_json(const nloh
   return out;
 }
 
+BpeMerge parse_bpe_merge(const std::string& text, const std::string& source,
+                         const std::string& where) {
+  const std::size_t space = text.find(' ');
+  if (space == 0 || space == std::string::npos || space + 1 == text.size() ||
+      text.find(' ', space + 1) != std::string::npos) {
+    throw InputError(source, where,
+                     "a merge: two tokens separated by one space, found " + quoted_token(text));
+  }
+  return BpeMerge{text.substr(0, space), text.substr(space + 1), where};
+}
+
 std::vector<BpeMerge> parse_bpe_merges(const std::string& text, const std::string& source) {
   std::vector<BpeMerge> merges;
   std::size_t start = text.rfind("\xEF\xBB\xBF", 0) == 0 ? 3 : 0;  // UTF-8 byte order mark
@@ -179,14 +190,7 @@ std::vector<BpeMerge> parse_bpe_merges(const std::string& text, const std::strin
     ++line_number;
     if (!line.empty() && line.back() == '\r') line.pop_back();
     if (line.empty() || line.rfind("#version", 0) == 0) continue;
-    const std::size_t space = line.find(' ');
-    if (space == 0 || space == std::string::npos || space + 1 == line.size() ||
-        line.find(' ', space + 1) != std::string::npos) {
-      throw InputError(source, "line " + std::to_string(line_number),
-                       "a merge: two tokens separated by one space, found " + quoted_token(line));
-    }
-    merges.push_back(BpeMerge{line.substr(0, space), line.substr(space + 1),
-                              "line " + std::to_string(line_number)});
+    merges.push_back(parse_bpe_merge(line, source, "line " + std::to_string(line_number)));
   }
   return merges;
 }

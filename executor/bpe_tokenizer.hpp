@@ -55,6 +55,10 @@ std::vector<std::pair<std::string, std::int64_t>> bpe_vocab_from_json(const nloh
                                                                       const std::string& source,
                                                                       const std::string& path);
 
+// One merge written "left right" (two tokens, one space), read at `where` of `source`; InputError
+// for anything else.
+BpeMerge parse_bpe_merge(const std::string& text, const std::string& source,
+                         const std::string& where);
 // The merges of a merges.txt text (see above); `source` names it in errors, each merge is
 // "line N".
 std::vector<BpeMerge> parse_bpe_merges(const std::string& text, const std::string& source);

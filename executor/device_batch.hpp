@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "executor/cuda_build.hpp"
 #include "executor/examples.hpp"
 #include "executor/model.hpp"
 #include "executor/train.hpp"
@@ -18,11 +19,6 @@ namespace loom::executor {
 // GPU (torch::cuda::is_available()).
 enum class CudaSupport { kNotBuilt, kNoGpu, kAvailable };
 CudaSupport cuda_support();
-
-// How to build Loom for GPUs, for messages: the CMake switch of a CUDA LibTorch build.
-inline constexpr const char* kCudaBuildHint =
-    "cmake -DLOOM_CUDA=ON (a CUDA LibTorch: the installed CUDA PyTorch, or "
-    "-DLOOM_LIBTORCH_DIR=DIR)";
 
 // The torch device that `device` names (CUDA: GPU `device_index`), or an InputError for cuda
 // without a CUDA build or a GPU. On CUDA it also sets LibTorch's global TF32 switches: on for

@@ -92,15 +92,7 @@ std::vector<BpeMerge> json_merges(const nlohmann::json& merges, const std::strin
     const std::string where = path + "[" + std::to_string(i) + "]";
     const nlohmann::json& m = merges[i];
     if (m.is_string()) {
-      const std::string text = m.get<std::string>();
-      const std::size_t space = text.find(' ');
-      if (space == 0 || space == std::string::npos || space + 1 == text.size() ||
-          text.find(' ', space + 1) != std::string::npos) {
-        throw InputError(
-            source, where,
-            "a merge: two tokens separated by one space, found \"" + text.substr(0, 60) + "\"");
-      }
-      out.push_back(BpeMerge{text.substr(0, space), text.substr(space + 1), where});
+      out.push_back(parse_bpe_merge(m.get<std::string>(), source, where));
     } else if (m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string()) {
       out.push_back(BpeMerge{m[0].get<std::string>(), m[1].get<std::string>(), where});
     } else {

@@ -29,6 +29,7 @@
 #include <string>
 #include <vector>
 
+#include "executor/cuda_build.hpp"
 #include "planner/plan.hpp"
 #include "profiles/errors.hpp"
 #include "profiles/json_reader.hpp"
@@ -366,10 +367,10 @@ int run_slurm(const SlurmArgs& a) {
                   fs::perm_options::add);
   if (device == "cuda" && !kBuiltWithCuda) {
     std::cerr << "loom slurm: warning: the plan trains on cuda, but the loom this script runs ("
-              << self_executable()
-              << ") is a CPU build: build Loom for GPUs with cmake -DLOOM_CUDA=ON (a CUDA "
-                 "LibTorch) and set LOOM to it when you submit, or add --device cpu after -- to "
-                 "train on CPUs\n";
+              << self_executable() << ") is a CPU build: build Loom for GPUs with "
+              << executor::kCudaBuildHint
+              << " and set LOOM to it when you submit, or add --device cpu after -- to train on "
+                 "CPUs\n";
   }
   std::cout << "wrote " << a.output << ": " << per_node.size() << " node(s) x " << tasks_per_node
             << " task(s); submit with sbatch " << a.output << "\n";
