@@ -297,10 +297,9 @@ void print_summary(const TrainArgs& a, const executor::TrainSummary& s, const st
   }
 }
 
-int run_train(const TrainArgs& a) {
-  const std::string text = profiles::read_text_file(a.plan);
-  const planner::Plan plan =
-      planner::plan_from_json(profiles::parse_json_text(text, a.plan), a.plan);
+// The plan's model is one loom train trains: a BERT or RoBERTa encoder with a classification head
+// of at least two labels; InputError in the plan's terms otherwise.
+void check_trainable_model(const TrainArgs& a, const planner::Plan& plan) {
   try {
     executor::check_encoder(plan.model);  // loom train trains encoders: named in the plan's terms
   } catch (const InputError& e) {
@@ -317,6 +316,13 @@ int run_train(const TrainArgs& a) {
                      "found " +
                          std::to_string(*plan.model.num_labels));
   }
+}
+
+int run_train(const TrainArgs& a) {
+  const std::string text = profiles::read_text_file(a.plan);
+  const planner::Plan plan =
+      planner::plan_from_json(profiles::parse_json_text(text, a.plan), a.plan);
+  check_trainable_model(a, plan);
   const executor::Device device = run_device(a, plan);  // before anything else is read
   const executor::RankEnvironment env = executor::process_rank_environment();
   if (env.world_size != plan.strategy.world_size()) {
