@@ -26,6 +26,38 @@ std::optional<Recompute> parse_recompute(const std::string& text) {
   return std::nullopt;
 }
 
+const char* to_string(Attention attention) {
+  return attention == Attention::kFlash ? "flash" : "math";
+}
+
+std::optional<Attention> parse_attention(const std::string& text) {
+  if (text == "math") return Attention::kMath;
+  if (text == "flash") return Attention::kFlash;
+  return std::nullopt;
+}
+
+const char* to_string(Runtime runtime) {
+  switch (runtime) {
+    case Runtime::kLoom:
+      return "loom";
+    case Runtime::kMegatron:
+      return "megatron";
+    case Runtime::kDeepspeed:
+      return "deepspeed";
+    case Runtime::kFsdp:
+      return "fsdp";
+  }
+  return "loom";
+}
+
+std::optional<Runtime> parse_runtime(const std::string& text) {
+  if (text == "loom") return Runtime::kLoom;
+  if (text == "megatron") return Runtime::kMegatron;
+  if (text == "deepspeed") return Runtime::kDeepspeed;
+  if (text == "fsdp") return Runtime::kFsdp;
+  return std::nullopt;
+}
+
 int layer_sequence_length(const profiles::ModelSpec& model) {
   return static_cast<int>(model.layers) + 2;
 }
@@ -125,6 +157,7 @@ std::string describe(const Strategy& s) {
   if (s.virtual_stages > 1) out += " virtual-stages=" + std::to_string(s.virtual_stages);
   out += std::string(" recompute=") + to_string(s.recompute);
   if (s.sequence_parallel) out += " sequence-parallel";
+  if (s.attention == Attention::kFlash) out += " attention=flash";
   return out;
 }
 
@@ -138,7 +171,8 @@ nlohmann::json strategy_to_json(const Strategy& s) {
           {"schedule", to_string(s.schedule)},
           {"virtual_stages", s.virtual_stages},
           {"recompute", to_string(s.recompute)},
-          {"sequence_parallel", s.sequence_parallel}};
+          {"sequence_parallel", s.sequence_parallel},
+          {"attention", to_string(s.attention)}};
 }
 
 Strategy strategy_from_json(const nlohmann::json& value, const std::string& source,
@@ -158,6 +192,7 @@ Strategy strategy_from_json(const nlohmann::json& value, const std::string& sour
   s.virtual_stages = static_cast<int>(r.optional_integer("virtual_stages", 1, kIntMax).value_or(1));
   s.recompute = *parse_recompute(r.choice("recompute", {"none", "selective", "full"}));
   s.sequence_parallel = r.optional_boolean("sequence_parallel").value_or(false);
+  if (r.has("attention")) s.attention = *parse_attention(r.choice("attention", {"math", "flash"}));
   r.finish();
   return s;
 }
@@ -166,7 +201,8 @@ nlohmann::json job_to_json(const Job& j) {
   return {{"global_batch", j.global_batch},
           {"seq_len", j.seq_len},
           {"precision", profiles::to_string(j.precision)},
-          {"optimizer", j.optimizer}};
+          {"optimizer", j.optimizer},
+          {"runtime", to_string(j.runtime)}};
 }
 
 Job job_from_json(const nlohmann::json& value, const std::string& source, const std::string& path) {
@@ -177,6 +213,9 @@ Job job_from_json(const nlohmann::json& value, const std::string& source, const 
   j.precision = *profiles::parse_precision(r.choice("precision", {"fp32", "tf32", "fp16", "bf16"}));
   j.optimizer = r.optional_string("optimizer").value_or("adamw");
   if (j.optimizer != "adamw") r.fail("optimizer", "expected \"adamw\" (the only optimizer so far)");
+  if (r.has("runtime")) {
+    j.runtime = *parse_runtime(r.choice("runtime", {"loom", "megatron", "deepspeed", "fsdp"}));
+  }
   r.finish();
   return j;
 }

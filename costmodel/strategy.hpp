@@ -24,6 +24,21 @@ enum class Recompute { kNone, kSelective, kFull };
 const char* to_string(Recompute recompute);
 std::optional<Recompute> parse_recompute(const std::string& text);
 
+// The attention kernels a plan runs: `math` is the unfused product, softmax and product that
+// keeps the s x s score matrix for backward; `flash` is a fused kernel (FlashAttention, PyTorch's
+// scaled_dot_product_attention) that keeps none and recomputes the scores in its backward pass.
+enum class Attention { kMath, kFlash };
+
+const char* to_string(Attention attention);
+std::optional<Attention> parse_attention(const std::string& text);
+
+// The training runtime a plan's prediction describes: Loom's own executor, or the memory and
+// overlap rules of Megatron-LM, DeepSpeed or PyTorch FSDP running the same strategy.
+enum class Runtime { kLoom, kMegatron, kDeepspeed, kFsdp };
+
+const char* to_string(Runtime runtime);
+std::optional<Runtime> parse_runtime(const std::string& text);
+
 // The largest global batch Loom plans and reads (samples per step): far above real jobs, and
 // small enough that a step of one-sample micro-batches stays within num_micro_batches' bound.
 inline constexpr std::int64_t kMaxGlobalBatch = 1'000'000;
@@ -33,6 +48,7 @@ struct Job {
   std::int64_t seq_len = 128;
   Precision precision = Precision::kBf16;
   std::string optimizer = "adamw";
+  Runtime runtime = Runtime::kLoom;  // JSON "runtime", default "loom"
   bool operator==(const Job&) const = default;
 };
 
@@ -46,7 +62,8 @@ struct Strategy {
   Schedule schedule = Schedule::k1F1B;
   int virtual_stages = 1;  // model chunks per pipeline rank (> 1 only interleaved)
   Recompute recompute = Recompute::kNone;
-  bool sequence_parallel = false;  // Megatron sequence parallelism with tp (an extension)
+  bool sequence_parallel = false;          // Megatron sequence parallelism with tp (an extension)
+  Attention attention = Attention::kMath;  // JSON "attention", default "math"
 
   int world_size() const { return dp * tp * pp; }
   bool operator==(const Strategy&) const = default;

@@ -124,6 +124,10 @@ void validate_model(const ModelSpec& m, const std::string& source) {
   if (m.max_positions < 1) bad("max_positions", "expected an integer >= 1");
   if (m.type_vocab < 0) bad("type_vocab", "expected an integer >= 0");
   if (m.num_labels && *m.num_labels < 1) bad("num_labels", "expected an integer >= 1");
+  if (m.kv_heads < 0 || (m.kv_heads > 0 && m.heads % m.kv_heads != 0)) {
+    bad("kv_heads", "expected 0 (one per head) or a divisor of heads (" + std::to_string(m.heads) +
+                        "), found " + std::to_string(m.kv_heads));
+  }
   bool decoder_type = m.model_type == ModelType::kGpt2;
   if (decoder_type != (m.family == Family::kDecoder)) {
     bad("family", std::string("expected \"") + (decoder_type ? "decoder" : "encoder") +
@@ -172,6 +176,8 @@ ModelSpec model_from_json(const nlohmann::json& value, const std::string& source
   m.type_vocab = r.optional_integer("type_vocab", 0).value_or(0);
   m.num_labels = r.optional_integer("num_labels", 1);
   m.tied_embeddings = r.optional_boolean("tied_embeddings").value_or(true);
+  m.kv_heads = r.optional_integer("kv_heads", 1).value_or(0);
+  if (r.has("mlp")) m.gated_mlp = r.choice("mlp", {"gelu", "swiglu"}) == "swiglu";
   r.optional_string("source");
   r.finish();
   validate_model(m, source);
@@ -193,6 +199,8 @@ nlohmann::json model_to_json(const ModelSpec& m) {
   j["type_vocab"] = m.type_vocab;
   if (m.num_labels) j["num_labels"] = *m.num_labels;
   j["tied_embeddings"] = m.tied_embeddings;
+  if (m.kv_heads > 0) j["kv_heads"] = m.kv_heads;
+  if (m.gated_mlp) j["mlp"] = "swiglu";
   return j;
 }
 

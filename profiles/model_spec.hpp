@@ -32,7 +32,15 @@ struct ModelSpec {
   std::int64_t type_vocab = 0;             // token-type embeddings (encoders); 0 = none
   std::optional<std::int64_t> num_labels;  // classification head; nullopt = language-model head
   bool tied_embeddings = true;
+  // Grouped-query attention: key/value heads shared by groups of query heads (Llama 2 70B,
+  // Llama 3). 0 = one per query head (multi-head attention). JSON "kv_heads", absent = 0.
+  std::int64_t kv_heads = 0;
+  // The MLP: GeLU(x W1) W2 (BERT, GPT) or the gated SwiGLU (SiLU(x W1) * x W3) W2 of Llama, with
+  // ffn_hidden the width of W1 and W3. JSON "mlp": "gelu" | "swiglu", absent = "gelu".
+  bool gated_mlp = false;
 
+  // Key/value heads in use: kv_heads, or heads when it is 0.
+  std::int64_t key_value_heads() const { return kv_heads > 0 ? kv_heads : heads; }
   bool operator==(const ModelSpec&) const = default;
 };
 
