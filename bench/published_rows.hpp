@@ -89,6 +89,7 @@ struct FileSummary {
   std::int64_t num_oom = 0;
   std::int64_t num_oom_agreeing = 0;  // oom rows the model also says do not fit
   std::int64_t num_doubtful = 0;
+  std::int64_t num_ran_predicted_not_to_fit = 0;      // measured runs the model says do not fit
   std::optional<double> median_throughput_error_pct;  // median of |error|
   std::int64_t num_memory = 0;
   std::optional<double> median_memory_error_pct;

@@ -172,6 +172,7 @@ FileSummary summarize(const std::string& file, const std::vector<RowResult>& row
       if (!r.predicted_fits) ++s.num_oom_agreeing;
       continue;
     }
+    if (!r.predicted_fits) ++s.num_ran_predicted_not_to_fit;
     if (auto e = r.throughput_error_pct()) {
       ++s.num_predicted;
       throughput_errors.push_back(std::abs(*e));
@@ -232,6 +233,7 @@ nlohmann::json summary_to_json(const FileSummary& s) {
           {"oom", s.num_oom},
           {"oom_predicted_not_to_fit", s.num_oom_agreeing},
           {"doubtful", s.num_doubtful},
+          {"ran_predicted_not_to_fit", s.num_ran_predicted_not_to_fit},
           {"median_abs_throughput_error_pct", opt(s.median_throughput_error_pct)},
           {"memory_rows", s.num_memory},
           {"median_abs_memory_error_pct", opt(s.median_memory_error_pct)},
