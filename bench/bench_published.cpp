@@ -93,7 +93,7 @@ void print_rows(const FileResult& f) {
 void print_summary(const std::vector<FileResult>& files) {
   std::printf("\n%-26s %5s %5s %5s %9s %7s %10s %9s %10s  %s\n", "file", "rows", "pred", "n/e",
               "oom(agr)", "ran>mem", "|err| thr", "mem rows", "|err| mem",
-              "ordering (pairs > 5 % apart)");
+              "ordering (pairs > 5 % apart): all; same job");
   for (const FileResult& f : files) {
     const FileSummary& s = f.summary;
     char oom[32];
@@ -105,18 +105,19 @@ void print_summary(const std::vector<FileResult>& files) {
       std::snprintf(text, sizeof text, "%.1f %%", *v);
       return std::string(text);
     };
-    std::printf("%-26s %5lld %5lld %5lld %9s %7lld %10s %9lld %10s  %s\n", s.file.c_str(),
+    std::printf("%-26s %5lld %5lld %5lld %9s %7lld %10s %9lld %10s  %s; %s\n", s.file.c_str(),
                 static_cast<long long>(s.num_rows), static_cast<long long>(s.num_predicted),
                 static_cast<long long>(s.num_not_expressible), oom,
                 static_cast<long long>(s.num_ran_predicted_not_to_fit),
                 abs_pct(s.median_throughput_error_pct).c_str(),
                 static_cast<long long>(s.num_memory), abs_pct(s.median_memory_error_pct).c_str(),
-                share_text(s.ordering).c_str());
+                share_text(s.ordering).c_str(), share_text(s.ordering_same_job).c_str());
   }
   std::printf(
       "(pred: rows predicted against a measured throughput; n/e: not expressible; oom(agr): rows "
       "published as out of memory (those the model also says do not fit); ran>mem: rows that ran "
-      "but are predicted not to fit; |err|: median |error|; doubtful rows are shown above but left "
+      "but are predicted not to fit; |err|: median |error|; same job: pairs of rows of one model, "
+      "sequence length, GPU and GPU count; doubtful rows are shown above but left "
       "out of these figures)\n");
 }
 

@@ -42,6 +42,9 @@ MappedRow map_row(const nlohmann::json& row, const std::string& file, const std:
 struct RowResult {
   std::string id;
   std::string file;
+  // Rows with the same key train the same model at the same sequence length on the same GPUs
+  // and differ only in how (micro-batch, ZeRO stage, recomputation, framework): "name|gpu|n|seq".
+  std::string job_key;
   std::optional<std::string> not_expressible;  // the reason; nothing else is set then
   bool oom = false;                            // the source says it did not fit or run
   bool doubtful = false;                       // the source contradicts itself (summary skips it)
@@ -80,7 +83,7 @@ struct OrderingShare {
 OrderingShare ordering_share(const std::vector<std::pair<double, double>>& points);
 
 // A file's figures over its predicted, not doubtful rows with a measurement; ordering within
-// each throughput unit, pooled.
+// each throughput unit, pooled, and again within each job (same job_key): the close calls.
 struct FileSummary {
   std::string file;
   std::int64_t num_rows = 0;
@@ -94,6 +97,7 @@ struct FileSummary {
   std::int64_t num_memory = 0;
   std::optional<double> median_memory_error_pct;
   OrderingShare ordering;
+  OrderingShare ordering_same_job;
 };
 FileSummary summarize(const std::string& file, const std::vector<RowResult>& rows);
 

@@ -78,6 +78,11 @@ RowResult predict_row(const nlohmann::json& row, const std::string& file, const 
   RowResult out;
   out.file = file;
   out.id = text_or(row, "id", path);
+  if (auto model = row.find("model"); model != row.end() && model->is_object()) {
+    out.job_key = text_or(*model, "name", "") + "|" + text_or(row, "gpu", "") + "|" +
+                  row.value("gpus", nlohmann::json()).dump() + "|" +
+                  model->value("seq_len", nlohmann::json()).dump();
+  }
   out.oom = flag(row, "oom");
   out.doubtful = flag(row, "doubtful");
   read_measured(row, file, path, &out);
@@ -158,6 +163,7 @@ FileSummary summarize(const std::string& file, const std::vector<RowResult>& row
   std::vector<double> throughput_errors;
   std::vector<double> memory_errors;
   std::map<std::string, std::vector<std::pair<double, double>>> by_unit;
+  std::map<std::string, std::vector<std::pair<double, double>>> by_job;
   for (const RowResult& r : rows) {
     if (r.not_expressible) {
       ++s.num_not_expressible;
@@ -177,6 +183,7 @@ FileSummary summarize(const std::string& file, const std::vector<RowResult>& row
       ++s.num_predicted;
       throughput_errors.push_back(std::abs(*e));
       by_unit[r.unit].emplace_back(r.measured, r.predicted);
+      by_job[r.unit + "|" + r.job_key].emplace_back(r.measured, r.predicted);
     }
     if (auto e = r.memory_error_pct()) memory_errors.push_back(std::abs(*e));
   }
@@ -187,6 +194,11 @@ FileSummary summarize(const std::string& file, const std::vector<RowResult>& row
     OrderingShare o = ordering_share(points);
     s.ordering.pairs += o.pairs;
     s.ordering.ordered += o.ordered;
+  }
+  for (const auto& [job, points] : by_job) {
+    OrderingShare o = ordering_share(points);
+    s.ordering_same_job.pairs += o.pairs;
+    s.ordering_same_job.ordered += o.ordered;
   }
   return s;
 }
@@ -239,7 +251,10 @@ nlohmann::json summary_to_json(const FileSummary& s) {
           {"median_abs_memory_error_pct", opt(s.median_memory_error_pct)},
           {"ordering_pairs", s.ordering.pairs},
           {"ordering_ordered", s.ordering.ordered},
-          {"ordering_share", opt(s.ordering.share())}};
+          {"ordering_share", opt(s.ordering.share())},
+          {"same_job_ordering_pairs", s.ordering_same_job.pairs},
+          {"same_job_ordering_ordered", s.ordering_same_job.ordered},
+          {"same_job_ordering_share", opt(s.ordering_same_job.share())}};
 }
 
 }  // namespace loom::published
