@@ -186,14 +186,9 @@ profiles::ModelSpec encoder_model(profiles::ModelSpec m, std::int64_t seq, const
   if (contains(m.name, "deberta")) {
     assumptions->push_back("DeBERTa's disentangled attention is not modelled (BERT's is)");
   }
-  // SQuAD's span head gives 2 logits per token; GLUE MNLI classifies into 3 labels.
-  if (contains(m.name, "squad")) {
-    m.num_labels = 2;
-  } else if (contains(row.text("notes").value_or(""), "mnli")) {
-    m.num_labels = 3;
-  } else {
-    m.num_labels = 2;
-  }
+  // GLUE MNLI classifies into 3 labels; SQuAD's span head gives 2 logits per token, the size of
+  // the 2-label classifier Loom fine-tunes by default.
+  m.num_labels = contains(row.text("notes").value_or(""), "mnli") ? 3 : 2;
   return m;
 }
 
