@@ -173,6 +173,38 @@ TEST_CASE("an fp8 row is listed with its reason, never dropped", "[published]") 
   CHECK_FALSE(s.median_throughput_error_pct.has_value());
 }
 
+TEST_CASE("rows Loom cannot express name the reason", "[published]") {
+  const nlohmann::json base =
+      published_row("mpt_llm_foundry.json", "mpt-a100-40-7b-s2048-g16-mb16-ga1");
+  auto reason = [](const nlohmann::json& row) {
+    MappedRow m = map_row(row, "f.json", "$.rows[0]");
+    REQUIRE(std::holds_alternative<std::string>(m));
+    return std::get<std::string>(m);
+  };
+  nlohmann::json row = base;
+  row["gpu"] = "TPU v4";
+  CHECK(reason(row) == "unknown GPU \"TPU v4\" (no cluster file for it)");
+  row = base;
+  row["cp"] = 2;
+  CHECK(reason(row) == "context parallelism (cp > 1)");
+  row = base;
+  row["recompute"] = "selective layer";
+  CHECK(
+      reason(row) ==
+      "checkpointing every n-th block (\"selective layer\"): Loom recomputes every block or none");
+  row = base;
+  row["global_batch"] = 250;
+  CHECK(reason(row) == "global batch 250 is not dp*micro_batch*grad_accum");
+  row = base;
+  row.erase("micro_batch");
+  CHECK(reason(row) == "micro-batch not stated");
+  // A field of the wrong type is an input error naming the file and the path.
+  row = base;
+  row["dp"] = "sixteen";
+  CHECK_THROWS_WITH(map_row(row, "f.json", "$.rows[0]"),
+                    Catch::Contains("f.json") && Catch::Contains("$.rows[0].dp"));
+}
+
 TEST_CASE("the ordering share of a hand-made file of three rows", "[published]") {
   // GPT-2 medium under DeepSpeed ZeRO-1 on 4, 8 and 16 V100s of a DGX-2, 6 samples each:
   // whole-system samples/s that the model predicts to grow with the GPU count.
