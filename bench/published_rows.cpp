@@ -231,6 +231,11 @@ costmodel::Runtime row_runtime(const Fields& row, std::vector<std::string>* assu
     row.fail("runtime", "loom, megatron, deepspeed or fsdp");
   }
   const std::string framework = row.text("framework").value_or("");
+  // Compilers fuse the elementwise kernels that Loom charges one by one.
+  if (contains(framework, "torch.compile")) {
+    assumptions->push_back("torch.compile's kernel fusion is not modelled");
+  }
+  if (contains(framework, "xla")) assumptions->push_back("XLA's kernel fusion is not modelled");
   if (contains(framework, "megatron")) return costmodel::Runtime::kMegatron;
   if (contains(framework, "deepspeed") && !contains(framework, "no deepspeed")) {
     return costmodel::Runtime::kDeepspeed;
