@@ -35,6 +35,7 @@ test-torch2:
 bench: build
 	@$(BUILD)/bench/bench_estimate
 	@$(BUILD)/bench/bench_search
+	@BUILD=$(BUILD) bench/published.sh | tail -n 12
 	-@BUILD=$(BUILD) bench/train_vs_python.sh  # needs python3-torch; skipped with a hint otherwise
 
 # Fuzzing: libFuzzer + ASan/UBSan with clang, every reader, FUZZ_SECONDS each.
