@@ -1,6 +1,7 @@
 #include "profiles/cluster.hpp"
 
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "profiles/errors.hpp"
 #include "profiles/json_reader.hpp"
@@ -105,8 +106,10 @@ void validate_achievable(const DeviceSpec& d, const Bad& bad) {
   }
   for (Precision p : {Precision::kFp32, Precision::kTf32, Precision::kFp16, Precision::kBf16}) {
     if (a.of(p) > d.peak_tflops.of(p)) {
+      std::ostringstream peak;
+      peak << d.peak_tflops.of(p);
       bad(std::string("device.achievable_tflops.") + to_string(p),
-          "expected at most the peak (" + std::to_string(d.peak_tflops.of(p)) + ")");
+          "expected at most the peak (peak_tflops." + to_string(p) + " = " + peak.str() + ")");
     }
   }
 }
