@@ -1,0 +1,196 @@
+// Predicts every published training row of a folder (default bench/published) with the analytical
+// cost model and compares the predictions with the measured throughput and memory: per row, then
+// per file the median |error| and the share of pairs ordered as measured. Rows Loom cannot
+// express are listed with the reason. Files without training rows (GEMM, collectives) are named
+// and skipped.
+// Usage: bench_published [DIR] [--json] [--explain ID]
+//   --json: one document (per file summaries, per row outcomes with their mapping and prediction)
+//   --explain ID: that row's mapping and whole prediction, as JSON
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "bench/published_rows.hpp"
+#include "profiles/errors.hpp"
+#include "profiles/json_reader.hpp"
+#include "profiles/loader.hpp"
+
+using namespace loom;
+using namespace loom::published;
+
+namespace {
+
+struct FileResult {
+  std::string name;
+  std::vector<RowResult> rows;
+  FileSummary summary;
+};
+
+bool has_training_rows(const nlohmann::json& document) {
+  if (!document.is_object()) return false;
+  auto rows = document.find("rows");
+  return rows != document.end() && rows->is_array() && !rows->empty() && (*rows)[0].is_object() &&
+         (*rows)[0].contains("model");
+}
+
+const char* unit_text(const std::string& unit) {
+  if (unit == "tokens_per_s_per_gpu") return "tok/s/gpu";
+  if (unit == "samples_per_s_per_gpu") return "smp/s/gpu";
+  if (unit == "samples_per_s") return "samples/s";
+  return "-";
+}
+
+std::string pct(const std::optional<double>& v) {
+  if (!v) return "-";
+  char text[32];
+  std::snprintf(text, sizeof text, "%+.1f", *v);
+  return text;
+}
+
+std::string share_text(const OrderingShare& o) {
+  if (!o.share()) return "-";
+  char text[64];
+  std::snprintf(text, sizeof text, "%.1f %% (%lld/%lld)", 100 * *o.share(),
+                static_cast<long long>(o.ordered), static_cast<long long>(o.pairs));
+  return text;
+}
+
+void print_rows(const FileResult& f) {
+  std::printf("\n== %s (%zu rows)\n", f.name.c_str(), f.rows.size());
+  std::printf("%-50s %-9s %10s %10s %7s %8s %8s %7s  %s\n", "id", "unit", "measured", "predicted",
+              "err %", "mem GiB", "pred GiB", "err %", "note");
+  for (const RowResult& r : f.rows) {
+    if (r.not_expressible) continue;
+    std::string note = r.doubtful ? "doubtful" : "";
+    if (r.oom) note += std::string(note.empty() ? "" : ", ") + "oom as published";
+    if (!r.predicted_fits) note += std::string(note.empty() ? "" : ", ") + "predicted not to fit";
+    if (r.oom && r.predicted_fits) note += " (predicted to fit)";
+    char measured[32] = "-";
+    char predicted[32] = "-";
+    if (r.measured > 0) {
+      std::snprintf(measured, sizeof measured, "%.1f", r.measured);
+      std::snprintf(predicted, sizeof predicted, "%.1f", r.predicted);
+    }
+    char memory[32] = "-";
+    if (r.measured_memory_gib) std::snprintf(memory, sizeof memory, "%.1f", *r.measured_memory_gib);
+    std::printf("%-50s %-9s %10s %10s %7s %8s %8.1f %7s  %s\n", r.id.c_str(), unit_text(r.unit),
+                measured, predicted, pct(r.throughput_error_pct()).c_str(), memory,
+                r.predicted_memory_gib, pct(r.memory_error_pct()).c_str(), note.c_str());
+  }
+  bool header = false;
+  for (const RowResult& r : f.rows) {
+    if (!r.not_expressible) continue;
+    if (!header) std::printf("not expressible:\n");
+    header = true;
+    std::printf("  %-48s %s\n", r.id.c_str(), r.not_expressible->c_str());
+  }
+}
+
+void print_summary(const std::vector<FileResult>& files) {
+  std::printf("\n%-26s %5s %5s %5s %9s %7s %10s %9s %10s  %s\n", "file", "rows", "pred", "n/e",
+              "oom(agr)", "ran>mem", "|err| thr", "mem rows", "|err| mem",
+              "ordering (pairs > 5 % apart): all; same job");
+  for (const FileResult& f : files) {
+    const FileSummary& s = f.summary;
+    char oom[32];
+    std::snprintf(oom, sizeof oom, "%lld(%lld)", static_cast<long long>(s.num_oom),
+                  static_cast<long long>(s.num_oom_agreeing));
+    auto abs_pct = [](const std::optional<double>& v) {
+      if (!v) return std::string("-");
+      char text[32];
+      std::snprintf(text, sizeof text, "%.1f %%", *v);
+      return std::string(text);
+    };
+    std::printf("%-26s %5lld %5lld %5lld %9s %7lld %10s %9lld %10s  %s; %s\n", s.file.c_str(),
+                static_cast<long long>(s.num_rows), static_cast<long long>(s.num_predicted),
+                static_cast<long long>(s.num_not_expressible), oom,
+                static_cast<long long>(s.num_ran_predicted_not_to_fit),
+                abs_pct(s.median_throughput_error_pct).c_str(),
+                static_cast<long long>(s.num_memory), abs_pct(s.median_memory_error_pct).c_str(),
+                share_text(s.ordering).c_str(), share_text(s.ordering_same_job).c_str());
+  }
+  std::printf(
+      "(pred: rows predicted against a measured throughput; n/e: not expressible; oom(agr): rows "
+      "published as out of memory (those the model also says do not fit); ran>mem: rows that ran "
+      "but are predicted not to fit; |err|: median |error|; same job: pairs of rows of one model, "
+      "sequence length, GPU and GPU count; doubtful rows are shown above but left "
+      "out of these figures)\n");
+}
+
+int run(const std::string& dir, bool json, const std::string& explain) {
+  std::vector<std::filesystem::path> paths;
+  if (!std::filesystem::is_directory(dir)) throw InputError(dir, "", "expected a folder");
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    if (entry.path().extension() == ".json") paths.push_back(entry.path());
+  }
+  std::sort(paths.begin(), paths.end());
+  std::vector<FileResult> files;
+  std::vector<std::string> skipped;
+  for (const auto& path : paths) {
+    const std::string name = path.filename().string();
+    nlohmann::json document =
+        profiles::parse_json_text(profiles::read_text_file(path.string()), path.string());
+    if (!has_training_rows(document)) {
+      skipped.push_back(name);
+      continue;
+    }
+    FileResult f{name, predict_file(document, name), {}};
+    f.summary = summarize(name, f.rows);
+    files.push_back(std::move(f));
+  }
+  if (files.empty()) throw InputError(dir, "", "expected JSON files with training rows");
+  if (!explain.empty()) {
+    for (const FileResult& f : files) {
+      for (const RowResult& r : f.rows) {
+        if (r.id == explain) std::cout << row_to_json(r, true).dump(2) << "\n";
+        if (r.id == explain) return 0;
+      }
+    }
+    throw InputError("--explain", "", "expected the id of a row in " + dir + ", found " + explain);
+  }
+  if (json) {
+    nlohmann::json doc = {{"folder", dir}, {"skipped", skipped}};
+    for (const FileResult& f : files) {
+      doc["files"].push_back(summary_to_json(f.summary));
+      for (const RowResult& r : f.rows) doc["rows"].push_back(row_to_json(r, true));
+    }
+    std::cout << doc.dump(2) << "\n";
+    return 0;
+  }
+  for (const FileResult& f : files) print_rows(f);
+  print_summary(files);
+  for (const std::string& name : skipped)
+    std::printf("skipped %s: no training rows\n", name.c_str());
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string dir = "bench/published";
+  bool json = false;
+  std::string explain;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--json") {
+      json = true;
+    } else if (arg == "--explain" && i + 1 < argc) {
+      explain = argv[++i];
+    } else if (arg == "-h" || arg == "--help") {
+      std::printf("usage: bench_published [DIR] [--json] [--explain ID]\n");
+      return 0;
+    } else {
+      dir = arg;
+    }
+  }
+  try {
+    return run(dir, json, explain);
+  } catch (const InputError& e) {
+    std::fprintf(stderr, "bench_published: error: %s\n", e.what());
+    return 2;
+  }
+}

@@ -1,0 +1,334 @@
+// Mapping a published row to Loom's model, cluster, job and strategy (published_rows.hpp).
+#include "bench/published_rows.hpp"
+
+#include <algorithm>
+#include <cctype>
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "profiles/errors.hpp"
+#include "profiles/loader.hpp"
+
+namespace loom::published {
+
+namespace {
+
+using nlohmann::json;
+
+std::string lower(std::string text) {
+  std::transform(text.begin(), text.end(), text.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return text;
+}
+
+bool contains(const std::string& text, const std::string& part) {
+  return lower(text).find(lower(part)) != std::string::npos;
+}
+
+// Typed access to one JSON object of a row, with errors that name the file and the JSON path.
+class Fields {
+ public:
+  Fields(const json& value, std::string file, std::string path)
+      : value_(value), file_(std::move(file)), path_(std::move(path)) {
+    if (!value_.is_object()) throw InputError(file_, path_, "expected an object");
+  }
+  bool has(const char* key) const { return value_.contains(key) && !value_.at(key).is_null(); }
+  std::optional<std::int64_t> integer(const char* key, std::int64_t min_value) const {
+    if (!has(key)) return std::nullopt;
+    const json& v = value_.at(key);
+    if (!v.is_number_integer() || v.get<std::int64_t>() < min_value) {
+      fail(key, "an integer >= " + std::to_string(min_value));
+    }
+    return v.get<std::int64_t>();
+  }
+  std::int64_t required_integer(const char* key, std::int64_t min_value) const {
+    auto v = integer(key, min_value);
+    if (!v) fail(key, "an integer >= " + std::to_string(min_value));
+    return *v;
+  }
+  std::optional<double> number(const char* key) const {
+    if (!has(key)) return std::nullopt;
+    const json& v = value_.at(key);
+    if (!v.is_number() || v.get<double>() < 0) fail(key, "a number >= 0");
+    return v.get<double>();
+  }
+  std::optional<std::string> text(const char* key) const {
+    if (!has(key)) return std::nullopt;
+    if (!value_.at(key).is_string()) fail(key, "a string");
+    return value_.at(key).get<std::string>();
+  }
+  std::string required_text(const char* key) const {
+    auto v = text(key);
+    if (!v) fail(key, "a string");
+    return *v;
+  }
+  bool flag(const char* key) const {
+    if (!has(key)) return false;
+    if (!value_.at(key).is_boolean()) fail(key, "true or false");
+    return value_.at(key).get<bool>();
+  }
+  Fields object(const char* key) const {
+    if (!has(key)) fail(key, "an object");
+    return Fields(value_.at(key), file_, path_ + "." + key);
+  }
+  [[noreturn]] void fail(const char* key, const std::string& what) const {
+    throw InputError(file_, path_ + "." + key, "expected " + what);
+  }
+
+ private:
+  const json& value_;
+  std::string file_;
+  std::string path_;
+};
+
+// The shipped cluster file for each GPU name the sources use, with what the choice assumes.
+// WIRE: the fields the GEMM and NCCL work adds to shipped cluster files (sm_count, achievable
+// ceilings, NVLS, bus-bandwidth ceilings) must be added to dgx-a100-40g, dgx1-v100-16g/32g,
+// dgx2-v100-32g and h100-96g-hbm2e too.
+struct GpuEntry {
+  const char* gpu;
+  const char* cluster;
+  double memory_gib;  // 0: the cluster file's
+  const char* assumption;
+};
+constexpr GpuEntry kGpus[] = {
+    {"A100-SXM4-80GB", "dgx-a100-80g", 0, nullptr},
+    {"A100-80GB", "dgx-a100-80g", 0, "A100 form factor not stated: SXM4 (DGX A100) assumed"},
+    {"A100-SXM4-40GB", "dgx-a100-40g", 0, nullptr},
+    {"A100-40GB", "dgx-a100-40g", 0, "A100 form factor not stated: SXM4 (DGX A100) assumed"},
+    {"H100-SXM5-80GB", "dgx-h100", 0, nullptr},
+    {"H100-80GB", "dgx-h100", 0, "H100 form factor not stated: SXM5 (DGX H100) assumed"},
+    {"H100-SXM-96GB-HBM2e (500 W power limit)", "h100-96g-hbm2e", 0,
+     "the 500 W power limit is not modelled (SXM peak rates)"},
+    {"H100-SXM-HBM2e 94/95GB (lower TDP)", "h100-96g-hbm2e", 94,
+     "the lower-TDP part is not modelled (SXM peak rates), 94 GiB of memory"},
+    {"V100-SXM2-16GB", "dgx1-v100-16g", 0, nullptr},
+    {"V100-SXM2-32GB", "dgx1-v100-32g", 0, nullptr},
+    {"V100", "dgx2-v100-32g", 0,
+     "V100 memory and interconnect not stated: a DGX-2 (16 x V100 32GB, NVSwitch) assumed"},
+};
+
+constexpr double kGib = 1024.0 * 1024.0 * 1024.0;
+
+// The GPU's cluster sized as the row ran: its GPU count, GPUs per node and inter-node rate.
+std::variant<profiles::Cluster, std::string> row_cluster(const Fields& row, const std::string& file,
+                                                         std::vector<std::string>* assumptions) {
+  const std::string gpu = row.required_text("gpu");
+  const GpuEntry* entry = nullptr;
+  for (const GpuEntry& e : kGpus) {
+    if (gpu == e.gpu) entry = &e;
+  }
+  if (!entry) return "unknown GPU \"" + gpu + "\" (no cluster file for it)";
+  if (entry->assumption) assumptions->push_back(entry->assumption);
+  profiles::Cluster cluster = profiles::load_cluster(entry->cluster);
+  if (entry->memory_gib > 0) {
+    cluster.device.memory_bytes = static_cast<std::int64_t>(entry->memory_gib * kGib);
+  }
+  std::int64_t gpus = 1;
+  if (auto n = row.integer("gpus", 1)) {
+    gpus = *n;
+  } else {
+    assumptions->push_back("GPU count not stated: one GPU (the limit applies per GPU)");
+  }
+  if (auto per_node = row.integer("gpus_per_node", 1); per_node && cluster.links.empty()) {
+    cluster.devices_per_node = *per_node;
+  }
+  try {
+    cluster = profiles::with_devices(cluster, gpus, file);
+  } catch (const InputError& e) {
+    return std::string("GPU count does not fit the cluster: ") + e.what();
+  }
+  if (row.has("interconnect")) {
+    auto rate = row.object("interconnect").number("inter_node_gbps");
+    if (rate && *rate > 0 && cluster.inter_node) cluster.inter_node->bandwidth_gbps = *rate;
+  }
+  return cluster;
+}
+
+// The Llama key/value heads the row's model object leaves out: 8 for Llama 3 and for Llama 2's
+// 34B and 70B (grouped-query attention), one per head for Llama 2 7B and 13B.
+std::int64_t llama_kv_heads(const std::string& name) {
+  if (contains(name, "llama-3") || contains(name, "llama-2-70b") || contains(name, "llama-2-34b")) {
+    return 8;
+  }
+  return 0;
+}
+
+profiles::ModelSpec decoder_model(profiles::ModelSpec m, std::int64_t seq,
+                                  std::vector<std::string>* assumptions) {
+  m.family = profiles::Family::kDecoder;
+  m.model_type = profiles::ModelType::kGpt2;
+  m.max_positions = seq;
+  if (contains(m.name, "mpt")) {
+    // WIRE: a ModelSpec field for bias-free layers (and RMSNorm/RoPE for Llama) would go here.
+    m.tied_embeddings = true;
+    assumptions->push_back("MPT has no biases: Loom counts GPT-2's");
+  } else if (contains(m.name, "llama")) {
+    m.gated_mlp = true;
+    m.tied_embeddings = false;
+    m.kv_heads = llama_kv_heads(m.name);
+    assumptions->push_back("RoPE and RMSNorm: Loom counts a position table and LayerNorm");
+  } else if (contains(m.name, "gpt2")) {
+    m.tied_embeddings = true;
+    m.max_positions = std::max<std::int64_t>(seq, 1024);
+  }
+  return m;
+}
+
+profiles::ModelSpec encoder_model(profiles::ModelSpec m, std::int64_t seq, const Fields& row,
+                                  std::vector<std::string>* assumptions) {
+  m.family = profiles::Family::kEncoder;
+  m.model_type = profiles::ModelType::kBert;
+  m.max_positions = std::max<std::int64_t>(seq, 512);
+  bool bert = !contains(m.name, "distilbert") && !contains(m.name, "deberta");
+  m.type_vocab = bert ? 2 : 0;
+  if (contains(m.name, "deberta")) {
+    assumptions->push_back("DeBERTa's disentangled attention is not modelled (BERT's is)");
+  }
+  // GLUE MNLI classifies into 3 labels; SQuAD's span head gives 2 logits per token, the size of
+  // the 2-label classifier Loom fine-tunes by default.
+  m.num_labels = contains(row.text("notes").value_or(""), "mnli") ? 3 : 2;
+  return m;
+}
+
+// The model object with the architecture details the row leaves to its name (published_rows.hpp).
+profiles::ModelSpec row_model(const Fields& row, const std::string& file, const std::string& path,
+                              std::vector<std::string>* assumptions) {
+  const Fields f = row.object("model");
+  profiles::ModelSpec m;
+  m.name = f.required_text("name");
+  m.layers = f.required_integer("layers", 1);
+  m.hidden = f.required_integer("hidden", 1);
+  m.heads = f.required_integer("heads", 1);
+  m.ffn_hidden = f.required_integer("ffn_hidden", 1);
+  m.vocab = f.required_integer("vocab", 1);
+  const std::int64_t seq = f.required_integer("seq_len", 1);
+  const std::string family = f.required_text("family");
+  if (family == "decoder") {
+    m = decoder_model(m, seq, assumptions);
+  } else if (family == "encoder") {
+    m = encoder_model(m, seq, row, assumptions);
+  } else {
+    f.fail("family", "\"encoder\" or \"decoder\"");
+  }
+  if (auto v = f.integer("kv_heads", 0)) m.kv_heads = *v;
+  if (auto v = f.text("mlp")) m.gated_mlp = *v == "swiglu";
+  if (f.has("tied_embeddings")) m.tied_embeddings = f.flag("tied_embeddings");
+  if (auto v = f.integer("max_positions", 1)) m.max_positions = std::max(*v, seq);
+  if (auto v = f.integer("type_vocab", 0)) m.type_vocab = *v;
+  if (auto v = f.integer("num_labels", 1)) m.num_labels = *v;
+  profiles::validate_model(m, file + " " + path + ".model");
+  return m;
+}
+
+// The runtime as published: DeepSpeed, Megatron-LM, or PyTorch FSDP (Composer, fms-fsdp and
+// torchtitan run it); plain data parallelism (DDP, Horovod, apex) is Loom's own runtime, whose
+// data parallelism is DDP's: bucketed gradient all-reduces overlapped with the backward pass.
+costmodel::Runtime row_runtime(const Fields& row, std::vector<std::string>* assumptions) {
+  if (auto named = row.text("runtime")) {
+    if (auto r = costmodel::parse_runtime(*named)) return *r;
+    row.fail("runtime", "loom, megatron, deepspeed or fsdp");
+  }
+  const std::string framework = row.text("framework").value_or("");
+  // Compilers fuse the elementwise kernels that Loom charges one by one.
+  if (contains(framework, "torch.compile")) {
+    assumptions->push_back("torch.compile's kernel fusion is not modelled");
+  }
+  if (contains(framework, "xla")) assumptions->push_back("XLA's kernel fusion is not modelled");
+  if (contains(framework, "megatron")) return costmodel::Runtime::kMegatron;
+  if (contains(framework, "deepspeed") && !contains(framework, "no deepspeed")) {
+    return costmodel::Runtime::kDeepspeed;
+  }
+  if (contains(framework, "fsdp") || contains(framework, "composer") ||
+      contains(framework, "torchtitan")) {
+    return costmodel::Runtime::kFsdp;
+  }
+  assumptions->push_back("plain data parallel (" + framework +
+                         "): Loom's runtime, whose gradient all-reduce is DDP's");
+  return costmodel::Runtime::kLoom;
+}
+
+// Recomputation as published; nullopt with `why` set when Loom cannot express it.
+std::optional<costmodel::Recompute> row_recompute(const std::string& text, std::string* why,
+                                                  std::vector<std::string>* assumptions) {
+  if (auto r = costmodel::parse_recompute(text)) return r;
+  if (text == "selective op") {
+    assumptions->push_back("torchtitan's per-operator checkpointing as selective recomputation");
+    return costmodel::Recompute::kSelective;
+  }
+  if (text == "selective layer" || contains(text, "every n-th")) {
+    *why = "checkpointing every n-th block (\"" + text + "\"): Loom recomputes every block or none";
+  } else {
+    *why = "recompute \"" + text + "\" has no Loom equivalent";
+  }
+  return std::nullopt;
+}
+
+// The job and strategy as published; the reason when Loom cannot express them.
+std::optional<std::string> row_job_strategy(const Fields& row, RowMapping* out) {
+  const std::int64_t gpus = out->cluster.device_count();
+  const std::string precision_text = row.required_text("precision");
+  if (precision_text == "fp8") return "fp8 matrix products: Loom has no fp8 precision";
+  auto precision = profiles::parse_precision(precision_text);
+  if (!precision) return "precision " + precision_text + ": Loom has no such precision";
+  if (auto why = profiles::precision_refusal(out->cluster.device, *precision)) return *why;
+  if (row.integer("cp", 1).value_or(1) > 1) return "context parallelism (cp > 1)";
+  costmodel::Strategy& s = out->strategy;
+  s.tp = static_cast<int>(row.integer("tp", 1).value_or(1));
+  s.pp = static_cast<int>(row.integer("pp", 1).value_or(1));
+  s.dp = static_cast<int>(row.integer("dp", 1).value_or(gpus / (std::int64_t{s.tp} * s.pp)));
+  s.zero = static_cast<int>(row.integer("zero", 0).value_or(0));
+  if (s.zero > 3) row.fail("zero", "a ZeRO stage 0-3");
+  if (s.world_size() != gpus) {
+    return "dp*tp*pp = " + std::to_string(s.world_size()) + " is not the " + std::to_string(gpus) +
+           " GPUs";
+  }
+  auto micro_batch = row.integer("micro_batch", 1);
+  if (!micro_batch) return "micro-batch not stated";
+  s.micro_batch = *micro_batch;
+  s.num_micro_batches = row.integer("grad_accum", 1).value_or(1);
+  const std::int64_t global =
+      row.integer("global_batch", 1)
+          .value_or(std::int64_t{s.dp} * s.micro_batch * s.num_micro_batches);
+  if (global != std::int64_t{s.dp} * s.micro_batch * s.num_micro_batches) {
+    return "global batch " + std::to_string(global) + " is not dp*micro_batch*grad_accum";
+  }
+  std::string why;
+  auto recompute = row_recompute(row.text("recompute").value_or("none"), &why, &out->assumptions);
+  if (!recompute) return why;
+  s.recompute = *recompute;
+  const std::string attention = row.text("attention").value_or("unknown");
+  if (auto a = costmodel::parse_attention(attention)) {
+    s.attention = *a;
+  } else {
+    out->assumptions.push_back("attention kernel \"" + attention + "\": math assumed");
+  }
+  // A fused kernel keeps no s x s score matrix: today's cost options say so.
+  // WIRE: drop this once estimate() takes the kernel from Strategy::attention.
+  out->options.attention_scores = s.attention != costmodel::Attention::kFlash;
+  s.sequence_parallel = row.flag("sequence_parallel");
+  costmodel::Job& job = out->job;
+  job.global_batch = global;
+  job.seq_len = row.object("model").required_integer("seq_len", 1);
+  job.precision = *precision;
+  job.runtime = row_runtime(row, &out->assumptions);
+  if (auto why_not = costmodel::check_strategy(out->model, gpus, job, s)) return *why_not;
+  return std::nullopt;
+}
+
+}  // namespace
+
+MappedRow map_row(const nlohmann::json& row_json, const std::string& file,
+                  const std::string& path) {
+  const Fields row(row_json, file, path);
+  RowMapping out;
+  out.model = row_model(row, file, path, &out.assumptions);
+  auto cluster = row_cluster(row, file, &out.assumptions);
+  if (auto* why = std::get_if<std::string>(&cluster)) return *why;
+  out.cluster = std::get<profiles::Cluster>(std::move(cluster));
+  if (auto why = row_job_strategy(row, &out)) return *why;
+  return out;
+}
+
+}  // namespace loom::published

@@ -1,0 +1,264 @@
+// Published rows in Loom's terms: the mapping of an MPT, a DeepLearningExamples BERT and a
+// DeepSpeed row field by field, an fp8 row listed with its reason, and the ordering share and
+// median of hand-made inputs.
+#include <catch2/catch.hpp>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "bench/published_rows.hpp"
+#include "profiles/json_reader.hpp"
+#include "profiles/loader.hpp"
+
+using loom::costmodel::Attention;
+using loom::costmodel::Precision;
+using loom::costmodel::Recompute;
+using loom::costmodel::Runtime;
+using loom::profiles::Family;
+using loom::profiles::ModelType;
+using namespace loom::published;
+
+namespace {
+
+constexpr std::int64_t kGib = 1024LL * 1024 * 1024;
+
+// The row `id` of bench/published/`file`.
+nlohmann::json published_row(const std::string& file, const std::string& id) {
+  const std::string path = std::string(LOOM_SOURCE_DIR) + "/bench/published/" + file;
+  nlohmann::json doc = loom::profiles::parse_json_text(loom::profiles::read_text_file(path), path);
+  for (const nlohmann::json& row : doc.at("rows")) {
+    if (row.at("id") == id) return row;
+  }
+  FAIL("no row " << id << " in " << file);
+  return {};
+}
+
+RowMapping mapped(const std::string& file, const std::string& id) {
+  MappedRow m = map_row(published_row(file, id), file, "$.rows[i]");
+  if (auto* why = std::get_if<std::string>(&m)) FAIL(id << " not expressible: " << *why);
+  return std::get<RowMapping>(m);
+}
+
+}  // namespace
+
+TEST_CASE("an MPT row maps to a tied decoder under FSDP on DGX A100 40GB", "[published]") {
+  const RowMapping m = mapped("mpt_llm_foundry.json", "mpt-a100-40-7b-s2048-g16-mb16-ga1");
+  CHECK(m.model.name == "MPT-7b");
+  CHECK(m.model.family == Family::kDecoder);
+  CHECK(m.model.model_type == ModelType::kGpt2);
+  CHECK(m.model.layers == 32);
+  CHECK(m.model.hidden == 4096);
+  CHECK(m.model.heads == 32);
+  CHECK(m.model.ffn_hidden == 16384);
+  CHECK(m.model.vocab == 50368);
+  CHECK(m.model.max_positions == 2048);
+  CHECK(m.model.tied_embeddings);
+  CHECK(m.model.kv_heads == 0);
+  CHECK_FALSE(m.model.gated_mlp);
+  CHECK_FALSE(m.model.num_labels.has_value());
+  // 16 GPUs: 2 nodes of the A100 40GB DGX, the row's 200 GB/s per node between them.
+  CHECK(m.cluster.name == "dgx-a100-40g");
+  CHECK(m.cluster.nodes == 2);
+  CHECK(m.cluster.devices_per_node == 8);
+  CHECK(m.cluster.device.memory_bytes == 40 * kGib);
+  REQUIRE(m.cluster.inter_node.has_value());
+  CHECK(m.cluster.inter_node->bandwidth_gbps == 200);
+  CHECK(m.job.global_batch == 256);
+  CHECK(m.job.seq_len == 2048);
+  CHECK(m.job.precision == Precision::kBf16);
+  CHECK(m.job.runtime == Runtime::kFsdp);
+  CHECK(m.strategy.dp == 16);
+  CHECK(m.strategy.tp == 1);
+  CHECK(m.strategy.pp == 1);
+  CHECK(m.strategy.zero == 3);
+  CHECK(m.strategy.micro_batch == 16);
+  CHECK(m.strategy.num_micro_batches == 1);
+  CHECK(m.strategy.recompute == Recompute::kFull);
+  CHECK(m.strategy.attention == Attention::kFlash);
+  CHECK_FALSE(m.strategy.sequence_parallel);
+  CHECK_FALSE(m.options.attention_scores);
+  CHECK(m.assumptions ==
+        std::vector<std::string>{"MPT has no biases: Loom counts GPT-2's",
+                                 "A100 form factor not stated: SXM4 (DGX A100) assumed"});
+}
+
+TEST_CASE("a DeepLearningExamples BERT row maps to an encoder with apex DDP on a DGX-1",
+          "[published]") {
+  const RowMapping m = mapped("dle_bert_squad.json", "dle-squad-pt-dgx1-32g-g8-fp16-mb16");
+  CHECK(m.model.family == Family::kEncoder);
+  CHECK(m.model.model_type == ModelType::kBert);
+  CHECK(m.model.layers == 24);
+  CHECK(m.model.hidden == 1024);
+  CHECK(m.model.heads == 16);
+  CHECK(m.model.ffn_hidden == 4096);
+  CHECK(m.model.vocab == 30528);
+  CHECK(m.model.max_positions == 512);
+  CHECK(m.model.type_vocab == 2);
+  CHECK(m.model.num_labels == 2);  // SQuAD's start and end logits per token
+  CHECK(m.cluster.name == "dgx1-v100-32g");
+  CHECK(m.cluster.nodes == 1);
+  CHECK(m.cluster.devices_per_node == 8);
+  CHECK(m.cluster.device.memory_bytes == 32 * kGib);
+  CHECK(m.cluster.links.size() == 16);  // the hybrid cube-mesh's NVLink pairs
+  CHECK(m.job.global_batch == 128);
+  CHECK(m.job.seq_len == 384);
+  CHECK(m.job.precision == Precision::kFp16);
+  CHECK(m.job.runtime == Runtime::kLoom);
+  CHECK(m.strategy.dp == 8);
+  CHECK(m.strategy.zero == 0);
+  CHECK(m.strategy.micro_batch == 16);
+  CHECK(m.strategy.num_micro_batches == 1);
+  CHECK(m.strategy.recompute == Recompute::kNone);
+  CHECK(m.strategy.attention == Attention::kMath);
+  CHECK(m.options.attention_scores);
+  REQUIRE(m.assumptions.size() == 1);
+  CHECK(m.assumptions[0].rfind("plain data parallel (PyTorch (NGC", 0) == 0);
+
+  // The TF32 column runs at the device's tf32 rate.
+  const RowMapping tf32 = mapped("dle_bert_squad.json", "dle-squad-pt-dgxa100-g8-tf32-mb32");
+  CHECK(tf32.job.precision == Precision::kTf32);
+  CHECK(tf32.cluster.name == "dgx-a100-80g");
+  CHECK(tf32.cluster.nodes == 1);
+}
+
+TEST_CASE("a DeepSpeed row maps to ZeRO-1 under DeepSpeed on an assumed DGX-2", "[published]") {
+  const RowMapping m =
+      mapped("deepspeed_autotuning.json", "ds-autotune-gpt2-medium-tune-z1_gas1_tmbspg6");
+  CHECK(m.model.family == Family::kDecoder);
+  CHECK(m.model.layers == 24);
+  CHECK(m.model.hidden == 1024);
+  CHECK(m.model.heads == 16);
+  CHECK(m.model.vocab == 50257);
+  CHECK(m.model.max_positions == 1024);
+  CHECK(m.model.tied_embeddings);
+  CHECK(m.cluster.name == "dgx2-v100-32g");
+  CHECK(m.cluster.nodes == 1);
+  CHECK(m.cluster.devices_per_node == 16);
+  CHECK(m.job.global_batch == 96);
+  CHECK(m.job.seq_len == 1024);
+  CHECK(m.job.precision == Precision::kFp16);
+  CHECK(m.job.runtime == Runtime::kDeepspeed);
+  CHECK(m.strategy.dp == 16);
+  CHECK(m.strategy.zero == 1);
+  CHECK(m.strategy.micro_batch == 6);
+  CHECK(m.strategy.num_micro_batches == 1);
+  CHECK(m.assumptions ==
+        std::vector<std::string>{"V100 memory and interconnect not stated: a DGX-2 (16 x V100 "
+                                 "32GB, NVSwitch) assumed"});
+
+  // The BERT rows of the same file fine-tune on MNLI: 3 labels, fp32.
+  const RowMapping bert =
+      mapped("deepspeed_autotuning.json", "ds-autotune-bert-large-tune-z1_gas1_tmbspg93");
+  CHECK(bert.model.num_labels == 3);
+  CHECK(bert.job.precision == Precision::kFp32);
+}
+
+TEST_CASE("an fp8 row is listed with its reason, never dropped", "[published]") {
+  const nlohmann::json row =
+      published_row("mpt_llm_foundry.json", "mpt-h100fp8-1b-s512-g8-mb56-ga4");
+  MappedRow m = map_row(row, "mpt_llm_foundry.json", "$.rows[i]");
+  REQUIRE(std::holds_alternative<std::string>(m));
+  CHECK(std::get<std::string>(m) == "fp8 matrix products: Loom has no fp8 precision");
+
+  nlohmann::json doc = {{"rows", {row}}};
+  const std::vector<RowResult> results = predict_file(doc, "f.json");
+  REQUIRE(results.size() == 1);
+  CHECK(results[0].id == "mpt-h100fp8-1b-s512-g8-mb56-ga4");
+  CHECK(results[0].not_expressible == "fp8 matrix products: Loom has no fp8 precision");
+  CHECK(results[0].measured == 70315);
+  const FileSummary s = summarize("f.json", results);
+  CHECK(s.num_rows == 1);
+  CHECK(s.num_not_expressible == 1);
+  CHECK(s.num_predicted == 0);
+  CHECK_FALSE(s.median_throughput_error_pct.has_value());
+}
+
+TEST_CASE("rows Loom cannot express name the reason", "[published]") {
+  const nlohmann::json base =
+      published_row("mpt_llm_foundry.json", "mpt-a100-40-7b-s2048-g16-mb16-ga1");
+  auto reason = [](const nlohmann::json& row) {
+    MappedRow m = map_row(row, "f.json", "$.rows[0]");
+    REQUIRE(std::holds_alternative<std::string>(m));
+    return std::get<std::string>(m);
+  };
+  nlohmann::json row = base;
+  row["gpu"] = "TPU v4";
+  CHECK(reason(row) == "unknown GPU \"TPU v4\" (no cluster file for it)");
+  row = base;
+  row["cp"] = 2;
+  CHECK(reason(row) == "context parallelism (cp > 1)");
+  row = base;
+  row["recompute"] = "selective layer";
+  CHECK(
+      reason(row) ==
+      "checkpointing every n-th block (\"selective layer\"): Loom recomputes every block or none");
+  row = base;
+  row["global_batch"] = 250;
+  CHECK(reason(row) == "global batch 250 is not dp*micro_batch*grad_accum");
+  row = base;
+  row.erase("micro_batch");
+  CHECK(reason(row) == "micro-batch not stated");
+  // A field of the wrong type is an input error naming the file and the path.
+  row = base;
+  row["dp"] = "sixteen";
+  CHECK_THROWS_WITH(map_row(row, "f.json", "$.rows[0]"),
+                    Catch::Contains("f.json") && Catch::Contains("$.rows[0].dp"));
+}
+
+TEST_CASE("the ordering share of a hand-made file of three rows", "[published]") {
+  // GPT-2 medium under DeepSpeed ZeRO-1 on 4, 8 and 16 V100s of a DGX-2, 6 samples each:
+  // whole-system samples/s that the model predicts to grow with the GPU count.
+  nlohmann::json base =
+      published_row("deepspeed_autotuning.json", "ds-autotune-gpt2-medium-tune-z1_gas1_tmbspg6");
+  nlohmann::json doc = {{"rows", nlohmann::json::array()}};
+  const int gpus[] = {4, 8, 16};
+  // Measured: 4 GPUs faster than 8 (against the model), 16 the fastest.
+  const double measured[] = {60, 50, 100};
+  for (int i = 0; i < 3; ++i) {
+    nlohmann::json row = base;
+    row["id"] = "row" + std::to_string(i);
+    row["gpus"] = gpus[i];
+    row["dp"] = gpus[i];
+    row["global_batch"] = 6 * gpus[i];
+    row["measured"] = {{"samples_per_s", measured[i]}};
+    doc["rows"].push_back(row);
+  }
+  const std::vector<RowResult> rows = predict_file(doc, "hand.json");
+  REQUIRE(rows.size() == 3);
+  REQUIRE(rows[0].predicted < rows[1].predicted);
+  REQUIRE(rows[1].predicted < rows[2].predicted);
+  // Pairs: (60, 50) 20 % apart, predicted the other way round; (60, 100) and (50, 100) ordered.
+  const FileSummary s = summarize("hand.json", rows);
+  CHECK(s.num_predicted == 3);
+  CHECK(s.ordering.pairs == 3);
+  CHECK(s.ordering.ordered == 2);
+  CHECK(s.ordering.share() == Approx(2.0 / 3.0));
+
+  // A measured pair within 5 % does not count: 100 and 104.
+  doc["rows"][0]["measured"]["samples_per_s"] = 100;
+  doc["rows"][1]["measured"]["samples_per_s"] = 104;
+  doc["rows"][2]["measured"]["samples_per_s"] = 300;
+  const FileSummary close = summarize("hand.json", predict_file(doc, "hand.json"));
+  CHECK(close.ordering.pairs == 2);
+  CHECK(close.ordering.ordered == 2);
+}
+
+TEST_CASE("ordering share, median and errors of hand-made values", "[published]") {
+  // (measured, predicted): (10, 1) vs (20, 2) ordered; (10, 1) vs (10.4, 5) within 5 %;
+  // (20, 2) vs (10.4, 5) mis-ordered.
+  const OrderingShare o = ordering_share({{10, 1}, {20, 2}, {10.4, 5}});
+  CHECK(o.pairs == 2);
+  CHECK(o.ordered == 1);
+  CHECK(o.share() == 0.5);
+  CHECK_FALSE(ordering_share({{10, 1}}).share().has_value());
+  CHECK(median({3, 1, 2}) == 2);
+  CHECK(median({4, 1, 3, 2}) == 2.5);
+  CHECK_FALSE(median({}).has_value());
+  RowResult r;
+  r.measured = 200;
+  r.predicted = 230;
+  r.measured_memory_gib = 40;
+  r.predicted_memory_gib = 30;
+  CHECK(r.throughput_error_pct() == Approx(15));
+  CHECK(r.memory_error_pct() == Approx(-25));
+}
