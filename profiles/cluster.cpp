@@ -109,7 +109,8 @@ void validate_achievable(const DeviceSpec& d, const Bad& bad) {
       std::ostringstream peak;
       peak << d.peak_tflops.of(p);
       bad(std::string("device.achievable_tflops.") + to_string(p),
-          "expected at most the peak (peak_tflops." + to_string(p) + " = " + peak.str() + ")");
+          std::string("expected at most the peak (peak_tflops.") + to_string(p) + " = " +
+              peak.str() + ")");
     }
   }
 }
