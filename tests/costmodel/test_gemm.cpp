@@ -1,6 +1,7 @@
 #include <catch2/catch.hpp>
 
 #include "costmodel/compute.hpp"
+#include "costmodel/estimate.hpp"
 #include "costmodel/gemm.hpp"
 #include "costmodel/layers.hpp"
 #include "profiles/loader.hpp"
@@ -256,4 +257,26 @@ TEST_CASE("grouped-query attention and gated MLPs in FLOPs and activations", "[l
                       3 * 2 * s * b * 28672 + sbh + 4 * sbh;
   CHECK(transformer_layer_activation_bytes(x, 1, false, Recompute::kNone, false) ==
         Approx(want).epsilon(1e-12));
+}
+
+TEST_CASE("the plan's attention kernel drives the kept scores", "[gemm][attention]") {
+  const CostModel cost(profiles::load_model("bert-large"), profiles::load_cluster("dgx-a100-80g"));
+  const Job job{64, 512, Precision::kBf16, "adamw"};
+  Strategy math;
+  math.dp = 8;
+  math.micro_batch = 8;
+  Strategy flash = math;
+  flash.attention = Attention::kFlash;
+  // One layer keeps (2e + 1) a s^2 b = 5 x 16 x 512^2 x 8 = 167,772,160 bytes of scores with
+  // math attention and none with flash.
+  const double kept = cost.step_terms(job, math).costs.layer.activation_bytes -
+                      cost.step_terms(job, flash).costs.layer.activation_bytes;
+  CHECK(kept == Approx(167772160.0));
+  // The cost option that drops the scores still applies to math.
+  CostOptions no_scores;
+  no_scores.attention_scores = false;
+  const CostModel fused(profiles::load_model("bert-large"), profiles::load_cluster("dgx-a100-80g"),
+                        no_scores);
+  CHECK(fused.step_terms(job, math).costs.layer.activation_bytes ==
+        Approx(cost.step_terms(job, flash).costs.layer.activation_bytes));
 }
