@@ -689,7 +689,7 @@ Prediction CostModel::estimate(const Job& job, const Strategy& s,
   const double per_gpu = out.step_time_s * world * 1e12;
   out.model_tflops_per_gpu = model_flops_per_step(m, job.global_batch, job.seq_len) / per_gpu;
   out.hardware_tflops_per_gpu =
-      hardware_flops_per_step(m, job.global_batch, job.seq_len, s.recompute) / per_gpu;
+      hardware_flops_per_step(m, job.global_batch, job.seq_len, s.recompute, s.attention) / per_gpu;
   out.mfu = out.model_tflops_per_gpu / cluster_.device.peak_tflops.of(job.precision);
   return out;
 }

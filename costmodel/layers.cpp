@@ -111,15 +111,17 @@ double model_flops_per_step(const ModelSpec& m, std::int64_t batch, std::int64_t
 }
 
 double hardware_flops_per_step(const ModelSpec& m, std::int64_t batch, std::int64_t seq_len,
-                               Recompute recompute) {
+                               Recompute recompute, Attention attention) {
   double flops = model_flops_per_step(m, batch, seq_len);
   const double l = static_cast<double>(m.layers);
+  const double s = static_cast<double>(seq_len);
+  const double core = 4 * static_cast<double>(batch) * s * s * static_cast<double>(m.hidden);
   if (recompute == Recompute::kFull) {
     flops += l * transformer_layer_forward_flops(m, batch, seq_len);
-  } else if (recompute == Recompute::kSelective) {
-    const double s = static_cast<double>(seq_len);
-    flops += l * 4 * static_cast<double>(batch) * s * s * static_cast<double>(m.hidden);
+  } else if (recompute == Recompute::kSelective && attention == Attention::kMath) {
+    flops += l * core;
   }
+  if (attention == Attention::kFlash) flops += l * core / 2;  // 2.5x backward instead of 2x
   return flops;
 }
 

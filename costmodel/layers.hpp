@@ -55,8 +55,11 @@ double model_flops_per_step(const profiles::ModelSpec& model, std::int64_t batch
                             std::int64_t seq_len);
 // Hardware FLOPs: model FLOPs plus what recomputation repeats (full: every transformer layer's
 // forward again, Narayanan et al.'s 96 B s l h^2 (...) for GPT; selective: the attention core).
+// With `flash` the fused kernel's backward recomputes the scores (half the attention core's
+// 4 b s^2 h more per layer) and selective recomputation repeats nothing.
 double hardware_flops_per_step(const profiles::ModelSpec& model, std::int64_t batch,
-                               std::int64_t seq_len, Recompute recompute);
+                               std::int64_t seq_len, Recompute recompute,
+                               Attention attention = Attention::kMath);
 
 // Shape of one micro-batch's activations through a transformer layer.
 struct ActivationShape {

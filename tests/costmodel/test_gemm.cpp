@@ -280,3 +280,19 @@ TEST_CASE("the plan's attention kernel drives the kept scores", "[gemm][attentio
   CHECK(fused.step_terms(job, math).costs.layer.activation_bytes ==
         Approx(cost.step_terms(job, flash).costs.layer.activation_bytes));
 }
+
+TEST_CASE("hardware FLOPs count flash's recomputed scores", "[gemm][attention][flops]") {
+  // GPT-3 175B, 8 samples of 2048: the attention core is 4 x 8 x 2048^2 x 12288 = 1.649e15
+  // FLOPs per layer forward. Flash's backward adds half of it per layer (2.5x instead of 2x);
+  // selective recomputation adds the whole core with math and nothing more with flash.
+  const profiles::ModelSpec gpt = profiles::load_model("gpt3-175b");
+  const double core = 4.0 * 8 * 2048 * 2048 * 12288;
+  const double model = model_flops_per_step(gpt, 8, 2048);
+  const double l = 96;
+  CHECK(hardware_flops_per_step(gpt, 8, 2048, Recompute::kNone, Attention::kFlash) ==
+        Approx(model + l * core / 2));
+  CHECK(hardware_flops_per_step(gpt, 8, 2048, Recompute::kSelective, Attention::kMath) ==
+        Approx(model + l * core));
+  CHECK(hardware_flops_per_step(gpt, 8, 2048, Recompute::kSelective, Attention::kFlash) ==
+        Approx(model + l * core / 2));
+}
