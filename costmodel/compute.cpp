@@ -1,7 +1,9 @@
 #include "costmodel/compute.hpp"
 
 #include <algorithm>
+#include <cmath>
 
+#include "costmodel/layers.hpp"
 #include "profiles/errors.hpp"
 
 namespace loom::costmodel {
@@ -16,20 +18,29 @@ DeviceRates device_rates(const profiles::DeviceSpec& device, Precision precision
   }
   bool gpu = device.kind == profiles::DeviceKind::kGpu;
   DeviceRates r;
-  r.matrix_flops_per_s =
-      peak_tflops * 1e12 * device.matrix_efficiency.value_or(gpu ? d.gpu_matrix : d.cpu_matrix);
+  const double matrix = device.matrix_efficiency.value_or(gpu ? d.gpu_matrix : d.cpu_matrix);
+  r.matrix_flops_per_s = peak_tflops * 1e12 * matrix;
   r.memory_bytes_per_s = device.memory_bandwidth_gbps * 1e9 *
                          device.memory_efficiency.value_or(gpu ? d.gpu_memory : d.cpu_memory);
   r.kernel_launch_s = gpu ? d.gpu_kernel_launch_s : 0;
+  r.gemm.peak_flops_per_s = peak_tflops * 1e12;
+  r.gemm.memory_bytes_per_s = r.memory_bytes_per_s;
+  r.gemm.element_bytes = precision == Precision::kBf16 || precision == Precision::kFp16 ? 2 : 4;
+  r.attention_efficiency = device.attention_efficiency.value_or(gpu ? d.flash_attention : matrix);
+  const double ceiling_tflops = device.achievable_tflops.of(precision);
+  if (gpu && device.sm_count > 0 && ceiling_tflops > 0) {
+    r.gemm.sm_count = static_cast<int>(device.sm_count);
+    r.gemm.ceiling_flops_per_s = ceiling_tflops * 1e12;
+  }
   return r;
 }
 
 namespace {
 
-// Accumulates kernels of a forward pass; backward kernels do twice the work (gradients with
-// respect to inputs and to weights for products; reading saved tensors for elementwise ops).
+// Accumulates kernels of a forward pass and their backward counterparts.
 struct Pass {
   const DeviceRates& rates;
+  int element_bytes = 2;
   double forward_s = 0;
   double backward_s = 0;
 
@@ -37,11 +48,20 @@ struct Pass {
     return std::max({flops / rates.matrix_flops_per_s, bytes / rates.memory_bytes_per_s,
                      rates.kernel_launch_s});
   }
-  // A matrix product: forward once, backward as two products of the same size.
-  double matmul(double flops, double bytes) {
-    double t = kernel(flops, bytes);
+  // A matrix product C[m,n] = A[m,k] B[k,n]: forward once; backward as the gradients of A
+  // (m x k, inner n) and of B (k x n, inner m), each from its shape under the shape model, two
+  // products of the forward's cost under the roofline.
+  double matmul(const GemmShape& x) {
+    if (!rates.shape_model()) {
+      double t = kernel(x.flops(), x.bytes(element_bytes));
+      forward_s += t;
+      backward_s += 2 * t;
+      return t;
+    }
+    double t = gemm_time(x, rates.gemm).time_s;
     forward_s += t;
-    backward_s += 2 * t;
+    backward_s += gemm_time({x.m, x.k, x.n, x.batch}, rates.gemm).time_s +
+                  gemm_time({x.k, x.n, x.m, x.batch}, rates.gemm).time_s;
     return t;
   }
   // An elementwise or reduction kernel moving `bytes`; backward moves about twice as much.
@@ -51,31 +71,114 @@ struct Pass {
     backward_s += kernel(0, 2 * bytes);
     return t;
   }
+  // FlashAttention: `forward_flops` and `backward_flops` over `blocks` thread blocks each.
+  double fused_attention(double forward_flops, double backward_flops, double blocks) {
+    GemmDevice d = rates.gemm;
+    if (d.peak_flops_per_s <= 0) d.peak_flops_per_s = rates.matrix_flops_per_s;
+    const double eff = rates.attention_efficiency > 0 ? rates.attention_efficiency : 1;
+    double t =
+        std::max(fused_attention_time_s(forward_flops, blocks, d, eff), rates.kernel_launch_s);
+    forward_s += t;
+    backward_s +=
+        std::max(fused_attention_time_s(backward_flops, blocks, d, eff), rates.kernel_launch_s);
+    return t;
+  }
 };
+
+// The layer's sizes as doubles.
+struct Dims {
+  double b, s, h, f, a, kv, t, e;
+};
+
+// The attention core (scores, softmax, context) forward and backward; returns its forward time
+// (what selective recomputation repeats: nothing for the fused kernel, which keeps no scores).
+double attention_core(const profiles::ModelSpec& m, const LayerShape& x, const Dims& d, Pass& p) {
+  const double heads = d.b * d.a / d.t;  // (sample, head) pairs on this rank
+  const double head_dim = d.h / d.a;
+  if (x.attention == Attention::kFlash) {
+    // 4 b s^2 h / t FLOPs forward, half for causal decoders (FlashAttention skips the masked
+    // blocks), 2.5x that backward; one thread block per 128 queries of each head.
+    p.fused_attention(attention_forward_flops(m, x.micro_batch, x.seq_len, x.attention) / d.t,
+                      attention_backward_flops(m, x.micro_batch, x.seq_len, x.attention) / d.t,
+                      heads * std::ceil(d.s / 128));
+    return 0;
+  }
+  const double scores = d.a * d.b * d.s * d.s / d.t;
+  double core = p.matmul({d.s, d.s, head_dim, heads});  // Q K^T
+  if (!p.rates.shape_model()) {
+    core += p.memory((3 * d.e + 1) * scores);  // scale, mask, softmax, dropout
+  } else if (x.fusions.masked_softmax) {
+    core += p.memory(2 * d.e * scores);        // scale + mask + softmax
+    core += p.memory((2 * d.e + 1) * scores);  // dropout (and its mask)
+  } else {
+    for (int i = 0; i < 3; ++i) core += p.memory(2 * d.e * scores);  // scale, mask, softmax
+    core += p.memory((2 * d.e + 1) * scores);                        // dropout
+  }
+  core += p.matmul({d.s, head_dim, d.s, heads});  // probabilities x V
+  return core;
+}
+
+// Dropout, the residual add and LayerNorm after a row-parallel product, over `tokens` x h
+// (1/tp of the tokens with sequence parallelism).
+void residual_block(const LayerShape& x, const Dims& d, Pass& p) {
+  const double bsh = d.b * d.s * d.h;
+  const double n = bsh / (x.sequence_parallel ? d.t : 1);
+  if (!p.rates.shape_model()) {
+    p.memory(5 * d.e * bsh);  // bias, dropout, residual, LayerNorm
+    return;
+  }
+  if (x.fusions.bias_dropout_add) {
+    p.memory((3 * d.e + 1) * n);  // read x and the residual, write the sum and the mask
+  } else {
+    p.memory((2 * d.e + 1) * n);  // dropout
+    p.memory(3 * d.e * n);        // residual add
+  }
+  p.memory(2 * d.e * n);  // LayerNorm
+}
 
 }  // namespace
 
 LayerTime transformer_layer_time(const profiles::ModelSpec& m, const LayerShape& x,
                                  const DeviceRates& rates) {
-  const double b = static_cast<double>(x.micro_batch);
-  const double s = static_cast<double>(x.seq_len);
-  const double h = static_cast<double>(m.hidden);
-  const double f = static_cast<double>(m.ffn_hidden);
-  const double a = static_cast<double>(m.heads);
-  const double t = x.tp;
-  const double e = x.element_bytes;
-  const double bsh = b * s * h;
-  Pass p{rates};
-  p.matmul(2 * bsh * 3 * h / t, e * (bsh + 3 * h * h / t + 3 * bsh / t));                // QKV
-  double core = p.matmul(2 * b * s * s * h / t, e * (2 * bsh / t + a * b * s * s / t));  // QK^T
-  core += p.memory((3 * e + 1) * a * b * s * s / t);  // scale, mask, softmax, dropout
-  core += p.matmul(2 * b * s * s * h / t, e * (a * b * s * s / t + 2 * bsh / t));  // x V
-  p.matmul(2 * bsh * h / t, e * (bsh / t + h * h / t + bsh));                      // output
-  p.memory(5 * e * bsh);  // bias, dropout, residual, LayerNorm
-  p.matmul(2 * bsh * f / t, e * (bsh + h * f / t + b * s * f / t));  // MLP up
-  p.memory(2 * e * b * s * f / t);                                   // GeLU
-  p.matmul(2 * bsh * f / t, e * (b * s * f / t + h * f / t + bsh));  // MLP down
-  p.memory(5 * e * bsh);  // bias, dropout, residual, LayerNorm
+  const Dims d{static_cast<double>(x.micro_batch), static_cast<double>(x.seq_len),
+               static_cast<double>(m.hidden),      static_cast<double>(m.ffn_hidden),
+               static_cast<double>(m.heads),       static_cast<double>(m.key_value_heads()),
+               static_cast<double>(x.tp),          static_cast<double>(x.element_bytes)};
+  const double tokens = d.b * d.s;
+  const bool shapes = rates.shape_model();
+  Pass p{rates, x.element_bytes};
+  // QKV: h query columns and h kv / a for each of key and value, split over tp.
+  const double kv_width = d.h * d.kv / d.a;
+  if (!shapes || x.fusions.fused_qkv) {
+    p.matmul({tokens, (d.h + 2 * kv_width) / d.t, d.h});
+  } else {
+    p.matmul({tokens, d.h / d.t, d.h});
+    p.matmul({tokens, kv_width / d.t, d.h});
+    p.matmul({tokens, kv_width / d.t, d.h});
+  }
+  const double core = attention_core(m, x, d, p);
+  p.matmul({tokens, d.h, d.h / d.t});  // attention output
+  residual_block(x, d, p);
+  const double ffn = tokens * d.f / d.t;
+  if (!m.gated_mlp) {
+    p.matmul({tokens, d.f / d.t, d.h});  // MLP up
+    p.memory(2 * d.e * ffn);             // GeLU
+  } else {
+    if (!shapes || x.fusions.fused_gate_up) {
+      p.matmul({tokens, 2 * d.f / d.t, d.h});  // W1 and W3
+    } else {
+      p.matmul({tokens, d.f / d.t, d.h});
+      p.matmul({tokens, d.f / d.t, d.h});
+    }
+    if (!shapes || x.fusions.swiglu) {
+      p.memory(3 * d.e * ffn);  // SiLU(a) * b
+    } else {
+      p.memory(2 * d.e * ffn);  // SiLU
+      p.memory(3 * d.e * ffn);  // product
+    }
+  }
+  p.matmul({tokens, d.h, d.f / d.t});  // MLP down
+  residual_block(x, d, p);
   LayerTime out{p.forward_s, p.backward_s, 0};
   if (x.recompute == Recompute::kFull) out.recompute_s = p.forward_s;
   if (x.recompute == Recompute::kSelective) out.recompute_s = core;
@@ -86,7 +189,7 @@ LayerTime embedding_time(const profiles::ModelSpec& m, const LayerShape& x,
                          const DeviceRates& rates) {
   const double bsh = static_cast<double>(x.micro_batch * x.seq_len * m.hidden);
   const double e = x.element_bytes;
-  Pass p{rates};
+  Pass p{rates, x.element_bytes};
   p.memory(3 * e * bsh);  // gather word, position and token-type rows
   p.memory(4 * e * bsh);  // sum, LayerNorm, dropout
   // Backward also clears and scatters into the (vocab-parallel) word-embedding gradient.
@@ -102,22 +205,22 @@ LayerTime head_time(const profiles::ModelSpec& m, const LayerShape& x, const Dev
   const double v = static_cast<double>(m.vocab);
   const double e = x.element_bytes;
   const double t = x.tp;
-  Pass p{rates};
+  Pass p{rates, x.element_bytes};
   if (m.num_labels) {
     const double labels = static_cast<double>(*m.num_labels);
-    p.matmul(2 * b * h * h, e * (b * h + h * h + b * h));  // pooler / dense
-    p.memory(2 * e * b * h);                               // tanh
-    p.matmul(2 * b * h * labels, e * (b * h + h * labels + b * labels));
+    p.matmul({b, h, h});       // pooler / dense
+    p.memory(2 * e * b * h);   // tanh
+    p.matmul({b, labels, h});  // classifier
     p.memory(4 * b * labels);  // loss
     return LayerTime{p.forward_s, p.backward_s, 0};
   }
   if (m.family == profiles::Family::kEncoder) {
-    p.matmul(2 * b * s * h * h, e * (2 * b * s * h + h * h));  // MLM transform
-    p.memory(4 * e * b * s * h);                               // GeLU, LayerNorm
+    p.matmul({b * s, h, h});      // MLM transform
+    p.memory(4 * e * b * s * h);  // GeLU, LayerNorm
   } else {
     p.memory(4 * e * b * s * h);  // final LayerNorm
   }
-  p.matmul(2 * b * s * h * v / t, e * (b * s * h + h * v / t + b * s * v / t));  // logits
+  p.matmul({b * s, v / t, h});        // logits
   p.memory((e + 8) * b * s * v / t);  // softmax cross-entropy in fp32
   return LayerTime{p.forward_s, p.backward_s, 0};
 }

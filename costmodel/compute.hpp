@@ -1,11 +1,17 @@
-// Compute time of the layers from a roofline: each kernel takes the longer of its FLOPs at the
-// device's matrix rate and its bytes at the device's memory bandwidth, each scaled by an
-// efficiency, and at least the launch overhead (kernels are launched asynchronously, so launch
-// cost only shows when kernels are shorter than it).
+// Compute time of the layers, kernel by kernel. Devices without a GEMM model (CPUs, GPU files
+// without sm_count) use a roofline: each kernel takes the longer of its FLOPs at the device's
+// matrix rate and its bytes at the device's memory bandwidth, each scaled by an efficiency, and
+// at least the launch overhead (kernels are launched asynchronously, so launch cost only shows
+// when kernels are shorter than it); a matrix product's backward is two products of its size.
+// GPUs with sm_count and achievable_tflops time every matrix product from its shape
+// (costmodel/gemm.hpp), forward and the backward's input- and weight-gradient products each with
+// its own shape; elementwise kernels are memory-bound, one per kernel the runtime launches
+// (KernelFusions); attention is the unfused math or one fused FlashAttention kernel.
 #pragma once
 
 #include <cstdint>
 
+#include "costmodel/gemm.hpp"
 #include "costmodel/strategy.hpp"
 
 namespace loom::costmodel {
@@ -15,6 +21,11 @@ struct DeviceRates {
   double matrix_flops_per_s = 0;  // peak for the precision x matrix efficiency
   double memory_bytes_per_s = 0;  // bandwidth x memory efficiency
   double kernel_launch_s = 0;     // lower bound on any kernel's time
+  // The shape model's view of the device (gemm.hpp); sm_count 0 = roofline at
+  // matrix_flops_per_s.
+  GemmDevice gemm;
+  double attention_efficiency = 0;  // fused attention's fraction of peak
+  bool shape_model() const { return gemm.sm_count > 0; }
 };
 
 // Default efficiencies when the cluster gives none: matrix 0.7 of peak and memory 0.8 of
@@ -26,6 +37,11 @@ struct EfficiencyDefaults {
   double cpu_matrix = 0.5;
   double cpu_memory = 0.5;
   double gpu_kernel_launch_s = 5e-6;
+  // FlashAttention-2 on A100 (Dao 2023, "FlashAttention-2: Faster Attention with Better
+  // Parallelism and Work Partitioning", section 4.1): up to 73 % of peak forward and about 63 %
+  // forward plus backward at head dimension 128; 0.65 of peak for both passes. A device file's
+  // attention_efficiency replaces it (FlashAttention-2 reaches about 35 % of H100's peak).
+  double flash_attention = 0.65;
 };
 
 // Throws InputError when the device has no rate for `precision`.
@@ -39,12 +55,30 @@ struct LayerTime {
   double recompute_s = 0;  // extra forward work done in the backward pass
 };
 
+// The elementwise kernels a runtime fuses. The default is Loom's executor (eager LibTorch):
+// biases in the matrix products' epilogues, LayerNorm and softmax one kernel each, and separate
+// kernels for the attention scale, the mask, GeLU, dropout and the residual add; separate Q, K
+// and V products. Megatron-LM fuses QKV into one product, bias + GeLU, bias + dropout + add, and
+// scale + mask + softmax (megatron()).
+struct KernelFusions {
+  bool fused_qkv = false;         // one QKV product instead of three
+  bool fused_gate_up = false;     // gated MLPs: one product for W1 and W3
+  bool masked_softmax = false;    // scale, mask and softmax in one kernel
+  bool bias_dropout_add = false;  // dropout and the residual add in one kernel
+  bool swiglu = false;            // SiLU and the product of a gated MLP in one kernel
+  static KernelFusions megatron() { return {true, true, true, true, true}; }
+  bool operator==(const KernelFusions&) const = default;
+};
+
 struct LayerShape {
   std::int64_t micro_batch = 1;
   std::int64_t seq_len = 1;
   int tp = 1;
   int element_bytes = 2;
   Recompute recompute = Recompute::kNone;
+  Attention attention = Attention::kMath;
+  bool sequence_parallel = false;  // LayerNorm, dropout and residual work divided by tp
+  KernelFusions fusions = {};      // GPUs with the shape model only
 };
 
 LayerTime transformer_layer_time(const profiles::ModelSpec& model, const LayerShape& shape,

@@ -126,6 +126,8 @@ struct Terms {
 DeviceRates scaled_rates(DeviceRates rates, int threads) {
   rates.matrix_flops_per_s *= threads;
   rates.memory_bytes_per_s *= threads;
+  rates.gemm.peak_flops_per_s *= threads;  // the fused attention kernel's rate on CPUs
+  rates.gemm.memory_bytes_per_s *= threads;
   return rates;
 }
 
@@ -248,6 +250,22 @@ double step_sync_s(const TermsInput& in) {
   return out;
 }
 
+// The s x s score matrix is kept only by the unfused (math) attention, and only while the cost
+// options count it.
+bool keeps_scores(const TermsInput& in) {
+  return in.s.attention == Attention::kMath && in.options.attention_scores;
+}
+
+// The compute shape of one micro-batch of `micro_batch` samples on `tp` ranks.
+LayerShape layer_shape(const TermsInput& in, std::int64_t micro_batch, std::int64_t seq_len, int tp,
+                       Recompute recompute) {
+  LayerShape x{micro_batch, seq_len, tp, in.e, recompute};
+  x.attention = in.s.attention;
+  x.sequence_parallel = in.s.sequence_parallel;
+  // WIRE: x.fusions = the runtime's KernelFusions (KernelFusions::megatron() for Megatron-LM).
+  return x;
+}
+
 // Activation bytes per micro-batch each entry kind keeps for backward.
 struct EntryActivations {
   double layer = 0;
@@ -262,9 +280,10 @@ EntryActivations activation_terms(const TermsInput& in, Terms& t) {
   const double sp_split = s.sequence_parallel ? s.tp : 1;
   const int e = in.e;
   EntryActivations a;
-  ActivationShape ashape{in.job.seq_len, s.micro_batch, m.hidden, m.heads, m.ffn_hidden, e};
+  ActivationShape ashape{in.job.seq_len, s.micro_batch, m.hidden, m.heads, m.ffn_hidden, e,
+                         m.kv_heads,     m.gated_mlp};
   a.layer = transformer_layer_activation_bytes(ashape, s.tp, s.sequence_parallel, s.recompute,
-                                               in.options.attention_scores);
+                                               keeps_scores(in));
   const double sbh = in.b * in.seq * in.h;
   a.embed = (m.family == Family::kEncoder ? (e + 1) * sbh : sbh) / sp_split;  // LayerNorm in, mask
   a.head = 3 * e * in.b * in.h;
@@ -274,7 +293,7 @@ EntryActivations activation_terms(const TermsInput& in, Terms& t) {
   }
   if (s.recompute != Recompute::kNone) {
     double full = transformer_layer_activation_bytes(ashape, s.tp, s.sequence_parallel,
-                                                     Recompute::kNone, in.options.attention_scores);
+                                                     Recompute::kNone, keeps_scores(in));
     t.recompute_buffer = full - a.layer;
   }
   return a;
@@ -309,14 +328,15 @@ EntryCalibrations calibrate_entries(const TermsInput& in, const DeviceRates& cor
            (ek + 4) * qb * qs * v / q.tp;
   };
   const auto layer_formula = [&](const LayerQuery& q) {
-    ActivationShape a{q.seq_len, q.micro_batch, m.hidden, m.heads, m.ffn_hidden, ek};
-    return transformer_layer_activation_bytes(
-        a, q.tp, s.sequence_parallel, *parse_recompute(q.recompute), in.options.attention_scores);
+    ActivationShape a{q.seq_len, q.micro_batch, m.hidden,   m.heads, m.ffn_hidden,
+                      ek,        m.kv_heads,    m.gated_mlp};
+    return transformer_layer_activation_bytes(a, q.tp, s.sequence_parallel,
+                                              *parse_recompute(q.recompute), keeps_scores(in));
   };
   auto roofline = [&](const LayerQuery& q,
                       LayerTime (*time)(const profiles::ModelSpec&, const LayerShape&,
                                         const DeviceRates&)) {
-    return time(m, LayerShape{q.micro_batch, q.seq_len, q.tp, ek, *parse_recompute(q.recompute)},
+    return time(m, layer_shape(in, q.micro_batch, q.seq_len, q.tp, *parse_recompute(q.recompute)),
                 scaled_rates(core_rates, q.threads));
   };
   LayerQuery q{profiles::LayerKind::kEncoderLayer,
@@ -417,7 +437,7 @@ Terms compute_terms(const profiles::ModelSpec& m, const CostOptions& options,
   Terms t;
   const DeviceRates core_rates = set_rates(in, t);
   const DeviceRates rates = scaled_rates(core_rates, t.threads);
-  const LayerShape shape{s.micro_batch, job.seq_len, s.tp, in.e, s.recompute};
+  const LayerShape shape = layer_shape(in, s.micro_batch, job.seq_len, s.tp, s.recompute);
   t.layer = transformer_layer_time(m, shape, rates);
   t.embed = embedding_time(m, shape, rates);
   t.head = head_time(m, shape, rates);
@@ -669,7 +689,7 @@ Prediction CostModel::estimate(const Job& job, const Strategy& s,
   const double per_gpu = out.step_time_s * world * 1e12;
   out.model_tflops_per_gpu = model_flops_per_step(m, job.global_batch, job.seq_len) / per_gpu;
   out.hardware_tflops_per_gpu =
-      hardware_flops_per_step(m, job.global_batch, job.seq_len, s.recompute) / per_gpu;
+      hardware_flops_per_step(m, job.global_batch, job.seq_len, s.recompute, s.attention) / per_gpu;
   out.mfu = out.model_tflops_per_gpu / cluster_.device.peak_tflops.of(job.precision);
   return out;
 }

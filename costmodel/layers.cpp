@@ -18,13 +18,24 @@ ParameterCounts count_parameters(const ModelSpec& m) {
   // Embedding: the word table is split over tp by vocabulary (Megatron's VocabParallelEmbedding);
   // positions, token types and the encoder's LayerNorm are replicated.
   c.embedding.sharded = v * h;
-  c.embedding.replicated = m.max_positions * h + m.type_vocab * h + (encoder ? 2 * h : 0);
-  // Transformer layer: QKV (column-parallel, weight and bias), attention output (row-parallel:
-  // weight split, bias replicated), two LayerNorms, MLP up (column) and down (row).
-  c.transformer_layer.sharded = 3 * h * h + 3 * h + h * h + h * f + f + f * h;
-  c.transformer_layer.replicated = h + 4 * h + h;  // output bias, 2 LayerNorms, down bias
+  if (m.gated_mlp) {
+    // The Llama family: rotary positions (no position table), no biases, RMSNorm (one weight
+    // vector). QKV is h wide for queries and h kv / a for each of keys and values.
+    const std::int64_t kv = h * m.key_value_heads() / m.heads;
+    c.embedding.replicated = m.type_vocab * h;
+    c.transformer_layer.sharded = h * (h + 2 * kv) + h * h + 3 * h * f;
+    c.transformer_layer.replicated = 2 * h;
+  } else {
+    c.embedding.replicated = m.max_positions * h + m.type_vocab * h + (encoder ? 2 * h : 0);
+    // Transformer layer: QKV (column-parallel, weight and bias), attention output
+    // (row-parallel: weight split, bias replicated), two LayerNorms, MLP up (column) and down
+    // (row). Grouped-query attention narrows K and V to h kv / a columns each.
+    const std::int64_t qkv = h + 2 * (h * m.key_value_heads() / m.heads);
+    c.transformer_layer.sharded = qkv * h + qkv + h * h + h * f + f + f * h;
+    c.transformer_layer.replicated = h + 4 * h + h;  // output bias, 2 LayerNorms, down bias
+  }
   const std::int64_t pooler = h * h + h;
-  const std::int64_t final_norm = 2 * h;
+  const std::int64_t final_norm = m.gated_mlp ? h : 2 * h;
   if (encoder) {
     if (m.num_labels) {
       // BERT: pooler + classifier; RoBERTa: dense + out_proj; the same count.
@@ -54,8 +65,28 @@ double transformer_layer_forward_flops(const ModelSpec& m, std::int64_t batch,
   const double s = static_cast<double>(seq_len);
   const double h = static_cast<double>(m.hidden);
   const double f = static_cast<double>(m.ffn_hidden);
+  if (m.gated_mlp || m.key_value_heads() != m.heads) {
+    // QKV h (h + 2h kv/a), attention output h^2, MLP 2hf (3hf gated) per token.
+    const double kv = h * static_cast<double>(m.key_value_heads()) / static_cast<double>(m.heads);
+    const double mlp = (m.gated_mlp ? 3 : 2) * h * f;
+    return 2 * b * s * (h * (h + 2 * kv) + h * h + mlp) + 4 * b * s * s * h;
+  }
   // QKV 3h^2, attention output h^2, MLP 2hf per token; QK^T and attention over values s*h each.
   return 2 * b * s * (4 * h * h + 2 * h * f) + 4 * b * s * s * h;
+}
+
+double attention_forward_flops(const ModelSpec& m, std::int64_t batch, std::int64_t seq_len,
+                               Attention attention) {
+  const double s = static_cast<double>(seq_len);
+  const double full = 4 * static_cast<double>(batch) * s * s * static_cast<double>(m.hidden);
+  const bool causal = m.family == Family::kDecoder;
+  return attention == Attention::kFlash && causal ? full / 2 : full;
+}
+
+double attention_backward_flops(const ModelSpec& m, std::int64_t batch, std::int64_t seq_len,
+                                Attention attention) {
+  const double forward = attention_forward_flops(m, batch, seq_len, attention);
+  return attention == Attention::kFlash ? 2.5 * forward : 2 * forward;
 }
 
 double head_forward_flops(const ModelSpec& m, std::int64_t batch, std::int64_t seq_len) {
@@ -80,15 +111,17 @@ double model_flops_per_step(const ModelSpec& m, std::int64_t batch, std::int64_t
 }
 
 double hardware_flops_per_step(const ModelSpec& m, std::int64_t batch, std::int64_t seq_len,
-                               Recompute recompute) {
+                               Recompute recompute, Attention attention) {
   double flops = model_flops_per_step(m, batch, seq_len);
   const double l = static_cast<double>(m.layers);
+  const double s = static_cast<double>(seq_len);
+  const double core = 4 * static_cast<double>(batch) * s * s * static_cast<double>(m.hidden);
   if (recompute == Recompute::kFull) {
     flops += l * transformer_layer_forward_flops(m, batch, seq_len);
-  } else if (recompute == Recompute::kSelective) {
-    const double s = static_cast<double>(seq_len);
-    flops += l * 4 * static_cast<double>(batch) * s * s * static_cast<double>(m.hidden);
+  } else if (recompute == Recompute::kSelective && attention == Attention::kMath) {
+    flops += l * core;
   }
+  if (attention == Attention::kFlash) flops += l * core / 2;  // 2.5x backward instead of 2x
   return flops;
 }
 
@@ -102,6 +135,8 @@ double transformer_layer_activation_bytes(const ActivationShape& x, int tp, bool
   const double e = x.element_bytes;
   const double t = tp;
   const double sbh = s * b * h;
+  // Keys and values are kv / a as wide as the queries with grouped-query attention.
+  const double kv = x.kv_heads > 0 ? static_cast<double>(x.kv_heads) / a : 1.0;
   // Tensors outside the tensor-parallel regions are replicated on every tp rank unless sequence
   // parallelism splits them along the sequence.
   const double outside = sequence_parallel ? 1 / t : 1;
@@ -109,10 +144,12 @@ double transformer_layer_activation_bytes(const ActivationShape& x, int tp, bool
   // Attention block (Korthikanti et al. section 4.1): QKV input (e sbh), Q and K (2e sbh), V
   // (e sbh), output-projection input (e sbh), output dropout mask (sbh); and the a s^2 b terms:
   // softmax output (e), its dropout mask (1), dropout output (e).
-  double attention = e * sbh * outside + (2 * e + e + e) * sbh / t + sbh * outside;
+  double attention = e * sbh * outside + (e + e * kv + e * kv + e) * sbh / t + sbh * outside;
   double scores = (2 * e + 1) * a * s * s * b / t;
-  // MLP: input (e sbh), the two ffn-wide tensors around GeLU (2e sbf), dropout mask (sbh).
-  double mlp = e * sbh * outside + 2 * e * s * b * f / t + sbh * outside;
+  // MLP: input (e sbh), the two ffn-wide tensors around GeLU (2e sbf) or the three around a
+  // gated unit's SiLU and product (3e sbf), dropout mask (sbh).
+  const double ffn_tensors = x.gated_mlp ? 3 : 2;
+  double mlp = e * sbh * outside + ffn_tensors * e * s * b * f / t + sbh * outside;
   // Two LayerNorm inputs.
   double norms = 2 * e * sbh * outside;
   double total = attention + mlp + norms;

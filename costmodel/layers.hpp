@@ -41,13 +41,25 @@ double transformer_layer_forward_flops(const profiles::ModelSpec& model, std::in
 double head_forward_flops(const profiles::ModelSpec& model, std::int64_t batch,
                           std::int64_t seq_len);
 
+// FLOPs of one layer's attention core (Q K^T and the product with V) for `batch` samples,
+// before tp. Forward: 4 b s^2 h; the fused kernel of a causal decoder skips the masked half.
+// Backward: twice the forward for `math`; 2.5x for `flash`, which recomputes the scores (the
+// count of Dao 2023, "FlashAttention-2", section 4.1).
+double attention_forward_flops(const profiles::ModelSpec& model, std::int64_t batch,
+                               std::int64_t seq_len, Attention attention);
+double attention_backward_flops(const profiles::ModelSpec& model, std::int64_t batch,
+                                std::int64_t seq_len, Attention attention);
+
 // Model FLOPs of one training step over `batch` samples (forward + backward, no recomputation).
 double model_flops_per_step(const profiles::ModelSpec& model, std::int64_t batch,
                             std::int64_t seq_len);
 // Hardware FLOPs: model FLOPs plus what recomputation repeats (full: every transformer layer's
 // forward again, Narayanan et al.'s 96 B s l h^2 (...) for GPT; selective: the attention core).
+// With `flash` the fused kernel's backward recomputes the scores (half the attention core's
+// 4 b s^2 h more per layer) and selective recomputation repeats nothing.
 double hardware_flops_per_step(const profiles::ModelSpec& model, std::int64_t batch,
-                               std::int64_t seq_len, Recompute recompute);
+                               std::int64_t seq_len, Recompute recompute,
+                               Attention attention = Attention::kMath);
 
 // Shape of one micro-batch's activations through a transformer layer.
 struct ActivationShape {
@@ -57,6 +69,8 @@ struct ActivationShape {
   std::int64_t heads = 0;        // a
   std::int64_t ffn_hidden = 0;   // f
   int element_bytes = 2;         // 2 for fp16/bf16 activations, 4 for fp32
+  std::int64_t kv_heads = 0;     // key/value heads (grouped-query attention); 0 = a
+  bool gated_mlp = false;        // SwiGLU: three ffn-wide tensors kept instead of two
 };
 
 // Bytes one transformer layer keeps for its backward pass, per tensor-parallel rank.
@@ -66,6 +80,7 @@ struct ActivationShape {
 //   selective: sbh (10 + 24/t), with sp sbh/t * 34
 //   full:      2sbh, with sp 2sbh/t
 // `attention_scores` false drops the s^2 terms (fused/flash attention keeps no score matrix).
+// Grouped-query attention narrows the kept K and V; a gated MLP keeps a third ffn-wide tensor.
 double transformer_layer_activation_bytes(const ActivationShape& shape, int tp,
                                           bool sequence_parallel, Recompute recompute,
                                           bool attention_scores = true);

@@ -1,6 +1,7 @@
 #include "profiles/cluster.hpp"
 
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "profiles/errors.hpp"
 #include "profiles/json_reader.hpp"
@@ -74,6 +75,46 @@ nlohmann::json link_class_to_json(const LinkClass& l) {
   return {{"kind", l.kind}, {"bandwidth_gbps", l.bandwidth_gbps}, {"latency_us", l.latency_us}};
 }
 
+PeakTflops read_rates(ObjectReader p) {
+  PeakTflops t;
+  t.fp32 = p.optional_number("fp32", 0, false).value_or(0);
+  t.tf32 = p.optional_number("tf32", 0, false).value_or(0);
+  t.fp16 = p.optional_number("fp16", 0, false).value_or(0);
+  t.bf16 = p.optional_number("bf16", 0, false).value_or(0);
+  p.finish();
+  return t;
+}
+
+nlohmann::json rates_to_json(const PeakTflops& t) {
+  nlohmann::json p = nlohmann::json::object();
+  if (t.fp32 > 0) p["fp32"] = t.fp32;
+  if (t.tf32 > 0) p["tf32"] = t.tf32;
+  if (t.fp16 > 0) p["fp16"] = t.fp16;
+  if (t.bf16 > 0) p["bf16"] = t.bf16;
+  return p;
+}
+
+// sm_count and achievable_tflops come together, and no achievable rate exceeds its peak.
+template <typename Bad>
+void validate_achievable(const DeviceSpec& d, const Bad& bad) {
+  const PeakTflops& a = d.achievable_tflops;
+  const bool any = a.fp32 > 0 || a.tf32 > 0 || a.fp16 > 0 || a.bf16 > 0;
+  if (d.sm_count < 0) bad("device.sm_count", "expected an integer >= 1");
+  if (any && d.sm_count == 0) bad("device.sm_count", "required with device.achievable_tflops");
+  if (!any && d.sm_count > 0) {
+    bad("device.achievable_tflops", "required with device.sm_count (measured matrix rates)");
+  }
+  for (Precision p : {Precision::kFp32, Precision::kTf32, Precision::kFp16, Precision::kBf16}) {
+    if (a.of(p) > d.peak_tflops.of(p)) {
+      std::ostringstream peak;
+      peak << d.peak_tflops.of(p);
+      bad(std::string("device.achievable_tflops.") + to_string(p),
+          std::string("expected at most the peak (peak_tflops.") + to_string(p) + " = " +
+              peak.str() + ")");
+    }
+  }
+}
+
 }  // namespace
 
 void validate_cluster(const Cluster& c, const std::string& source) {
@@ -94,6 +135,7 @@ void validate_cluster(const Cluster& c, const std::string& source) {
     bad("device.peak_tflops", "expected at least one precision with a rate > 0");
   }
   if (c.device.memory_bandwidth_gbps <= 0) bad("device.memory_bandwidth_gbps", "expected > 0");
+  validate_achievable(c.device, bad);
   if (c.intra_node.bandwidth_gbps <= 0) bad("intra_node.bandwidth_gbps", "expected > 0");
   if (c.nodes > 1 && !c.inter_node) {
     bad("inter_node", "required when nodes > 1 (found nodes = " + std::to_string(c.nodes) + ")");
@@ -131,6 +173,13 @@ Cluster cluster_from_json(const nlohmann::json& value, const std::string& source
     c.device.memory_bandwidth_gbps = d.number("memory_bandwidth_gbps", 0, /*exclusive=*/true);
     efficiency(d, "matrix_efficiency", &c.device.matrix_efficiency);
     efficiency(d, "memory_efficiency", &c.device.memory_efficiency);
+    c.device.sm_count = d.optional_integer("sm_count", 1, 100'000).value_or(0);
+    if (d.has("achievable_tflops")) {
+      c.device.achievable_tflops = read_rates(d.object("achievable_tflops"));
+    } else {
+      d.skip("achievable_tflops");
+    }
+    efficiency(d, "attention_efficiency", &c.device.attention_efficiency);
     d.finish();
   }
   c.intra_node = read_link_class(r.object("intra_node"));
@@ -188,6 +237,9 @@ nlohmann::json cluster_to_json(const Cluster& c) {
   d["memory_bandwidth_gbps"] = c.device.memory_bandwidth_gbps;
   if (c.device.matrix_efficiency) d["matrix_efficiency"] = *c.device.matrix_efficiency;
   if (c.device.memory_efficiency) d["memory_efficiency"] = *c.device.memory_efficiency;
+  if (c.device.sm_count > 0) d["sm_count"] = c.device.sm_count;
+  if (c.device.sm_count > 0) d["achievable_tflops"] = rates_to_json(c.device.achievable_tflops);
+  if (c.device.attention_efficiency) d["attention_efficiency"] = *c.device.attention_efficiency;
   j["device"] = d;
   j["intra_node"] = link_class_to_json(c.intra_node);
   if (c.inter_node) j["inter_node"] = link_class_to_json(*c.inter_node);

@@ -39,6 +39,15 @@ struct DeviceSpec {
   // cost model's defaults apply (costmodel/compute.hpp).
   std::optional<double> matrix_efficiency;
   std::optional<double> memory_efficiency;
+  // GPUs: streaming multiprocessors, and the best matrix rate measured per precision (0 = not
+  // measured). With both, matrix products are timed from their shapes (costmodel/gemm.hpp);
+  // without, at peak x matrix efficiency. JSON "sm_count", "achievable_tflops" (same keys as
+  // peak_tflops), which come together.
+  std::int64_t sm_count = 0;
+  PeakTflops achievable_tflops;
+  // Fraction of peak the fused attention kernel (FlashAttention) reaches; absent = the cost
+  // model's default. JSON "attention_efficiency".
+  std::optional<double> attention_efficiency;
   bool operator==(const DeviceSpec&) const = default;
 };
 

@@ -542,6 +542,29 @@ TEST_CASE("loom-cluster: efficiency above 1", "[profiles][errors][cluster]") {
   require_cluster_error(k, "$.device.memory_efficiency", {"> 0", "found 0"});
 }
 
+TEST_CASE("loom-cluster: sm_count and achievable_tflops", "[profiles][errors][cluster]") {
+  json j = valid_cluster();
+  j["device"]["sm_count"] = 108;
+  require_cluster_error(j, "$.device.achievable_tflops", {"required with device.sm_count"});
+
+  json k = valid_cluster();
+  k["device"]["achievable_tflops"] = {{"bf16", 200}};
+  require_cluster_error(k, "$.device.sm_count", {"required with device.achievable_tflops"});
+
+  json above = valid_cluster();
+  above["device"]["sm_count"] = 108;
+  above["device"]["achievable_tflops"] = {{"bf16", 1e6}};
+  require_cluster_error(above, "$.device.achievable_tflops.bf16", {"at most the peak"});
+
+  json zero = valid_cluster();
+  zero["device"]["sm_count"] = 0;
+  require_cluster_error(zero, "$.device.sm_count", {"from 1", "found 0"});
+
+  json att = valid_cluster();
+  att["device"]["attention_efficiency"] = 2;
+  require_cluster_error(att, "$.device.attention_efficiency", {"fraction", "(0, 1]"});
+}
+
 TEST_CASE("loom-cluster: links that are not an array", "[profiles][errors][cluster]") {
   json j = valid_linked_cluster();
   j["links"] = json::object();

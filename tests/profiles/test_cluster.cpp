@@ -54,6 +54,23 @@ TEST_CASE("dgx-a100-80g holds the datasheet figures", "[profiles][cluster]") {
   CHECK_FALSE(c.source.empty());
 }
 
+TEST_CASE("GPU files carry SM counts and measured matrix ceilings", "[profiles][cluster]") {
+  // A100 SXM: 108 SMs, 271.2 bf16 TFLOP/s measured; H100 and H200 SXM: 132 SMs, 794.5.
+  Cluster a100 = loom::profiles::load_cluster("dgx-a100-80g");
+  CHECK(a100.device.sm_count == 108);
+  CHECK(a100.device.achievable_tflops.of(Precision::kBf16) == 271.2);
+  CHECK(a100.device.achievable_tflops.of(Precision::kTf32) == 135.6);
+  CHECK_FALSE(a100.device.attention_efficiency.has_value());
+  for (const char* name : {"dgx-h100", "h100-x1", "h200-x1"}) {
+    Cluster h = loom::profiles::load_cluster(name);
+    CHECK(h.device.sm_count == 132);
+    CHECK(h.device.achievable_tflops.of(Precision::kBf16) == 794.5);
+    CHECK(h.device.achievable_tflops.of(Precision::kTf32) == 397.2);
+    CHECK(h.device.attention_efficiency == 0.34);
+  }
+  CHECK(loom::profiles::load_cluster("local-cpu").device.sm_count == 0);
+}
+
 TEST_CASE("device names are node-major", "[profiles][cluster]") {
   Cluster c = loom::profiles::load_cluster("dgx-a100-80g");
   CHECK(loom::profiles::device_name(c, 0) == "node0/gpu0");

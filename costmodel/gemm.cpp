@@ -1,0 +1,48 @@
+#include "costmodel/gemm.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+namespace loom::costmodel {
+
+GemmTime gemm_time(const GemmShape& x, const GemmDevice& d, const GemmFit& fit) {
+  const double sms = d.sm_count;
+  const double sm_rate = d.peak_flops_per_s * fit.sm_rate_fraction / sms;
+  GemmTime best;
+  double best_compute_s = -1;
+  for (const TileShape& tile : kTileShapes) {
+    const double tiles = x.batch * std::ceil(x.m / tile.m) * std::ceil(x.n / tile.n);
+    const double waves = std::ceil(tiles / sms);
+    const double efficiency = tile.m * tile.n >= 128 * 128 ? 1.0 : fit.small_tile_efficiency;
+    const double tile_s = 2.0 * tile.m * tile.n * (x.k + fit.prologue_k) / (sm_rate * efficiency);
+    const double compute_s = waves * tile_s;
+    if (best_compute_s < 0 || compute_s < best_compute_s) {
+      best_compute_s = compute_s;
+      best.tile = tile;
+      best.tiles = static_cast<std::int64_t>(tiles);
+      best.waves = static_cast<std::int64_t>(waves);
+    }
+  }
+  const double compute_s = std::max(best_compute_s, x.flops() / d.ceiling_flops_per_s);
+  const double memory_s = x.bytes(d.element_bytes) / d.memory_bytes_per_s;
+  best.memory_bound = memory_s > compute_s;
+  best.time_s = fit.fixed_s + std::max(compute_s, memory_s);
+  return best;
+}
+
+double gemm_efficiency(const GemmShape& x, const GemmDevice& d, const GemmFit& fit) {
+  return x.flops() / gemm_time(x, d, fit).time_s / d.peak_flops_per_s;
+}
+
+double fused_attention_time_s(double flops, double blocks, const GemmDevice& d, double efficiency,
+                              const GemmFit& fit) {
+  const double rate = d.peak_flops_per_s * efficiency;
+  if (d.sm_count <= 0) return flops / rate;
+  const double sms = d.sm_count;
+  const double waves = std::ceil(blocks / sms);
+  // Each block does flops / blocks at one SM's share of the rate; a partial last wave costs a
+  // whole one.
+  return fit.fixed_s + waves * (flops / blocks) / (rate / sms);
+}
+
+}  // namespace loom::costmodel

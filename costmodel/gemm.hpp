@@ -1,0 +1,80 @@
+// Time of one matrix product on a GPU from its shape: C[m,n] = A[m,k] B[k,n], `batch` times.
+//
+// The kernel splits C into output tiles (tile_m x tile_n), one thread block per tile, and runs
+// them in waves of one tile per SM (NVIDIA, "Matrix Multiplication Background User's Guide":
+// tile quantization pads the edges up to whole tiles, wave quantization pads the last wave up to
+// a whole wave). Each tile's main loop walks k at the SM's share of the device rate, plus a fixed
+// prologue/epilogue worth `prologue_k` more steps of k (filling the pipeline, writing C); small
+// tiles (under 128 x 128) reuse less data and run at `small_tile_efficiency`. cuBLAS picks the
+// fastest of a small set of tile shapes (kTileShapes). The result is held under the device's
+// achievable ceiling (the best measured matmul rate) and above a memory roofline (reading A and
+// B, writing C once), plus a fixed per-kernel time.
+//
+// Fitted (docs/cost-model.md) to the sm_90 points of XLA's matmul performance table and the
+// "maximum achievable matmul FLOPS" of H100 and A100: fixed_s, prologue_k, sm_rate_fraction and
+// small_tile_efficiency; everything else is the device's datasheet (sm_count, peak, bandwidth)
+// and its measured ceiling.
+#pragma once
+
+#include <array>
+#include <cstdint>
+
+namespace loom::costmodel {
+
+struct GemmShape {
+  double m = 1;
+  double n = 1;
+  double k = 1;
+  double batch = 1;
+  double flops() const { return 2 * m * n * k * batch; }
+  // A and B read once and C written once, `element_bytes` each.
+  double bytes(int element_bytes) const { return element_bytes * batch * (m * k + k * n + m * n); }
+};
+
+// What the shape model needs of one device for one precision.
+struct GemmDevice {
+  int sm_count = 0;
+  double peak_flops_per_s = 0;     // datasheet dense rate of the precision
+  double ceiling_flops_per_s = 0;  // best measured rate (achievable_tflops)
+  double memory_bytes_per_s = 0;   // effective memory bandwidth
+  int element_bytes = 2;
+};
+
+// The fitted constants (see the header comment).
+struct GemmFit {
+  double fixed_s = 5.5e-6;             // per kernel: launch, ramp-up and tail
+  double prologue_k = 160;             // per tile, in steps of k
+  double sm_rate_fraction = 0.89;      // one SM's rate as a fraction of peak / sm_count
+  double small_tile_efficiency = 0.8;  // tiles of fewer than 128 x 128 outputs
+  bool operator==(const GemmFit&) const = default;
+};
+
+struct TileShape {
+  int m = 128;
+  int n = 128;
+};
+// The tile shapes cuBLAS and CUTLASS kernels use for bf16/fp16 on Ampere and Hopper.
+inline constexpr std::array<TileShape, 6> kTileShapes = {
+    {{256, 128}, {128, 256}, {128, 128}, {128, 64}, {64, 128}, {64, 64}}};
+
+struct GemmTime {
+  double time_s = 0;
+  TileShape tile;          // the fastest tile shape
+  std::int64_t tiles = 0;  // output tiles over all batches
+  std::int64_t waves = 0;  // ceil(tiles / sm_count)
+  bool memory_bound = false;
+};
+
+// Requires device.sm_count > 0 and positive rates.
+GemmTime gemm_time(const GemmShape& shape, const GemmDevice& device, const GemmFit& fit = {});
+
+// The fraction of peak a shape reaches: flops / time / peak.
+double gemm_efficiency(const GemmShape& shape, const GemmDevice& device, const GemmFit& fit = {});
+
+// A fused attention kernel (FlashAttention) of `flops` over `blocks` thread blocks (one per
+// 128-query block of each head and sample): whole waves over the SMs at `efficiency` of peak,
+// plus the fixed per-kernel time. With sm_count 0, flops / (peak x efficiency).
+double fused_attention_time_s(double flops, double blocks, const GemmDevice& device,
+                              double efficiency, const GemmFit& fit = {});
+
+}  // namespace loom::costmodel

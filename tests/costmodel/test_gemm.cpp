@@ -1,0 +1,298 @@
+#include <catch2/catch.hpp>
+
+#include "costmodel/compute.hpp"
+#include "costmodel/estimate.hpp"
+#include "costmodel/gemm.hpp"
+#include "costmodel/layers.hpp"
+#include "profiles/loader.hpp"
+
+using namespace loom;
+using namespace loom::costmodel;
+
+namespace {
+
+// A device whose SMs each run at 1.78e12 FLOP/s (peak x 0.89 / sm_count = 2e12 x 0.89), with a
+// ceiling that never binds and a memory bandwidth that never binds.
+GemmDevice per_sm_device(int sms) {
+  GemmDevice d;
+  d.sm_count = sms;
+  d.peak_flops_per_s = sms * 2e12;
+  d.ceiling_flops_per_s = d.peak_flops_per_s;
+  d.memory_bytes_per_s = 1e15;
+  d.element_bytes = 2;
+  return d;
+}
+
+profiles::ModelSpec llama(std::int64_t layers, std::int64_t hidden, std::int64_t heads,
+                          std::int64_t kv_heads, std::int64_t ffn) {
+  profiles::ModelSpec m;
+  m.name = "llama";
+  m.family = profiles::Family::kDecoder;
+  m.model_type = profiles::ModelType::kGpt2;
+  m.layers = layers;
+  m.hidden = hidden;
+  m.heads = heads;
+  m.kv_heads = kv_heads;
+  m.ffn_hidden = ffn;
+  m.vocab = 32000;
+  m.max_positions = 4096;
+  m.tied_embeddings = false;
+  m.gated_mlp = true;
+  return m;
+}
+
+}  // namespace
+
+TEST_CASE("wave quantization: 109 tiles take two waves on 108 SMs and one on 132", "[gemm]") {
+  // C[13952, 256] with k = 4096: 13952 = 109 x 128. Per-SM rate r = 1.78e12 on both devices.
+  // 132 SMs: 128 x 256 tiles are 109 x 1 = 109 tiles and 256 x 128 tiles 55 x 2 = 110, one wave
+  // either way; the first in kTileShapes (256 x 128) wins the tie:
+  //   T = 2 x 256 x 128 x (4096 + 160) / 1.78e12 = 156.697 us, + 5.5 us fixed = 162.197 us.
+  const GemmShape shape{13952, 256, 4096, 1};
+  const GemmTime big = gemm_time(shape, per_sm_device(132));
+  CHECK(big.tile.m == 256);
+  CHECK(big.tile.n == 128);
+  CHECK(big.tiles == 110);
+  CHECK(big.waves == 1);
+  CHECK(big.time_s == Approx(162.19731e-6).epsilon(1e-6));
+  // 108 SMs: 256 x 128 or 128 x 256 need 2 waves (2T); 128 x 128: 218 tiles, 3 waves of T/2
+  // (1.5T); 64 x 64: 872 tiles, 9 waves of T/8 at the small-tile efficiency 0.8 (1.40625T), the
+  // fastest: 9 x 2 x 64 x 64 x 4256 / (1.78e12 x 0.8) = 220.356 us, + 5.5 us = 225.856 us.
+  const GemmTime small = gemm_time(shape, per_sm_device(108));
+  CHECK(small.tile.m == 64);
+  CHECK(small.tile.n == 64);
+  CHECK(small.tiles == 872);
+  CHECK(small.waves == 9);
+  CHECK(small.time_s == Approx(225.85560e-6).epsilon(1e-6));
+}
+
+TEST_CASE("the achievable ceiling and the memory roofline bound a GEMM", "[gemm]") {
+  GemmDevice d = per_sm_device(132);
+  d.ceiling_flops_per_s = 100e12;
+  // 4096^3 on 132 SMs: 512 tiles of 256 x 128, 4 waves x 2 x 256 x 128 x 4256 / 1.78e12 =
+  // 626.8 us; at the 100 TFLOP/s ceiling 2 x 4096^3 / 1e14 = 1374.39 us, which binds.
+  const GemmShape cube{4096, 4096, 4096, 1};
+  CHECK(gemm_time(cube, d).time_s == Approx(5.5e-6 + 1374.38953e-6).epsilon(1e-6));
+  // A thin product: 4096 x 4096 outputs with k = 16 read and written at 1 GB/s:
+  // 2 x (4096 x 16 x 2 + 4096 x 4096) = 33,816,576 bytes -> 33.8166 ms, memory-bound.
+  d.memory_bytes_per_s = 1e9;
+  const GemmTime thin = gemm_time({4096, 4096, 16, 1}, d);
+  CHECK(thin.memory_bound);
+  CHECK(thin.time_s == Approx(5.5e-6 + 33816576e-9).epsilon(1e-9));
+}
+
+TEST_CASE("tf32 jobs run matrix products at the device's tf32 ceiling", "[gemm][tf32]") {
+  const profiles::DeviceSpec h100 = profiles::load_cluster("dgx-h100").device;
+  const DeviceRates rates = device_rates(h100, Precision::kTf32, EfficiencyDefaults{});
+  CHECK(rates.gemm.sm_count == 132);
+  CHECK(rates.gemm.peak_flops_per_s == Approx(494.5e12));
+  CHECK(rates.gemm.ceiling_flops_per_s == Approx(397.2e12));
+  CHECK(rates.gemm.element_bytes == 4);
+  // 8192^3: 2048 tiles of 256 x 128 in 16 waves of 2 x 256 x 128 x 8352 / (494.5e12 x 0.89 /
+  // 132) = 164.2 us (2627 us) are under the ceiling's 2 x 8192^3 / 397.2e12 = 2768.16 us;
+  // memory 4 x 3 x 8192^2 bytes at 3350 x 0.8 GB/s = 300 us. So 5.5 + 2768.16 us.
+  CHECK(gemm_time({8192, 8192, 8192, 1}, rates.gemm).time_s == Approx(2773.656e-6).epsilon(1e-6));
+  // bf16 on the same device: the bf16 ceiling, 2-byte elements.
+  const DeviceRates bf16 = device_rates(h100, Precision::kBf16, EfficiencyDefaults{});
+  CHECK(bf16.gemm.ceiling_flops_per_s == Approx(794.5e12));
+  CHECK(bf16.gemm.element_bytes == 2);
+  CHECK(element_bytes(Precision::kTf32) == 4);
+}
+
+TEST_CASE("devices without sm_count keep the roofline", "[gemm]") {
+  const profiles::DeviceSpec cpu = profiles::load_cluster("local-cpu").device;
+  const DeviceRates rates = device_rates(cpu, Precision::kFp32, EfficiencyDefaults{});
+  CHECK_FALSE(rates.shape_model());
+  // local-cpu: 0.1 TFLOP/s x 0.5, 10 GB/s x 0.5.
+  CHECK(rates.matrix_flops_per_s == Approx(0.05e12));
+  CHECK(rates.memory_bytes_per_s == Approx(5e9));
+  profiles::DeviceSpec gpu = profiles::load_cluster("dgx-a100-80g").device;
+  gpu.sm_count = 0;
+  gpu.achievable_tflops = {};
+  CHECK_FALSE(device_rates(gpu, Precision::kBf16, EfficiencyDefaults{}).shape_model());
+}
+
+TEST_CASE("the fit follows XLA's sm_90 matmul table and the measured ceilings", "[gemm][fit]") {
+  // Measured TFLOP/s (gemm_efficiency.json's sm_90 points, bf16) and what the model gives on
+  // dgx-h100's device; the model stays within 5 % of every point.
+  const DeviceRates h100 = device_rates(profiles::load_cluster("dgx-h100").device, Precision::kBf16,
+                                        EfficiencyDefaults{});
+  struct Point {
+    GemmShape shape;
+    double measured_tflops;
+  };
+  const Point points[] = {{{256, 512, 256, 1}, 11.46},      {{256, 2048, 256, 1}, 41.838},
+                          {{1024, 2048, 256, 1}, 139.519},  {{1024, 1024, 2048, 1}, 349.981},
+                          {{2048, 2048, 2048, 1}, 631.985}, {{1024, 2048, 2048, 1}, 524.288},
+                          {{4096, 4096, 256, 1}, 392.163},  {{4096, 4096, 4096, 1}, 783.329},
+                          {{4096, 2048, 4096, 2}, 783.186}, {{4096, 4096, 512, 4}, 619.859},
+                          {{2048, 2048, 13312, 1}, 794.5}};
+  for (const Point& p : points) {
+    const double tflops = p.shape.flops() / gemm_time(p.shape, h100.gemm).time_s / 1e12;
+    INFO(p.shape.m << " x " << p.shape.n << " x " << p.shape.k << " x " << p.shape.batch);
+    CHECK(tflops == Approx(p.measured_tflops).epsilon(0.05));
+  }
+  // A100's best measured shape (271.2 TFLOP/s): 1024 x 10240 x 5120, within 5 %.
+  const DeviceRates a100 = device_rates(profiles::load_cluster("dgx-a100-80g").device,
+                                        Precision::kBf16, EfficiencyDefaults{});
+  const GemmShape best{1024, 10240, 5120, 1};
+  CHECK(best.flops() / gemm_time(best, a100.gemm).time_s / 1e12 == Approx(271.2).epsilon(0.05));
+}
+
+TEST_CASE("small GEMMs lose efficiency", "[gemm]") {
+  const DeviceRates a100 = device_rates(profiles::load_cluster("dgx-a100-80g").device,
+                                        Precision::kBf16, EfficiencyDefaults{});
+  // One SM of A100: 312e12 x 0.89 / 108 = 2.5711e12 FLOP/s.
+  // BERT-base's QKV at b = 32, s = 128 split over tp = 4: C[4096, 576], k = 768. Fastest tiles
+  // 128 x 64 (small, x 0.8): 32 x 9 = 288 tiles, 3 waves of 2 x 128 x 64 x 928 / 2.0569e12 =
+  // 7.392 us; + 5.5 us = 27.68 us for 3.624e9 FLOPs: 42.0 % of peak.
+  const double small = gemm_efficiency({4096, 3 * 768 / 4, 768, 1}, a100.gemm);
+  CHECK(small == Approx(0.41968).epsilon(1e-4));
+  // GPT-3's MLP up at b = 1, s = 2048, tp = 8: C[2048, 6144], k = 12288; 256 x 128 tiles:
+  // 8 x 48 = 384 tiles, 4 waves (of 432 slots) of 2 x 256 x 128 x 12448 / 2.5711e12 = 317.3 us;
+  // + 5.5 us = 1274.7 us for 309.2e9 FLOPs: 77.8 % of peak (the ceiling is 86.9 %).
+  const double large = gemm_efficiency({2048, 4 * 12288 / 8, 12288, 1}, a100.gemm);
+  CHECK(large == Approx(0.77757).epsilon(1e-4));
+}
+
+TEST_CASE("flash attention keeps no scores and recomputes them backward", "[gemm][attention]") {
+  // Korthikanti's s^2 term: with e = 2 the kept scores are (2e + 1) a s^2 b / t = 5as/h x sbh/t.
+  ActivationShape x{2048, 1, 12288, 96, 4 * 12288, 2};
+  const double s = 2048, b = 1, a = 96, t = 8;
+  const double math = transformer_layer_activation_bytes(x, 8, false, Recompute::kNone, true);
+  const double flash = transformer_layer_activation_bytes(x, 8, false, Recompute::kNone, false);
+  CHECK(math - flash == Approx(5 * a * s * s * b / t));
+  // Forward FLOPs 4 b s^2 h; flash halves them for a causal decoder and charges 2.5x backward.
+  const profiles::ModelSpec gpt = profiles::load_model("gpt3-175b");
+  const double full = 4.0 * 1 * 2048 * 2048 * 12288;
+  CHECK(attention_forward_flops(gpt, 1, 2048, Attention::kMath) == Approx(full));
+  CHECK(attention_backward_flops(gpt, 1, 2048, Attention::kMath) == Approx(2 * full));
+  CHECK(attention_forward_flops(gpt, 1, 2048, Attention::kFlash) == Approx(full / 2));
+  CHECK(attention_backward_flops(gpt, 1, 2048, Attention::kFlash) == Approx(2.5 * full / 2));
+  const profiles::ModelSpec bert = profiles::load_model("bert-large");
+  const double enc = 4.0 * 8 * 512 * 512 * 1024;
+  CHECK(attention_backward_flops(bert, 8, 512, Attention::kFlash) == Approx(2.5 * enc));
+}
+
+TEST_CASE("flash attention's time: waves of 128-query blocks at its efficiency",
+          "[gemm][attention]") {
+  const profiles::ModelSpec bert = profiles::load_model("bert-large");
+  DeviceRates r = device_rates(profiles::load_cluster("dgx-a100-80g").device, Precision::kBf16,
+                               EfficiencyDefaults{});
+  LayerShape flash{8, 512, 1, 2, Recompute::kSelective};
+  flash.attention = Attention::kFlash;
+  LayerShape math = flash;
+  math.attention = Attention::kMath;
+  const LayerTime f = transformer_layer_time(bert, flash, r);
+  const LayerTime m = transformer_layer_time(bert, math, r);
+  // Selective recomputation repeats nothing with flash; math repeats the attention core.
+  CHECK(f.recompute_s == 0);
+  CHECK(m.recompute_s > 0);
+  // The fused kernel alone: 8 x 16 heads x 4 blocks of 128 queries = 512 blocks, 5 waves on 108
+  // SMs; forward 4 x 8 x 512^2 x 1024 = 8.59e9 FLOPs at 0.65 x 312e12 spread over 512 blocks:
+  // 5 x (8.59e9 / 512) / (202.8e12 / 108) = 44.673 us, + 5.5 us fixed = 50.173 us.
+  const GemmDevice d = r.gemm;
+  CHECK(fused_attention_time_s(8589934592.0, 512, d, 0.65) == Approx(50.1731e-6).epsilon(1e-5));
+}
+
+TEST_CASE("sequence parallelism divides LayerNorm, dropout and residual work by tp", "[gemm]") {
+  const profiles::ModelSpec gpt = profiles::load_model("gpt3-175b");
+  const DeviceRates r = device_rates(profiles::load_cluster("dgx-a100-80g").device,
+                                     Precision::kBf16, EfficiencyDefaults{});
+  LayerShape x{1, 2048, 8, 2, Recompute::kNone};
+  LayerShape sp = x;
+  sp.sequence_parallel = true;
+  // Two residual blocks of dropout ((2e + 1) n), add (3e n) and LayerNorm (2e n) bytes, 15 n
+  // with e = 2, n = b s h = 25,165,824; at 2039 x 0.8 GB/s. With sp n is 1/8 as large (each
+  // kernel still above the 5 us launch floor): forward saves 2 x 15 x n x 7/8 / 1631.2e9.
+  const double saved = 2 * 15 * 25165824.0 * 7 / 8 / 1631.2e9;
+  const double fwd = transformer_layer_time(gpt, x, r).forward_s;
+  const double fwd_sp = transformer_layer_time(gpt, sp, r).forward_s;
+  CHECK(fwd - fwd_sp == Approx(saved).epsilon(1e-9));
+  CHECK(saved == Approx(404.95e-6).epsilon(1e-4));
+}
+
+TEST_CASE("Megatron's fusions launch fewer elementwise kernels", "[gemm]") {
+  const profiles::ModelSpec bert = profiles::load_model("bert-large");
+  const DeviceRates r = device_rates(profiles::load_cluster("dgx-a100-80g").device,
+                                     Precision::kBf16, EfficiencyDefaults{});
+  LayerShape loom{8, 512, 1, 2, Recompute::kNone};
+  LayerShape megatron = loom;
+  megatron.fusions = KernelFusions::megatron();
+  megatron.fusions.fused_qkv = false;  // the same products: only elementwise kernels differ
+  // Scores: 16 x 8 x 512^2 = 33,554,432; eager scale, mask and softmax move 3 x 4 bytes each
+  // where the fused kernel moves 4: 8 x 33,554,432 bytes less forward, at 1631.2 GB/s. The
+  // residual blocks: dropout + add (5 n + 6 n) against bias-dropout-add (7 n), n = 4,194,304,
+  // 2 x 4 n bytes less. Every kernel is above the 5 us launch floor.
+  const double saved = (8 * 33554432.0 + 2 * 4 * 4194304.0) / 1631.2e9;
+  const LayerTime a = transformer_layer_time(bert, loom, r);
+  const LayerTime b = transformer_layer_time(bert, megatron, r);
+  CHECK(a.forward_s - b.forward_s == Approx(saved).epsilon(1e-9));
+  CHECK(saved == Approx(185.13e-6).epsilon(1e-4));
+}
+
+TEST_CASE("Llama 2 parameter counts", "[layers][gqa]") {
+  // Llama-2-7B: 32 layers, 4096 hidden, 32 heads, ffn 11008, vocab 32000, SwiGLU, untied.
+  // Per layer 4 x 4096^2 + 3 x 4096 x 11008 + 2 x 4096 = 202,383,360; x 32 + 2 x 32000 x 4096
+  // (embedding and head) + 4096 (final RMSNorm) = 6,738,415,616.
+  CHECK(count_parameters(llama(32, 4096, 32, 0, 11008)).total == 6'738'415'616);
+  // Llama-2-70B: 80 layers, 8192 hidden, 64 heads, 8 kv heads (K and V 1024 wide), ffn 28672:
+  // per layer 8192 x (8192 + 2048) + 8192^2 + 3 x 8192 x 28672 + 2 x 8192 = 855,654,400;
+  // x 80 + 2 x 32000 x 8192 + 8192 = 68,976,648,192.
+  CHECK(count_parameters(llama(80, 8192, 64, 8, 28672)).total == 68'976'648'192);
+}
+
+TEST_CASE("grouped-query attention and gated MLPs in FLOPs and activations", "[layers][gqa]") {
+  const profiles::ModelSpec m = llama(80, 8192, 64, 8, 28672);
+  // Per token: QKV 8192 x 10240, output 8192^2, MLP 3 x 8192 x 28672; attention 4 s h.
+  const double b = 1, s = 4096, h = 8192;
+  const double expected = 2 * b * s * (h * 10240 + h * h + 3 * h * 28672) + 4 * b * s * s * h;
+  CHECK(transformer_layer_forward_flops(m, 1, 4096) == Approx(expected).epsilon(1e-12));
+  // Activations (no recomputation, tp 1, flash): K and V 1/8 as wide, three ffn-wide tensors:
+  // e sbh (QKV in) + e sbh (Q) + 2 e sbh / 8 (K, V) + e sbh (output in) + sbh (mask)
+  // + e sbh (MLP in) + 3 e sbf + sbh (mask) + 2 e sbh (norms).
+  ActivationShape x{4096, 1, 8192, 64, 28672, 2, 8, true};
+  const double sbh = s * b * h;
+  const double want = 2 * sbh + 2 * sbh + 4 * sbh / 8 + 2 * sbh + sbh + 2 * sbh +
+                      3 * 2 * s * b * 28672 + sbh + 4 * sbh;
+  CHECK(transformer_layer_activation_bytes(x, 1, false, Recompute::kNone, false) ==
+        Approx(want).epsilon(1e-12));
+}
+
+TEST_CASE("the plan's attention kernel drives the kept scores", "[gemm][attention]") {
+  const CostModel cost(profiles::load_model("bert-large"), profiles::load_cluster("dgx-a100-80g"));
+  const Job job{64, 512, Precision::kBf16, "adamw"};
+  Strategy math;
+  math.dp = 8;
+  math.micro_batch = 8;
+  Strategy flash = math;
+  flash.attention = Attention::kFlash;
+  // One layer keeps (2e + 1) a s^2 b = 5 x 16 x 512^2 x 8 = 167,772,160 bytes of scores with
+  // math attention and none with flash.
+  const double kept = cost.step_terms(job, math).costs.layer.activation_bytes -
+                      cost.step_terms(job, flash).costs.layer.activation_bytes;
+  CHECK(kept == Approx(167772160.0));
+  // The cost option that drops the scores still applies to math.
+  CostOptions no_scores;
+  no_scores.attention_scores = false;
+  const CostModel fused(profiles::load_model("bert-large"), profiles::load_cluster("dgx-a100-80g"),
+                        no_scores);
+  CHECK(fused.step_terms(job, math).costs.layer.activation_bytes ==
+        Approx(cost.step_terms(job, flash).costs.layer.activation_bytes));
+}
+
+TEST_CASE("hardware FLOPs count flash's recomputed scores", "[gemm][attention][flops]") {
+  // GPT-3 175B, 8 samples of 2048: the attention core is 4 x 8 x 2048^2 x 12288 = 1.649e15
+  // FLOPs per layer forward. Flash's backward adds half of it per layer (2.5x instead of 2x);
+  // selective recomputation adds the whole core with math and nothing more with flash.
+  const profiles::ModelSpec gpt = profiles::load_model("gpt3-175b");
+  const double core = 4.0 * 8 * 2048 * 2048 * 12288;
+  const double model = model_flops_per_step(gpt, 8, 2048);
+  const double l = 96;
+  CHECK(hardware_flops_per_step(gpt, 8, 2048, Recompute::kNone, Attention::kFlash) ==
+        Approx(model + l * core / 2));
+  CHECK(hardware_flops_per_step(gpt, 8, 2048, Recompute::kSelective, Attention::kMath) ==
+        Approx(model + l * core));
+  CHECK(hardware_flops_per_step(gpt, 8, 2048, Recompute::kSelective, Attention::kFlash) ==
+        Approx(model + l * core / 2));
+}
