@@ -70,13 +70,12 @@ struct RuntimeRules {
   const char* name = "";    // as in plan JSON ("loom", "megatron", ...)
   const char* engine = "";  // for people ("Megatron-LM")
   // Why the runtime cannot run `strategy` for `job`, or nullopt when it can.
-  std::function<std::optional<std::string>(const Job&, const Strategy&)> refusal;
-  std::function<RuntimeMemory(const Job&, const Strategy&, const RankMemoryInput&)> memory;
-  std::function<DataParallelExposure(const Job&, const Strategy&, const DataParallelInput&)>
-      exposure;
+  std::optional<std::string> (*refusal)(const Job&, const Strategy&) = nullptr;
+  RuntimeMemory (*memory)(const Job&, const Strategy&, const RankMemoryInput&) = nullptr;
+  DataParallelExposure (*exposure)(const Job&, const Strategy&, const DataParallelInput&) = nullptr;
   // Bytes per parameter the gradient reduction sends (the reduce dtype: fp32 main grads in
   // Megatron, fp32 reduce_dtype in FSDP's mixed precision, the job's width elsewhere).
-  std::function<double(const Job&)> reduce_bytes_per_parameter;
+  double (*reduce_bytes_per_parameter)(const Job&) = nullptr;
   // Megatron's fused elementwise kernels (bias-GeLU, bias-dropout-add, masked softmax,
   // LayerNorm); false = Loom's eager kernels.
   bool fused_elementwise = false;
