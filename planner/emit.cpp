@@ -128,6 +128,9 @@ std::string deepspeed(const Plan& plan) {
     out += std::string("# recompute=") + costmodel::to_string(s.recompute) +
            ": checkpoint every transformer block (deepspeed.checkpointing.checkpoint)\n";
   }
+  if (nodes_of(plan) > 1) {
+    out += "# " + num(nodes_of(plan)) + " nodes: name them in a hostfile (deepspeed --hostfile)\n";
+  }
   out += "cat > ds_config.json <<'JSON'\n" + config.dump(2) + "\nJSON\n";
   out += "deepspeed --num_nodes " + num(nodes_of(plan)) + " --num_gpus " +
          num(ranks_per_node(plan)) + " train.py --deepspeed --deepspeed_config ds_config.json\n";

@@ -167,6 +167,7 @@ std::string head_noun(const profiles::ModelSpec& model) {
 void print_stage_memory(std::ostream& out, const planner::Plan& plan, const Unit& bytes) {
   const costmodel::Prediction& p = plan.predicted;
   // The layers last: an interleaved rank's chunks make a long list.
+  // WIRE: a "process" column (MemoryBreakdown::process_bytes()) so the columns sum to the total.
   out << "stage  params      grads       optimizer   activations buffers     total       layers\n";
   for (std::size_t r = 0; r < p.memory_by_stage.size(); ++r) {
     const costmodel::MemoryBreakdown& m = p.memory_by_stage[r];
