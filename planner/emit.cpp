@@ -41,6 +41,35 @@ std::string torchrun(const Plan& plan) {
          num(ranks_per_node(plan));
 }
 
+// Transformer layers in stage range `r` (entries 1..L of the layer sequence).
+std::int64_t layers_in(const costmodel::StageRange& r, std::int64_t layers) {
+  return std::max<std::int64_t>(0, std::min<std::int64_t>(r.last_layer, layers) -
+                                       std::max<std::int64_t>(r.first_layer, 1) + 1);
+}
+
+// Megatron-LM's --decoder-first/last-pipeline-num-layers for a plan whose pipeline (no
+// interleaving) gives the first and last stages their own layer counts and the others one equal
+// count; false when the plan's split is not of that form.
+bool uneven_pipeline_args(const Plan& plan, std::vector<std::string>* args) {
+  const costmodel::Strategy& s = plan.strategy;
+  if (s.pp < 2 || s.virtual_stages > 1 || plan.stages.size() != static_cast<std::size_t>(s.pp)) {
+    return false;
+  }
+  const std::int64_t layers = plan.model.layers;
+  for (std::size_t i = 2; i + 1 < plan.stages.size(); ++i) {
+    if (layers_in(plan.stages[i], layers) != layers_in(plan.stages[1], layers)) return false;
+  }
+  const std::int64_t first = layers_in(plan.stages.front(), layers);
+  const std::int64_t last = layers_in(plan.stages.back(), layers);
+  if (first == 0 || last == 0) return false;
+  auto at = std::find_if(args->begin(), args->end(), [](const std::string& a) {
+    return a.rfind("--pipeline-model-parallel-size", 0) == 0;
+  });
+  args->insert(at + 1, {"--decoder-first-pipeline-num-layers " + num(first),
+                        "--decoder-last-pipeline-num-layers " + num(last)});
+  return true;
+}
+
 std::string megatron(const Plan& plan) {
   const costmodel::Strategy& s = plan.strategy;
   const profiles::ModelSpec& m = plan.model;
@@ -80,7 +109,8 @@ std::string megatron(const Plan& plan) {
   if (plan.job.precision == Precision::kTf32) {
     out += "# tf32: fp32 training with TF32 matrix products (PyTorch's allow_tf32)\n";
   }
-  if (plan.stages != costmodel::even_partition(m, s.pp * s.virtual_stages)) {
+  if (plan.stages != costmodel::even_partition(m, s.pp * s.virtual_stages) &&
+      !uneven_pipeline_args(plan, &args)) {
     out += "# Loom's plan splits the layers unevenly; Megatron-LM splits them evenly\n";
   }
   const char* script =

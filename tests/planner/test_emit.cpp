@@ -81,6 +81,24 @@ TEST_CASE("--emit megatron: interleaving and full recomputation", "[emit]") {
   CHECK_THAT(text, !Contains("--use-distributed-optimizer"));
 }
 
+TEST_CASE("--emit megatron: an uneven pipeline split as first and last stage layers", "[emit]") {
+  planner::Plan plan = gpt2_plan(0, costmodel::Recompute::kNone);
+  // The embedding and layers 1-7 on stage 0; layers 8-12 and the head on stage 1.
+  plan.stages = {{0, 7}, {8, 13}};
+  const std::string text = planner::emit_plan(plan, costmodel::Runtime::kMegatron);
+  CHECK_THAT(text, Contains("    --pipeline-model-parallel-size 2 \\\n"
+                            "    --decoder-first-pipeline-num-layers 7 \\\n"
+                            "    --decoder-last-pipeline-num-layers 5 \\\n"
+                            "    --sequence-parallel \\\n"));
+  CHECK_THAT(text, !Contains("unevenly"));
+  // Four stages whose middle ones differ have no such form: a comment says so.
+  plan.strategy.pp = 4;
+  plan.strategy.dp = 2;
+  plan.stages = {{0, 3}, {4, 6}, {7, 10}, {11, 13}};
+  CHECK_THAT(planner::emit_plan(plan, costmodel::Runtime::kMegatron),
+             Contains("# Loom's plan splits the layers unevenly; Megatron-LM splits them evenly"));
+}
+
 TEST_CASE("--emit deepspeed: the configuration and the launch line", "[emit]") {
   planner::Plan plan = gpt2_plan(1, costmodel::Recompute::kNone);
   const std::string text = planner::emit_plan(plan, costmodel::Runtime::kDeepspeed);
