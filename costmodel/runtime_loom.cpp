@@ -72,6 +72,7 @@ DataParallelExposure loom_exposure(const Job&, const Strategy& s, const DataPara
   if (zero.gathers_after_step || zero.gathers_before_forward) {
     out.parameter_s = in.time_s(Collective::kAllGather, grads);
   }
+  // WIRE: slow the hidden compute by the cluster's overlap factor (comm.hpp, "nccl" helper).
   return out;
 }
 
