@@ -38,14 +38,12 @@ RuntimeMemory fsdp_memory(const Job& job, const Strategy& s, const RankMemoryInp
   // The root unit (embeddings, final norm, head) stays gathered from forward to backward.
   const double root = std::max(0.0, in.num_parameters - in.num_layers * layer);
   double gathered = 0;
-  if (s.zero == 3) {
-    // FULL_SHARD: the running block and the prefetched one, unsharded in param_dtype.
-    gathered = e * (root + std::min(2 * layer, in.num_parameters - root));
-  } else if (s.zero == 2) {
+  if (s.zero == 2) {
     // SHARD_GRAD_OP keeps every block unsharded from its forward until its backward.
     gathered = e * in.num_parameters;
-  } else if (e < 4) {
-    // NO_SHARD with mixed precision: low-precision copies of the running and the next block.
+  } else if (s.zero == 3 || e < 4) {
+    // FULL_SHARD: the running block and the prefetched one, unsharded in param_dtype; NO_SHARD
+    // with mixed precision: the low-precision copies of the same two blocks.
     gathered = e * (root + std::min(2 * layer, in.num_parameters - root));
   }
   // One block's unsharded gradient in reduce_dtype before its reduce-scatter (NO_SHARD: a
