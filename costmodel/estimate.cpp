@@ -11,6 +11,8 @@
 #include "costmodel/lowering.hpp"
 #include "costmodel/memory.hpp"
 #include "costmodel/pipeline.hpp"
+#include "costmodel/process_memory.hpp"
+#include "costmodel/runtime.hpp"
 #include "costmodel/zero.hpp"
 #include "profiles/topology.hpp"
 
@@ -37,6 +39,10 @@ nlohmann::json prediction_to_json(const Prediction& p) {
                       {"optimizer", bytes(m.optimizer_bytes)},
                       {"activations", bytes(m.activation_bytes)},
                       {"buffers", bytes(m.buffer_bytes)},
+                      {"cuda_context", bytes(m.cuda_context_bytes)},
+                      {"workspaces", bytes(m.workspace_bytes)},
+                      {"nccl_buffers", bytes(m.nccl_buffer_bytes)},
+                      {"fragmentation", bytes(m.fragmentation_bytes)},
                       {"total", bytes(m.total())}});
   }
   return {{"step_time_s", p.step_time_s},
@@ -538,55 +544,36 @@ double CostModel::recompute_buffer_bytes(const Job& job, const Strategy& s) cons
 MemoryBreakdown CostModel::stage_memory_from(double recompute_buffer, const Job& job,
                                              const Strategy& s, int pipeline_rank,
                                              const StageLoad& load) const {
-  const ZeroPolicy zero = zero_policy(s.zero);
-  const ModelStateBytes states =
-      model_state_bytes(load.num_parameters, s.dp, s.zero, job.precision);
   MemoryBreakdown mem;
-  mem.parameter_bytes = states.parameter_bytes;
-  mem.gradient_bytes = states.gradient_bytes;
-  mem.optimizer_bytes = states.optimizer_bytes;
   mem.activation_bytes = load.activation_bytes *
                          activation_micro_batches_in_flight(s.schedule, s.pp, pipeline_rank,
                                                             s.num_micro_batches, s.virtual_stages);
-  mem.buffer_bytes = load.num_layers > 0 ? recompute_buffer : 0;
-  // The optimizer step's working set, when it exceeds the backward pass's activations and
-  // buffers (the step's peak is then the model states plus it). Loom's executor runs AdamW over
-  // lists of tensors on one rank, in chunks of at most twice the largest tensor's elements (the
-  // word embedding, or an MLP weight with a small vocabulary) with one fp32 temporary of a chunk
-  // (executor/flat_adamw.hpp), and its own flat AdamW on the rank's shard with many (one fp32
-  // temporary of the shard).
-  const double shard = load.num_parameters / (zero.shards_optimizer_states ? s.dp : 1);
-  const double largest = static_cast<double>(std::max(model_.vocab, model_.ffn_hidden)) *
-                         static_cast<double>(model_.hidden) / s.tp;
-  const double optimizer_working =
-      s.world_size() == 1 ? 4 * std::min(2 * largest, load.num_parameters) : 4 * shard;
-  // What Loom's executor holds beyond the model states. ZeRO 0/1 need no bucket copies: the
-  // executor reduces gradient buckets in place in its flat gradient buffer (as Megatron-LM's
-  // contiguous buffer, or DDP's gradient_as_bucket_view). ZeRO-2/3 keep no full gradient buffer:
-  // every backward pass's gradients go through one staging buffer of at most a bucket, and one
-  // bucket's gradients are alive at the end of the backward pass, when the activations are gone.
-  // ZeRO-3 gathers the stage's parameters for the whole step (not layer by layer).
-  double persistent = 0;
-  double transient = optimizer_working;
-  if (s.dp > 1 && zero.reduces_every_micro_batch) {
-    const double staging = std::min(options_.dp_bucket_bytes, states.gradient_bytes * s.dp);
-    persistent += staging;
-    transient = std::max(transient, staging);
-    if (zero.gathers_before_forward) persistent += states.parameter_bytes * s.dp;
-  }
-  // The word embedding's backward (on the rank holding it, pipeline rank 0) makes a dense fp32
-  // gradient of the whole table (of its vocabulary shard under tp) before adding it to the
-  // parameter's: at the end of a micro-batch's backward, while the other micro-batches in flight
-  // keep their activations (a GPipe stage 0 holds all but one).
-  double embedding_grad_extra = 0;
+  const double hidden = static_cast<double>(model_.hidden);
+  RankMemoryInput in;
+  in.num_parameters = load.num_parameters;
+  in.num_layers = load.num_layers;
+  in.layer_num_parameters =
+      static_cast<double>(count_parameters(model_).transformer_layer.per_rank(s.tp));
+  in.largest_tensor_num_parameters =
+      static_cast<double>(std::max(model_.vocab, model_.ffn_hidden)) * hidden / s.tp;
   if (pipeline_rank == 0 && load.activation_bytes > 0) {
-    const double table =
-        4.0 * static_cast<double>(model_.vocab) * static_cast<double>(model_.hidden) / s.tp;
-    const double chunk_activations = load.activation_bytes / s.virtual_stages;
-    embedding_grad_extra = table - std::min(chunk_activations, mem.activation_bytes);
+    in.embedding_table_num_parameters = static_cast<double>(model_.vocab) * hidden / s.tp;
   }
-  mem.buffer_bytes = persistent + std::max({mem.buffer_bytes, transient - mem.activation_bytes,
-                                            embedding_grad_extra});
+  in.activation_bytes = mem.activation_bytes;
+  in.chunk_activation_bytes = load.activation_bytes / s.virtual_stages;
+  in.recompute_buffer_bytes = recompute_buffer;
+  in.bucket_bytes = options_.dp_bucket_bytes;
+  const RuntimeMemory runtime = runtime_rules(job.runtime).memory(job, s, in);
+  mem.parameter_bytes = runtime.states.parameter_bytes;
+  mem.gradient_bytes = runtime.states.gradient_bytes;
+  mem.optimizer_bytes = runtime.states.optimizer_bytes;
+  mem.buffer_bytes = runtime.buffer_bytes;
+  const ProcessMemory process =
+      process_memory(cluster_.device, s, mem.activation_bytes + mem.buffer_bytes);
+  mem.cuda_context_bytes = process.cuda_context_bytes;
+  mem.workspace_bytes = process.workspace_bytes;
+  mem.nccl_buffer_bytes = process.nccl_buffer_bytes;
+  mem.fragmentation_bytes = process.fragmentation_bytes;
   return mem;
 }
 
@@ -601,7 +588,6 @@ Prediction CostModel::estimate(const Job& job, const Strategy& s,
   const int world = s.world_size();
   const int e = element_bytes(job.precision);
   const double seq = static_cast<double>(job.seq_len);
-  const double mb = static_cast<double>(s.num_micro_batches);
   const ZeroPolicy zero = zero_policy(s.zero);
   const Terms terms = compute_terms(m, options_, links_, cluster_, calibration_.get(), job, s);
   const double p2p = terms.p2p_s;
@@ -639,6 +625,9 @@ Prediction CostModel::estimate(const Job& job, const Strategy& s,
     const double f = calibration_ ? calibration_->collective_factor(c) : 1.0;
     return f * collective_time_s(c, bytes, s.dp, dp_link);
   };
+  const RuntimeRules runtime = runtime_rules(job.runtime);
+  const double layer_parameters =
+      static_cast<double>(count_parameters(m).transformer_layer.per_rank(s.tp));
   double tail = 0;
   out.memory_by_stage.resize(static_cast<std::size_t>(s.pp));
   for (int r = 0; r < s.pp; ++r) {
@@ -648,25 +637,23 @@ Prediction CostModel::estimate(const Job& job, const Strategy& s,
 
     double dp_exposed = 0;
     double zero_exposed = 0;
-    const double grads = l.num_parameters * state_bytes;
-    // What communication can hide behind: the last micro-batch's backward pass, on
-    // GPUs; nothing on CPU ranks, where Gloo's reductions and copies use the compute's cores.
+    // What communication can hide behind: a micro-batch's backward (and forward) pass on GPUs;
+    // nothing on CPU ranks, where Gloo's reductions and copies use the compute's cores. The
+    // runtime says which collectives a step issues and which pass hides each (runtime.hpp).
     const bool cpu = cluster_.device.kind == profiles::DeviceKind::kCpu;
-    const double window_b = cpu ? 0 : with_tp[r].backward_s;
     if (s.dp > 1) {
-      // Loom's executor all-reduces gradient buckets at every ZeRO stage (each rank then keeps
-      // its shard): ZeRO 0/1 once per step, during the last micro-batch's backward pass; ZeRO-2/3
-      // during every micro-batch's (the gradients cannot accumulate unsharded).
-      const double bucket = std::min(options_.dp_bucket_bytes, grads);
-      const double ar = dp_time(Collective::kAllReduce, grads);
-      const double last = std::max(ar - window_b, dp_time(Collective::kAllReduce, bucket));
-      dp_exposed =
-          zero.reduces_every_micro_batch ? (mb - 1) * std::max(0.0, ar - window_b) + last : last;
-      // ZeRO-1/2 all-gather the updated shards after the optimizer step; ZeRO-3 gathers the
-      // stage's parameters before the step's first forward pass.
-      if (zero.gathers_after_step || zero.gathers_before_forward) {
-        zero_exposed = dp_time(Collective::kAllGather, grads);
-      }
+      DataParallelInput in;
+      in.time_s = dp_time;
+      in.num_parameters = l.num_parameters;
+      in.layer_num_parameters = layer_parameters;
+      in.forward_window_s = cpu ? 0 : with_tp[r].forward_s;
+      in.backward_window_s = cpu ? 0 : with_tp[r].backward_s;
+      in.num_micro_batches = s.num_micro_batches;
+      in.element_bytes = static_cast<int>(state_bytes);
+      in.bucket_bytes = options_.dp_bucket_bytes;
+      const DataParallelExposure exposed = runtime.exposure(job, s, in);
+      dp_exposed = exposed.gradient_s;
+      zero_exposed = exposed.parameter_s;
     }
     // AdamW reads and writes the fp32 master weights, both moments, the gradient and the
     // low-precision weights: about 28 bytes per parameter of this rank's optimizer shard.

@@ -36,9 +36,21 @@ struct MemoryBreakdown {
   // Working memory at the step's peak beyond kept activations: gradient buckets, ZeRO-3 gathers,
   // the recomputation working set, or the optimizer step's temporaries when those are larger.
   double buffer_bytes = 0;
-  double total() const {
+  // What the process holds beyond its tensors on a GPU (process_memory.hpp; 0 on CPUs): JSON
+  // "cuda_context", "workspaces", "nccl_buffers", "fragmentation".
+  double cuda_context_bytes = 0;
+  double workspace_bytes = 0;
+  double nccl_buffer_bytes = 0;
+  double fragmentation_bytes = 0;
+  // The tensors the caching allocator hands out (what its peak-allocated figure measures).
+  double tensor_bytes() const {
     return parameter_bytes + gradient_bytes + optimizer_bytes + activation_bytes + buffer_bytes;
   }
+  double process_bytes() const {
+    return cuda_context_bytes + workspace_bytes + nccl_buffer_bytes + fragmentation_bytes;
+  }
+  // What the device shows in use.
+  double total() const { return tensor_bytes() + process_bytes(); }
 };
 
 struct ExposedCommunication {

@@ -9,6 +9,7 @@
 #include "costmodel/comm.hpp"
 #include "costmodel/layers.hpp"
 #include "costmodel/lowering.hpp"
+#include "costmodel/runtime.hpp"
 #include "costmodel/sim_engine.hpp"
 #include "costmodel/sim_network.hpp"
 #include "costmodel/sim_step.hpp"
@@ -170,6 +171,10 @@ SimulationResult simulate(const CostModel& cost, const Job& job, const Strategy&
   const int per_stage = s.dp * s.tp;
   const int chunks = s.pp * s.virtual_stages;
   const double state_bytes = element_bytes(job.precision) == 2 ? 2 : 4;
+  // The gradients' width on the wire is the runtime's (fp32 main grads in Megatron-LM, FSDP's fp32
+  // reduce_dtype). The collectives are played in Loom's executor's order for every runtime; the
+  // other runtimes' overlap rules are the estimate's (runtime.hpp).
+  const double reduce_bytes = runtime_rules(job.runtime).reduce_bytes_per_parameter(job);
 
   Network network(sim::link_capacities_bytes_per_s(cost.topology()));
   std::vector<int> device_of_rank(cost.device_of_rank().begin(),
@@ -197,7 +202,7 @@ SimulationResult simulate(const CostModel& cost, const Job& job, const Strategy&
   const std::vector<StageLoad> load = stage_loads(lowered, s.pp);
   for (int c = 0; c < chunks; ++c) {
     spec.chunks.push_back(chunk_spec(comms, terms, stages[static_cast<std::size_t>(c)],
-                                     lowered[static_cast<std::size_t>(c)], state_bytes));
+                                     lowered[static_cast<std::size_t>(c)], reduce_bytes));
   }
 
   std::vector<MemoryBreakdown> memory(static_cast<std::size_t>(s.pp));

@@ -2,6 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "costmodel/runtime.hpp"
 #include "profiles/errors.hpp"
 #include "profiles/json_reader.hpp"
 
@@ -121,7 +122,8 @@ std::optional<std::string> check_strategy(const profiles::ModelSpec& model, std:
                       num(profiles::max_sequence_length(model)) + ")"
                 : std::string());
   }
-  return std::nullopt;
+  // What the job's runtime cannot run (runtime.hpp).
+  return runtime_refusal(job, s);
 }
 
 std::optional<std::string> check_partition(const profiles::ModelSpec& model, const Strategy& s,

@@ -148,6 +148,7 @@ constexpr const char* kScript = R"(
 
 constexpr std::array<const char*, 5> kMemoryParts = {"parameters", "gradients", "optimizer",
                                                      "activations", "buffers"};
+// WIRE: a sixth part, the GPU process lines (MemoryBreakdown::process_bytes()).
 constexpr std::array<const char*, 5> kMemoryColors = {"#4e79a7", "#f28e2b", "#e15759", "#76b7b2",
                                                       "#59a14f"};
 

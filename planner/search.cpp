@@ -523,7 +523,12 @@ SearchResult search(const costmodel::CostModel& cost, const costmodel::Job& job,
         result.feasible += static_cast<std::int64_t>(recomputes.size() - k - 1);
         break;
       }
-      if (rc == recomputes.back() && !c.fits) too_big.insert(key);
+      // Larger micro-batches cannot fit when no partition of this one fits (the rebalancing
+      // below may still find one that its even split misses).
+      if (rc == recomputes.back() && !c.fits) {
+        const bool rebalanced = !o.stages && s.pp > 1 && s.schedule != Schedule::kInterleaved;
+        if (!rebalanced || !balanced_partition(shaped, job, s, limit)) too_big.insert(key);
+      }
     }
   }
 

@@ -11,6 +11,7 @@
 
 #include "costmodel/estimate.hpp"
 #include "costmodel/simulator.hpp"
+#include "planner/emit.hpp"
 #include "planner/partition.hpp"
 #include "planner/plan.hpp"
 #include "planner/search.hpp"
@@ -39,6 +40,7 @@ struct PlanArgs {
   int top = 5;
   std::string output;
   bool json = false;
+  std::optional<std::string> emit;  // megatron | deepspeed | fsdp
 };
 
 using profiles::fixed_text;
@@ -165,6 +167,7 @@ std::string head_noun(const profiles::ModelSpec& model) {
 void print_stage_memory(std::ostream& out, const planner::Plan& plan, const Unit& bytes) {
   const costmodel::Prediction& p = plan.predicted;
   // The layers last: an interleaved rank's chunks make a long list.
+  // WIRE: a "process" column (MemoryBreakdown::process_bytes()) so the columns sum to the total.
   out << "stage  params      grads       optimizer   activations buffers     total       layers\n";
   for (std::size_t r = 0; r < p.memory_by_stage.size(); ++r) {
     const costmodel::MemoryBreakdown& m = p.memory_by_stage[r];
@@ -346,6 +349,11 @@ int run_plan(const PlanArgs& a) {
   }
   PlanTextOptions text;
   costmodel::Job job = make_job(pinned, cluster, &text.precision_note);
+  if (a.emit) {
+    if (a.json) throw InputError("--emit", "", "--emit and --json both print: give one of them");
+    // WIRE: with --runtime given, refuse an --emit that names another runtime.
+    job.runtime = *costmodel::parse_runtime(*a.emit);  // plan for the runtime it emits
+  }
   planner::SearchOptions options = search_options(pinned, model, cluster.device_count());
   std::shared_ptr<const profiles::Profile> profile;
   if (!a.profile.empty()) {
@@ -364,6 +372,10 @@ int run_plan(const PlanArgs& a) {
   }
   if (!a.output.empty()) {
     profiles::write_file_atomically(a.output, plan_to_json(result.plans[0]).dump(2) + "\n");
+  }
+  if (a.emit) {
+    std::cout << planner::emit_plan(result.plans[0], *costmodel::parse_runtime(*a.emit));
+    return 0;
   }
   if (a.json) {
     nlohmann::json doc;
@@ -447,6 +459,11 @@ Runner add_plan_command(CLI::App& app) {
   cmd->add_option("--top", args->top, "plans to show (default 5)")->check(kPositiveNumber);
   cmd->add_option("-o", args->output, "write the best plan (loom-plan/1) here");
   cmd->add_flag("--json", args->json, "print one JSON document instead of text");
+  cmd->add_option("--emit", args->emit,
+                  "print what runs the best plan in megatron (Megatron-LM arguments), deepspeed "
+                  "(a DeepSpeed config and launch line) or fsdp (torchrun and FSDP settings), "
+                  "planned for that runtime")
+      ->check(CLI::IsMember({"megatron", "deepspeed", "fsdp"}));
   return [args]() { return run_plan(*args); };
 }
 

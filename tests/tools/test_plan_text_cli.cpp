@@ -79,8 +79,13 @@ TEST_CASE("loom plan says what it planned: head, precision, idle share, layers, 
       "exposed communication    dp 0.000 ms, tp 0.000 ms, pp 3.117 ms, zero 0.000 ms",
       "optimizer step           3.331 ms", "prediction               simulation", "",
       "stage  params      grads       optimizer   activations buffers     total       layers",
-      "0      0.04 GiB    0.04 GiB    0.27 GiB    0.04 GiB    0.05 GiB    0.44 GiB    emb",
-      "1      0.16 GiB    0.16 GiB    0.96 GiB    10.41 GiB   0.00 GiB    11.68 GiB   1-12 + head",
+      // The totals add what each GPU process holds beyond its tensors: the CUDA context
+      // (0.50 GiB), two cuBLAS workspaces (0.016), NCCL's buffers for the pipeline pair (1 peer x
+      // 8 channels x 9.19 MiB = 0.072) and a tenth of the activations and buffers as the
+      // allocator's fragmentation: stage 0 0.44 + 0.59 + 0.009 = 1.04, stage 1 11.68 + 0.59 +
+      // 1.04 = 13.31.
+      "0      0.04 GiB    0.04 GiB    0.27 GiB    0.04 GiB    0.05 GiB    1.04 GiB    emb",
+      "1      0.16 GiB    0.16 GiB    0.96 GiB    10.41 GiB   0.00 GiB    13.31 GiB   1-12 + head",
       "(emb = embedding, 0 in --stages; 1-12 = transformer layers; head = classifier, 13 in "
       "--stages)",
       "why: ranked by simulation of the top 1: 251.405 ms per step simulated (255.519 ms "

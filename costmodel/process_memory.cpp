@@ -1,0 +1,25 @@
+#include "costmodel/process_memory.hpp"
+
+namespace loom::costmodel {
+
+double nccl_connection_count(const Strategy& s) {
+  auto peers = [](int ranks) { return ranks > 2 ? 2.0 : ranks == 2 ? 1.0 : 0.0; };
+  double out = peers(s.dp) + peers(s.tp) + peers(s.pp);
+  const int groups = (s.dp > 1) + (s.tp > 1) + (s.pp > 1);
+  if (groups > 1) out += peers(s.world_size());
+  return out;
+}
+
+ProcessMemory process_memory(const profiles::DeviceSpec& device, const Strategy& s,
+                             double transient_bytes) {
+  ProcessMemory out;
+  if (device.kind != profiles::DeviceKind::kGpu) return out;
+  out.cuda_context_bytes = kCudaContextBytes;
+  // WIRE: Hopper (sm_count 132, the "gemm" helper's device field) uses ":4096:8" = 32 MiB.
+  out.workspace_bytes = kCublasHandles * kCublasWorkspaceBytes;
+  out.nccl_buffer_bytes = nccl_connection_count(s) * kNcclChannels * kNcclConnectionBytes;
+  out.fragmentation_bytes = kFragmentationFraction * transient_bytes;
+  return out;
+}
+
+}  // namespace loom::costmodel

@@ -1,0 +1,50 @@
+// Memory a training process holds on a GPU beyond its tensors, each a named line of the memory
+// breakdown (MemoryBreakdown, estimate.hpp) with its source (docs/runtimes.md):
+//
+//   cuda_context    the CUDA context with PyTorch's kernels loaded lazily (an estimate)
+//   workspaces      cuBLAS/cuBLASLt workspaces: PyTorch's default CUBLAS_WORKSPACE_CONFIG
+//                   (":4096:2:16:8", 8 MiB + 128 KiB) per handle; training uses two handles
+//                   (the forward thread's and the autograd device thread's)
+//   nccl_buffers    per communicator the rank joins: channels x peers x the buffers of NCCL's three
+//                   protocols (Simple: NCCL_BUFFSIZE 4 MiB; LL128 4.6875 MiB; LL 512 KiB)
+//   fragmentation   the caching allocator's reserved-but-unallocated memory, a fraction of the
+//                   step's transient bytes (activations and working buffers)
+//
+// All zero on CPU devices: Loom's CPU ranks run without any of these, and the CPU validation
+// measures the allocator's own peak.
+#pragma once
+
+#include "costmodel/strategy.hpp"
+#include "profiles/cluster.hpp"
+
+namespace loom::costmodel {
+
+struct ProcessMemory {
+  double cuda_context_bytes = 0;
+  double workspace_bytes = 0;
+  double nccl_buffer_bytes = 0;
+  double fragmentation_bytes = 0;
+  double total() const {
+    return cuda_context_bytes + workspace_bytes + nccl_buffer_bytes + fragmentation_bytes;
+  }
+};
+
+inline constexpr double kCudaContextBytes = 512.0 * 1024 * 1024;
+inline constexpr double kCublasWorkspaceBytes = (8.0 * 1024 + 128) * 1024;  // per handle
+inline constexpr int kCublasHandles = 2;
+// Simple (NCCL_BUFFSIZE) + LL128 + LL buffers of one connection.
+inline constexpr double kNcclConnectionBytes = 4194304.0 + 4915200.0 + 524288.0;
+inline constexpr int kNcclChannels = 8;
+inline constexpr double kFragmentationFraction = 0.1;
+
+// The NCCL communicators a rank of `strategy` joins and the peers it receives from in each:
+// the dp, tp and pp groups of more than one rank, and the world when more than one of them
+// exists. Ring and tree connections: 2 peers in a group of 3 or more ranks, 1 in a pair.
+double nccl_connection_count(const Strategy& strategy);
+
+// The process lines of a rank of `strategy` on `device` whose step holds `transient_bytes` of
+// activations and working buffers at its peak; all zero on CPU devices.
+ProcessMemory process_memory(const profiles::DeviceSpec& device, const Strategy& strategy,
+                             double transient_bytes);
+
+}  // namespace loom::costmodel

@@ -1,0 +1,34 @@
+#include "costmodel/runtime.hpp"
+
+#include <algorithm>
+
+namespace loom::costmodel {
+
+RuntimeRules runtime_rules(Runtime runtime) {
+  switch (runtime) {
+    case Runtime::kLoom:
+      return loom_runtime_rules();
+    case Runtime::kMegatron:
+      return megatron_runtime_rules();
+    case Runtime::kDeepspeed:
+      return deepspeed_runtime_rules();
+    case Runtime::kFsdp:
+      return fsdp_runtime_rules();
+  }
+  return loom_runtime_rules();
+}
+
+std::optional<std::string> runtime_refusal(const Job& job, const Strategy& strategy) {
+  const RuntimeRules rules = runtime_rules(job.runtime);
+  if (auto why = rules.refusal(job, strategy)) {
+    return "runtime " + std::string(rules.name) + ": " + *why;
+  }
+  return std::nullopt;
+}
+
+double exposed_after_window_s(double comm_s, double window_s, double chunk_s) {
+  if (!(comm_s > 0)) return 0;
+  return std::max(comm_s - window_s, chunk_s);
+}
+
+}  // namespace loom::costmodel

@@ -1,0 +1,100 @@
+// Training runtimes: what the engine that runs a plan keeps in memory and how its data-parallel
+// communication meets the compute. A plan predicts one runtime (Job::runtime):
+//
+//   loom       Loom's own executor (zero.hpp says what each ZeRO stage does there)
+//   megatron   Megatron-LM: fp32 main-grad buffer, distributed optimizer (ZeRO-1) with
+//              overlapped gradient reduce-scatter and parameter all-gather
+//   deepspeed  DeepSpeed's ZeRO 0-3: contiguous gradient buckets, stage-3 prefetch and live
+//              parameters, fp32 master weights in the optimizer states
+//   fsdp       PyTorch FSDP: NO_SHARD (zero 0), SHARD_GRAD_OP (zero 2), FULL_SHARD (zero 3),
+//              per-block all-gathers with prefetch and reduce-scatters in backward
+//
+// Each runtime's rules are one RuntimeRules value built in its own file (runtime_<name>.cpp);
+// the estimate and the simulator ask runtime_rules(job.runtime) and never compare runtime names.
+// docs/runtimes.md gives every rule with its source.
+#pragma once
+
+#include <functional>
+#include <optional>
+#include <string>
+
+#include "costmodel/comm.hpp"
+#include "costmodel/memory.hpp"
+#include "costmodel/strategy.hpp"
+
+namespace loom::costmodel {
+
+// What one pipeline rank's runtime memory depends on besides the strategy and the job.
+struct RankMemoryInput {
+  double num_parameters = 0;        // parameters on this rank (after tp), all chunks
+  double num_layers = 0;            // transformer layers on this rank
+  double layer_num_parameters = 0;  // one transformer layer on one rank (after tp)
+  // The largest tensor of the model on one rank (the word table or an MLP weight, after tp).
+  double largest_tensor_num_parameters = 0;
+  // The word table on this rank (after tp) when it holds the embedding and keeps activations,
+  // else 0: its backward makes a dense gradient of the whole table.
+  double embedding_table_num_parameters = 0;
+  double activation_bytes = 0;        // kept at the peak: every micro-batch in flight
+  double chunk_activation_bytes = 0;  // one micro-batch of one model chunk
+  double recompute_buffer_bytes = 0;  // one recomputed layer's working set (0 without)
+  double bucket_bytes = 0;            // Loom's gradient bucket (CostOptions::dp_bucket_bytes)
+};
+
+// Model states and working memory of one rank under a runtime.
+struct RuntimeMemory {
+  ModelStateBytes states;
+  // Working memory at the step's peak beyond kept activations: gradient buckets, gathered
+  // parameters, the recomputation working set, the optimizer step's temporaries.
+  double buffer_bytes = 0;
+};
+
+// Collective times over the data-parallel group and the compute windows that can hide them.
+struct DataParallelInput {
+  std::function<double(Collective, double bytes)> time_s;  // over the dp group
+  double num_parameters = 0;                               // on this rank
+  double layer_num_parameters = 0;
+  double forward_window_s = 0;   // one micro-batch's forward pass on this rank (0: nothing hides)
+  double backward_window_s = 0;  // one micro-batch's backward pass (0: nothing hides)
+  std::int64_t num_micro_batches = 1;
+  int element_bytes = 2;    // the job's precision
+  double bucket_bytes = 0;  // Loom's gradient bucket (CostOptions::dp_bucket_bytes)
+};
+
+// Exposed (not hidden) communication of one step on one pipeline rank, with dp > 1.
+struct DataParallelExposure {
+  double gradient_s = 0;   // gradient reduction ("dp")
+  double parameter_s = 0;  // parameter gathers ("zero")
+};
+
+struct RuntimeRules {
+  const char* name = "";    // as in plan JSON ("loom", "megatron", ...)
+  const char* engine = "";  // for people ("Megatron-LM")
+  // Why the runtime cannot run `strategy` for `job`, or nullopt when it can.
+  std::optional<std::string> (*refusal)(const Job&, const Strategy&) = nullptr;
+  RuntimeMemory (*memory)(const Job&, const Strategy&, const RankMemoryInput&) = nullptr;
+  DataParallelExposure (*exposure)(const Job&, const Strategy&, const DataParallelInput&) = nullptr;
+  // Bytes per parameter the gradient reduction sends (the reduce dtype: fp32 main grads in
+  // Megatron, fp32 reduce_dtype in FSDP's mixed precision, the job's width elsewhere).
+  double (*reduce_bytes_per_parameter)(const Job&) = nullptr;
+  // Megatron's fused elementwise kernels (bias-GeLU, bias-dropout-add, masked softmax,
+  // LayerNorm); false = Loom's eager kernels.
+  bool fused_elementwise = false;
+};
+
+RuntimeRules runtime_rules(Runtime runtime);
+
+// The rules of each runtime, one file each (runtime_<name>.cpp).
+RuntimeRules loom_runtime_rules();
+RuntimeRules megatron_runtime_rules();
+RuntimeRules deepspeed_runtime_rules();
+RuntimeRules fsdp_runtime_rules();
+
+// Why job.runtime cannot run `strategy`, or nullopt (check_strategy() asks it).
+std::optional<std::string> runtime_refusal(const Job& job, const Strategy& strategy);
+
+// The exposed time of `comm_s` of communication issued in chunks of `chunk_s` while `window_s` of
+// compute runs: what the window cannot hide, and at least the last chunk, which follows the
+// compute that produces it: max(comm - window, chunk). 0 when comm_s is 0.
+double exposed_after_window_s(double comm_s, double window_s, double chunk_s);
+
+}  // namespace loom::costmodel

@@ -1,0 +1,114 @@
+// DeepSpeed's ZeRO (runtime/zero/stage_1_and_2.py, stage3.py; runtime/pipe/engine.py) with the
+// configuration `loom plan --emit deepspeed` writes: its defaults, contiguous_gradients on,
+// overlap_comm on at stage 3 only (DeepSpeed's default). Sources in docs/runtimes.md.
+#include <algorithm>
+
+#include "costmodel/runtime.hpp"
+
+namespace loom::costmodel {
+namespace {
+
+// zero_optimization defaults (DeepSpeed's configuration docs), in elements.
+constexpr double kReduceBucketElements = 5e8;      // reduce_bucket_size
+constexpr double kPrefetchBucketElements = 5e7;    // stage3_prefetch_bucket_size
+constexpr double kMaxLiveParameterElements = 1e9;  // stage3_max_live_parameters
+
+std::optional<std::string> deepspeed_refusal(const Job&, const Strategy& s) {
+  if (s.pp > 1 && s.zero >= 2) {
+    return "DeepSpeed's pipeline engine refuses ZeRO-2 and ZeRO-3 (they are incompatible with its "
+           "pipeline parallelism); use zero 0 or 1 with pp=" +
+           std::to_string(s.pp);
+  }
+  if (s.pp > 1 && (s.schedule != Schedule::k1F1B || s.virtual_stages > 1)) {
+    return "DeepSpeed's pipeline engine runs one 1F1B schedule (TrainSchedule), not " +
+           std::string(to_string(s.schedule));
+  }
+  return std::nullopt;
+}
+
+RuntimeMemory deepspeed_memory(const Job& job, const Strategy& s, const RankMemoryInput& in) {
+  RuntimeMemory out;
+  // The ZeRO paper's accounting is DeepSpeed's: low-precision weights and gradients, fp32 master
+  // weights and Adam moments in the optimizer states (K = 12), sharded by stage.
+  out.states = model_state_bytes(in.num_parameters, s.dp, s.zero, job.precision);
+  const double e = job.precision == Precision::kBf16 || job.precision == Precision::kFp16 ? 2 : 4;
+  const double recompute = in.num_layers > 0 ? in.recompute_buffer_bytes : 0;
+  double persistent = 0;
+  double transient = 0;
+  if (s.zero >= 1) {
+    // contiguous_gradients: the gradients of the bucket being reduced are copied into one
+    // buffer of reduce_bucket_size elements (two with overlap_comm, on by default at stage 3).
+    const double buffers = s.zero == 3 ? 2 : 1;
+    persistent += buffers * e * std::min(kReduceBucketElements, in.num_parameters);
+    // The optimizer step gives the fp32 partition of the master weights an fp32 gradient.
+    transient = 4 * in.num_parameters / s.dp;
+  }
+  if (s.zero == 3) {
+    // Live gathered parameters: the module running plus the prefetched bucket, at most
+    // stage3_max_live_parameters; and the module's full gradient before it is reduced.
+    const double live =
+        std::min({kMaxLiveParameterElements, in.layer_num_parameters + kPrefetchBucketElements,
+                  in.num_parameters});
+    persistent += e * live + e * std::min(in.layer_num_parameters, in.num_parameters);
+  }
+  double embedding_grad_extra = 0;
+  if (in.embedding_table_num_parameters > 0) {
+    embedding_grad_extra = e * in.embedding_table_num_parameters -
+                           std::min(in.chunk_activation_bytes, in.activation_bytes);
+  }
+  out.buffer_bytes = persistent + std::max({0.0, recompute, transient - in.activation_bytes,
+                                            embedding_grad_extra});
+  return out;
+}
+
+// Stages 0-2 without overlap_comm reduce on the compute stream: nothing hides them. Stage 0
+// all-reduces the gradients once per step; stage 1 reduce-scatters them once per step; stage 2
+// after every micro-batch's backward. Stages 1 and 2 all-gather the updated weights after the
+// optimizer step. Stage 3 (overlap_comm, prefetch) gathers every module's weights in the forward
+// and again in the backward pass and reduce-scatters its gradients, hidden behind each pass but
+// for the first module's gather and the last one's reduction.
+DataParallelExposure deepspeed_exposure(const Job&, const Strategy& s,
+                                        const DataParallelInput& in) {
+  const double grads = in.num_parameters * in.element_bytes;
+  const double layer = std::min(in.layer_num_parameters, in.num_parameters) * in.element_bytes;
+  const double mb = static_cast<double>(in.num_micro_batches);
+  DataParallelExposure out;
+  switch (s.zero) {
+    case 0:
+      out.gradient_s = in.time_s(Collective::kAllReduce, grads);
+      break;
+    case 1:
+    case 2:
+      out.gradient_s = (s.zero == 2 ? mb : 1) * in.time_s(Collective::kReduceScatter, grads);
+      out.parameter_s = in.time_s(Collective::kAllGather, grads);
+      break;
+    default: {
+      const double gather = in.time_s(Collective::kAllGather, grads);
+      const double reduce = in.time_s(Collective::kReduceScatter, grads);
+      out.parameter_s = mb * exposed_after_window_s(gather, in.forward_window_s,
+                                                    in.time_s(Collective::kAllGather, layer));
+      out.gradient_s = mb * exposed_after_window_s(gather + reduce, in.backward_window_s,
+                                                   in.time_s(Collective::kReduceScatter, layer));
+      break;
+    }
+  }
+  // WIRE: slow the hidden compute by the cluster's overlap factor (comm.hpp, "nccl" helper).
+  return out;
+}
+
+}  // namespace
+
+RuntimeRules deepspeed_runtime_rules() {
+  RuntimeRules r;
+  r.name = "deepspeed";
+  r.engine = "DeepSpeed";
+  r.refusal = deepspeed_refusal;
+  r.memory = deepspeed_memory;
+  r.exposure = deepspeed_exposure;
+  r.reduce_bytes_per_parameter = [](const Job& job) {
+    return job.precision == Precision::kBf16 || job.precision == Precision::kFp16 ? 2.0 : 4.0;
+  };
+  return r;
+}
+
+}  // namespace loom::costmodel

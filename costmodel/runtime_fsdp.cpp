@@ -1,0 +1,106 @@
+// PyTorch FSDP (torch.distributed.fsdp, FSDP1 and FSDP2's fully_shard) with one unit per
+// transformer block, forward and backward prefetch, and the mixed precision `loom plan --emit
+// fsdp` writes (param_dtype = the job's, reduce_dtype = fp32): zero 0 = NO_SHARD, 2 =
+// SHARD_GRAD_OP, 3 = FULL_SHARD. Sources in docs/runtimes.md.
+#include <algorithm>
+
+#include "costmodel/runtime.hpp"
+
+namespace loom::costmodel {
+namespace {
+
+constexpr double kDdpBucketBytes = 25.0 * 1024 * 1024;  // NO_SHARD reduces as DDP does
+constexpr double kReduceBytes = 4;                      // reduce_dtype fp32
+
+std::optional<std::string> fsdp_refusal(const Job&, const Strategy& s) {
+  if (s.zero == 1) {
+    return "PyTorch FSDP has no optimizer-only sharding (ZeRO-1): zero 0 = NO_SHARD, 2 = "
+           "SHARD_GRAD_OP, 3 = FULL_SHARD";
+  }
+  return std::nullopt;
+}
+
+double low_precision_bytes(Precision p) {
+  return p == Precision::kBf16 || p == Precision::kFp16 ? 2 : 4;
+}
+
+RuntimeMemory fsdp_memory(const Job& job, const Strategy& s, const RankMemoryInput& in) {
+  // The sharded flat parameters stay fp32 and are the optimizer's weights (no separate master
+  // copy); their gradients are fp32; AdamW keeps two fp32 moments. Sharded by dp with
+  // SHARD_GRAD_OP and FULL_SHARD, whole with NO_SHARD.
+  const double shards = s.zero >= 2 ? s.dp : 1;
+  RuntimeMemory out;
+  out.states.parameter_bytes = 4 * in.num_parameters / shards;
+  out.states.gradient_bytes = 4 * in.num_parameters / shards;
+  out.states.optimizer_bytes = 8 * in.num_parameters / shards;
+  const double e = low_precision_bytes(job.precision);
+  const double layer = std::min(in.layer_num_parameters, in.num_parameters);
+  // The root unit (embeddings, final norm, head) stays gathered from forward to backward.
+  const double root = std::max(0.0, in.num_parameters - in.num_layers * layer);
+  double gathered = 0;
+  if (s.zero == 2) {
+    // SHARD_GRAD_OP keeps every block unsharded from its forward until its backward.
+    gathered = e * in.num_parameters;
+  } else if (s.zero == 3 || e < 4) {
+    // FULL_SHARD: the running block and the prefetched one, unsharded in param_dtype; NO_SHARD
+    // with mixed precision: the low-precision copies of the same two blocks.
+    gathered = e * (root + std::min(2 * layer, in.num_parameters - root));
+  }
+  // One block's unsharded gradient in reduce_dtype before its reduce-scatter (NO_SHARD: a
+  // DDP-style bucket).
+  const double gradient_working = s.zero >= 2 ? kReduceBytes * layer : kDdpBucketBytes;
+  const double recompute = in.num_layers > 0 ? in.recompute_buffer_bytes : 0;
+  // The optimizer step (foreach AdamW) has an fp32 temporary of the shard.
+  const double optimizer_working = 4 * in.num_parameters / shards;
+  double embedding_grad_extra = 0;
+  if (in.embedding_table_num_parameters > 0) {
+    embedding_grad_extra = e * in.embedding_table_num_parameters -
+                           std::min(in.chunk_activation_bytes, in.activation_bytes);
+  }
+  out.buffer_bytes =
+      gathered + gradient_working +
+      std::max({0.0, recompute, optimizer_working - in.activation_bytes, embedding_grad_extra});
+  return out;
+}
+
+// Per micro-batch (no no_sync with sharding): SHARD_GRAD_OP gathers every block once in the
+// forward pass; FULL_SHARD again in the backward pass; both reduce-scatter each block's fp32
+// gradients in the backward pass. Prefetch hides them behind the pass but for the first block's
+// gather and the last block's reduction. NO_SHARD all-reduces fp32 gradients in 25 MiB buckets
+// during the last micro-batch's backward (no_sync before it), as DDP.
+DataParallelExposure fsdp_exposure(const Job&, const Strategy& s, const DataParallelInput& in) {
+  const double layer = std::min(in.layer_num_parameters, in.num_parameters);
+  const double grads = kReduceBytes * in.num_parameters;
+  const double mb = static_cast<double>(in.num_micro_batches);
+  DataParallelExposure out;
+  if (s.zero < 2) {
+    out.gradient_s =
+        exposed_after_window_s(in.time_s(Collective::kAllReduce, grads), in.backward_window_s,
+                               in.time_s(Collective::kAllReduce, std::min(kDdpBucketBytes, grads)));
+    return out;
+  }
+  const double gather = in.time_s(Collective::kAllGather, in.num_parameters * in.element_bytes);
+  const double first_gather = in.time_s(Collective::kAllGather, layer * in.element_bytes);
+  const double reduce = in.time_s(Collective::kReduceScatter, grads);
+  const double last_reduce = in.time_s(Collective::kReduceScatter, kReduceBytes * layer);
+  out.parameter_s = mb * exposed_after_window_s(gather, in.forward_window_s, first_gather);
+  const double backward_comm = reduce + (s.zero == 3 ? gather : 0);
+  out.gradient_s = mb * exposed_after_window_s(backward_comm, in.backward_window_s, last_reduce);
+  // WIRE: slow the hidden compute by the cluster's overlap factor (comm.hpp, "nccl" helper).
+  return out;
+}
+
+}  // namespace
+
+RuntimeRules fsdp_runtime_rules() {
+  RuntimeRules r;
+  r.name = "fsdp";
+  r.engine = "PyTorch FSDP";
+  r.refusal = fsdp_refusal;
+  r.memory = fsdp_memory;
+  r.exposure = fsdp_exposure;
+  r.reduce_bytes_per_parameter = [](const Job&) { return kReduceBytes; };
+  return r;
+}
+
+}  // namespace loom::costmodel

@@ -1,0 +1,96 @@
+// Loom's own executor: the memory and overlap rules of executor/ (zero.hpp says what each ZeRO
+// stage shards and when it communicates).
+#include <algorithm>
+
+#include "costmodel/runtime.hpp"
+#include "costmodel/zero.hpp"
+
+namespace loom::costmodel {
+namespace {
+
+RuntimeMemory loom_memory(const Job& job, const Strategy& s, const RankMemoryInput& in) {
+  const ZeroPolicy zero = zero_policy(s.zero);
+  RuntimeMemory out;
+  out.states = model_state_bytes(in.num_parameters, s.dp, s.zero, job.precision);
+  const double recompute = in.num_layers > 0 ? in.recompute_buffer_bytes : 0;
+  // The optimizer step's working set, when it exceeds the backward pass's activations and
+  // buffers (the step's peak is then the model states plus it). Loom's executor runs AdamW over
+  // lists of tensors on one rank, in chunks of at most twice the largest tensor's elements (the
+  // word embedding, or an MLP weight with a small vocabulary) with one fp32 temporary of a chunk
+  // (executor/flat_adamw.hpp), and its own flat AdamW on the rank's shard with many (one fp32
+  // temporary of the shard).
+  const double shard = in.num_parameters / (zero.shards_optimizer_states ? s.dp : 1);
+  const double optimizer_working =
+      s.world_size() == 1 ? 4 * std::min(2 * in.largest_tensor_num_parameters, in.num_parameters)
+                          : 4 * shard;
+  // What Loom's executor holds beyond the model states. ZeRO 0/1 need no bucket copies: the
+  // executor reduces gradient buckets in place in its flat gradient buffer (as Megatron-LM's
+  // contiguous buffer, or DDP's gradient_as_bucket_view). ZeRO-2/3 keep no full gradient buffer:
+  // every backward pass's gradients go through one staging buffer of at most a bucket, and one
+  // bucket's gradients are alive at the end of the backward pass, when the activations are gone.
+  // ZeRO-3 gathers the stage's parameters for the whole step (not layer by layer).
+  double persistent = 0;
+  double transient = optimizer_working;
+  if (s.dp > 1 && zero.reduces_every_micro_batch) {
+    const double staging = std::min(in.bucket_bytes, out.states.gradient_bytes * s.dp);
+    persistent += staging;
+    transient = std::max(transient, staging);
+    if (zero.gathers_before_forward) persistent += out.states.parameter_bytes * s.dp;
+  }
+  // The word embedding's backward (on the rank holding it, pipeline rank 0) makes a dense fp32
+  // gradient of the whole table (of its vocabulary shard under tp) before adding it to the
+  // parameter's: at the end of a micro-batch's backward, while the other micro-batches in flight
+  // keep their activations (a GPipe stage 0 holds all but one).
+  double embedding_grad_extra = 0;
+  if (in.embedding_table_num_parameters > 0) {
+    embedding_grad_extra = 4.0 * in.embedding_table_num_parameters -
+                           std::min(in.chunk_activation_bytes, in.activation_bytes);
+  }
+  out.buffer_bytes =
+      persistent + std::max({recompute, transient - in.activation_bytes, embedding_grad_extra});
+  return out;
+}
+
+// Loom's executor all-reduces gradient buckets at every ZeRO stage (each rank then keeps its
+// shard): ZeRO 0/1 once per step, during the last micro-batch's backward pass; ZeRO-2/3 during
+// every micro-batch's (the gradients cannot accumulate unsharded). ZeRO-1/2 all-gather the updated
+// shards after the optimizer step; ZeRO-3 gathers the stage's parameters before the step's first
+// forward pass.
+DataParallelExposure loom_exposure(const Job&, const Strategy& s, const DataParallelInput& in) {
+  const ZeroPolicy zero = zero_policy(s.zero);
+  const double grads = in.num_parameters * in.element_bytes;
+  const double bucket = std::min(in.bucket_bytes, grads);
+  const double ar = in.time_s(Collective::kAllReduce, grads);
+  const double last =
+      std::max(ar - in.backward_window_s, in.time_s(Collective::kAllReduce, bucket));
+  DataParallelExposure out;
+  out.gradient_s = zero.reduces_every_micro_batch
+                       ? static_cast<double>(in.num_micro_batches - 1) *
+                                 std::max(0.0, ar - in.backward_window_s) +
+                             last
+                       : last;
+  if (zero.gathers_after_step || zero.gathers_before_forward) {
+    out.parameter_s = in.time_s(Collective::kAllGather, grads);
+  }
+  // WIRE: slow the hidden compute by the cluster's overlap factor (comm.hpp, "nccl" helper).
+  return out;
+}
+
+}  // namespace
+
+RuntimeRules loom_runtime_rules() {
+  RuntimeRules r;
+  r.name = "loom";
+  r.engine = "Loom's executor";
+  r.refusal = [](const Job&, const Strategy&) -> std::optional<std::string> {
+    return std::nullopt;
+  };
+  r.memory = loom_memory;
+  r.exposure = loom_exposure;
+  r.reduce_bytes_per_parameter = [](const Job& job) {
+    return job.precision == Precision::kBf16 || job.precision == Precision::kFp16 ? 2.0 : 4.0;
+  };
+  return r;
+}
+
+}  // namespace loom::costmodel

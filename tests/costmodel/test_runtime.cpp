@@ -1,0 +1,207 @@
+// Each runtime's memory terms, its data-parallel exposure, what it refuses, and the process lines
+// of the memory breakdown (runtime.hpp, process_memory.hpp), with figures computed by hand.
+#include <catch2/catch.hpp>
+
+#include "costmodel/estimate.hpp"
+#include "costmodel/process_memory.hpp"
+#include "costmodel/runtime.hpp"
+#include "profiles/loader.hpp"
+
+using namespace loom::costmodel;
+using loom::profiles::load_cluster;
+using loom::profiles::load_model;
+
+namespace {
+
+// One GPT layer with h = 4096: 12 h^2 + 13 h = 201,326,592 + 53,248 parameters.
+constexpr double kLayer = 201379840;
+
+Strategy dp8(int zero) {
+  Strategy s;
+  s.dp = 8;
+  s.zero = zero;
+  s.micro_batch = 1;
+  s.num_micro_batches = 1;
+  return s;
+}
+
+Job bf16_job(Runtime runtime) {
+  Job job{8, 2048, Precision::kBf16, "adamw"};
+  job.runtime = runtime;
+  return job;
+}
+
+// `layers` GPT layers on one rank, nothing else (no embedding, no activations, no recompute).
+RankMemoryInput layers_on_rank(double layers) {
+  RankMemoryInput in;
+  in.num_parameters = layers * kLayer;
+  in.num_layers = layers;
+  in.layer_num_parameters = kLayer;
+  in.largest_tensor_num_parameters = 4 * 4096.0 * 4096;
+  in.bucket_bytes = 25.0 * 1024 * 1024;
+  return in;
+}
+
+RuntimeMemory memory_of(Runtime runtime, const Strategy& s, const RankMemoryInput& in) {
+  return runtime_rules(runtime).memory(bf16_job(runtime), s, in);
+}
+
+// Collectives at 1 GB/s with no latency: the time in seconds is bytes / 1e9.
+DataParallelInput linear_links(double parameters, double layer, std::int64_t micro_batches) {
+  DataParallelInput in;
+  in.time_s = [](Collective, double bytes) { return bytes / 1e9; };
+  in.num_parameters = parameters;
+  in.layer_num_parameters = layer;
+  in.forward_window_s = 1;
+  in.backward_window_s = 2;
+  in.num_micro_batches = micro_batches;
+  in.element_bytes = 2;
+  return in;
+}
+
+}  // namespace
+
+TEST_CASE("megatron: fp32 main grads, and the distributed optimizer shards 12 bytes",
+          "[runtime][memory]") {
+  // distrib_optimizer.md: bf16 weights 2 B, fp32 main grads 4 B, fp32 main weights and Adam
+  // moments 12 B per parameter, the 12 over dp with the distributed optimizer (6 + 12/d).
+  const RuntimeMemory z0 = memory_of(Runtime::kMegatron, dp8(0), layers_on_rank(1));
+  CHECK(z0.states.parameter_bytes == 2 * kLayer);  // 402,759,680
+  CHECK(z0.states.gradient_bytes == 4 * kLayer);   // 805,519,360
+  CHECK(z0.states.optimizer_bytes == 12 * kLayer);
+  const RuntimeMemory z1 = memory_of(Runtime::kMegatron, dp8(1), layers_on_rank(1));
+  CHECK(z1.states.gradient_bytes == 805519360);
+  CHECK(z1.states.optimizer_bytes == 302069760);  // 12 * 201,379,840 / 8
+  CHECK(z1.buffer_bytes == 0);                    // buckets are views of the main-grad buffer
+}
+
+TEST_CASE("deepspeed ZeRO-3: live parameters, prefetch and the contiguous buckets",
+          "[runtime][memory]") {
+  // Four layers on the rank: N = 805,519,360 parameters.
+  const RuntimeMemory m = memory_of(Runtime::kDeepspeed, dp8(3), layers_on_rank(4));
+  CHECK(m.states.parameter_bytes == 201379840);   // 2 N / 8
+  CHECK(m.states.gradient_bytes == 201379840);    // 2 N / 8
+  CHECK(m.states.optimizer_bytes == 1208279040);  // 12 N / 8
+  // Two reduce buckets (overlap_comm) of min(5e8, N) bf16 elements:  2,000,000,000
+  // live parameters: the running layer + the 5e7-element prefetch:   2 (kLayer + 5e7) =
+  //                                                                   502,759,680
+  // the running layer's full bf16 gradient:                          402,759,680
+  // the optimizer step's fp32 gradient partition 4 N / 8, above the
+  // (absent) activations:                                            402,759,680
+  CHECK(m.buffer_bytes == 2e9 + 502759680 + 402759680 + 402759680);
+}
+
+TEST_CASE("fsdp: two gathered blocks under FULL_SHARD, all of them under SHARD_GRAD_OP",
+          "[runtime][memory]") {
+  const RuntimeMemory full = memory_of(Runtime::kFsdp, dp8(3), layers_on_rank(4));
+  // fp32 sharded weights (the optimizer's own), fp32 gradients, two fp32 moments: 16 N / 8.
+  CHECK(full.states.parameter_bytes == 402759680);  // 4 N / 8
+  CHECK(full.states.gradient_bytes == 402759680);
+  CHECK(full.states.optimizer_bytes == 805519360);  // 8 N / 8
+  // Two bf16 blocks gathered (running + prefetched): 2 * 2 * kLayer = 805,519,360; one block's
+  // fp32 gradient before its reduce-scatter: 4 * kLayer = 805,519,360; AdamW's fp32 temporary
+  // of the shard: 4 N / 8 = 402,759,680.
+  CHECK(full.buffer_bytes == 805519360.0 + 805519360 + 402759680);
+  // SHARD_GRAD_OP keeps every block gathered after its forward: 2 N = 1,611,038,720 instead.
+  const RuntimeMemory grad_op = memory_of(Runtime::kFsdp, dp8(2), layers_on_rank(4));
+  CHECK(grad_op.buffer_bytes == 1611038720.0 + 805519360 + 402759680);
+}
+
+TEST_CASE("each runtime's data-parallel exposure", "[runtime][overlap]") {
+  // N = 1e9 parameters, 1e8 per layer; forward window 1 s, backward 2 s; 1 GB/s.
+  const DataParallelInput in = linear_links(1e9, 1e8, 2);
+  // Megatron, distributed optimizer: fp32 grads reduce-scattered (4 s) under the last backward,
+  // the last 40M-element bucket (0.16 s) exposed at least: max(4 - 2, 0.16) = 2. The bf16
+  // weights' all-gather (2 s) under the next forward: max(2 - 1, 0.08) = 1.
+  DataParallelExposure m =
+      megatron_runtime_rules().exposure(bf16_job(Runtime::kMegatron), dp8(1), in);
+  CHECK(m.gradient_s == Approx(2));
+  CHECK(m.parameter_s == Approx(1));
+  // FSDP FULL_SHARD, per micro-batch: the gather (2 s) under the forward: max(2 - 1, 0.2) = 1;
+  // the backward's gather (2 s) and fp32 reduce-scatter (4 s): max(6 - 2, 0.4) = 4; two
+  // micro-batches.
+  DataParallelExposure f = fsdp_runtime_rules().exposure(bf16_job(Runtime::kFsdp), dp8(3), in);
+  CHECK(f.parameter_s == Approx(2));
+  CHECK(f.gradient_s == Approx(8));
+  // DeepSpeed ZeRO-2 without overlap_comm: a reduce-scatter of bf16 grads (2 s) per micro-batch,
+  // the all-gather of updated weights (2 s) after the step.
+  DataParallelExposure d =
+      deepspeed_runtime_rules().exposure(bf16_job(Runtime::kDeepspeed), dp8(2), in);
+  CHECK(d.gradient_s == Approx(4));
+  CHECK(d.parameter_s == Approx(2));
+}
+
+TEST_CASE("a runtime refuses what its engine cannot run", "[runtime]") {
+  const auto model = load_model("gpt2");
+  Strategy s;
+  s.dp = 4;
+  s.pp = 2;
+  s.zero = 2;
+  s.micro_batch = 1;
+  s.num_micro_batches = 4;
+  Job job{16, 1024, Precision::kBf16, "adamw"};
+  CHECK_FALSE(check_strategy(model, 8, job, s).has_value());  // Loom's executor runs it
+  job.runtime = Runtime::kDeepspeed;
+  CHECK(check_strategy(model, 8, job, s) ==
+        "runtime deepspeed: DeepSpeed's pipeline engine refuses ZeRO-2 and ZeRO-3 (they are "
+        "incompatible with its pipeline parallelism); use zero 0 or 1 with pp=2");
+  job.runtime = Runtime::kMegatron;
+  CHECK(check_strategy(model, 8, job, s) ==
+        "runtime megatron: Megatron-LM shards the optimizer states only (its distributed "
+        "optimizer is ZeRO-1); zero=2 needs --runtime deepspeed or fsdp");
+  s.zero = 1;
+  job.runtime = Runtime::kFsdp;
+  CHECK(check_strategy(model, 8, job, s) ==
+        "runtime fsdp: PyTorch FSDP has no optimizer-only sharding (ZeRO-1): zero 0 = NO_SHARD, "
+        "2 = SHARD_GRAD_OP, 3 = FULL_SHARD");
+}
+
+TEST_CASE("process lines: CUDA context, workspaces, NCCL buffers, fragmentation on GPUs only",
+          "[runtime][memory]") {
+  const auto gpu = load_cluster("dgx-a100-80g");
+  // dp = 8 alone: one communicator, a ring of 8 ranks, 2 peers x 8 channels x (4 MiB + 4.6875
+  // MiB + 512 KiB = 9,633,792 bytes) = 154,140,672 bytes.
+  ProcessMemory p = process_memory(gpu.device, dp8(0), 1e9);
+  CHECK(p.cuda_context_bytes == 536870912);   // 512 MiB
+  CHECK(p.workspace_bytes == 2 * 8519680.0);  // two handles of 8 MiB + 128 KiB
+  CHECK(p.nccl_buffer_bytes == 154140672);
+  CHECK(p.fragmentation_bytes == Approx(1e8));  // 10 % of 1e9 transient bytes
+  // dp 2 x tp 4: a pair (1 peer), a ring of 4 (2) and the world of 8 (2): 5 x 8 x 9,633,792.
+  Strategy s = dp8(0);
+  s.dp = 2;
+  s.tp = 4;
+  CHECK(nccl_connection_count(s) == 5);
+  CHECK(process_memory(gpu.device, s, 0).nccl_buffer_bytes == 385351680);
+  CHECK(process_memory(load_cluster("local-cpu").device, s, 1e9).total() == 0);
+
+  // Through the estimate: the lines appear in the breakdown on a GPU, and not on a CPU.
+  const auto model = load_model("bert-base");
+  Strategy one;
+  one.micro_batch = 8;
+  Job job{8, 128, Precision::kBf16, "adamw"};
+  const Prediction g = CostModel(model, gpu).estimate(job, one, even_partition(model, 1));
+  CHECK(g.memory_by_stage[0].cuda_context_bytes == 536870912);
+  CHECK(g.memory_by_stage[0].nccl_buffer_bytes == 0);  // one rank joins no communicator
+  CHECK(g.peak_memory_bytes ==
+        Approx(g.memory_by_stage[0].tensor_bytes() + g.memory_by_stage[0].process_bytes()));
+  job.precision = Precision::kFp32;
+  const Prediction c =
+      CostModel(model, load_cluster("local-cpu")).estimate(job, one, even_partition(model, 1));
+  CHECK(c.memory_by_stage[0].process_bytes() == 0);
+  CHECK(c.peak_memory_bytes == c.memory_by_stage[0].tensor_bytes());
+}
+
+TEST_CASE("the estimate charges the job's runtime", "[runtime][estimate]") {
+  const auto model = load_model("gpt2");
+  const auto cluster = load_cluster("dgx-a100-80g");
+  Strategy s = dp8(0);
+  Job job{8, 1024, Precision::kBf16, "adamw"};
+  const CostModel cost(model, cluster);
+  const Prediction loom = cost.estimate(job, s, even_partition(model, 1));
+  job.runtime = Runtime::kMegatron;
+  const Prediction megatron = cost.estimate(job, s, even_partition(model, 1));
+  // Megatron's main grads are fp32: twice Loom's bf16 gradient buffer, and 16 bytes of
+  // optimizer states (12) + grads (4) against Loom's 12 + 2.
+  CHECK(megatron.memory_by_stage[0].gradient_bytes == 2 * loom.memory_by_stage[0].gradient_bytes);
+  CHECK(megatron.memory_by_stage[0].optimizer_bytes == loom.memory_by_stage[0].optimizer_bytes);
+}
