@@ -268,7 +268,7 @@ LayerShape layer_shape(const TermsInput& in, std::int64_t micro_batch, std::int6
   LayerShape x{micro_batch, seq_len, tp, in.e, recompute};
   x.attention = in.s.attention;
   x.sequence_parallel = in.s.sequence_parallel;
-  // WIRE: x.fusions = the runtime's KernelFusions (KernelFusions::megatron() for Megatron-LM).
+  x.fusions = runtime_rules(in.job.runtime).fusions;
   return x;
 }
 

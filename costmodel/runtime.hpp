@@ -19,6 +19,7 @@
 #include <string>
 
 #include "costmodel/comm.hpp"
+#include "costmodel/compute.hpp"
 #include "costmodel/memory.hpp"
 #include "costmodel/strategy.hpp"
 
@@ -76,9 +77,9 @@ struct RuntimeRules {
   // Bytes per parameter the gradient reduction sends (the reduce dtype: fp32 main grads in
   // Megatron, fp32 reduce_dtype in FSDP's mixed precision, the job's width elsewhere).
   double (*reduce_bytes_per_parameter)(const Job&) = nullptr;
-  // Megatron's fused elementwise kernels (bias-GeLU, bias-dropout-add, masked softmax,
-  // LayerNorm); false = Loom's eager kernels.
-  bool fused_elementwise = false;
+  // The kernels the runtime fuses (Megatron: QKV, bias-GeLU, bias-dropout-add, masked softmax);
+  // the default is eager PyTorch's, as Loom's executor runs them.
+  KernelFusions fusions = {};
 };
 
 RuntimeRules runtime_rules(Runtime runtime);

@@ -103,9 +103,8 @@ RuntimeRules megatron_runtime_rules() {
   r.reduce_bytes_per_parameter = [](const Job& job) {
     return megatron_bytes(job.precision).gradients;
   };
-  // WIRE: KernelFusions (compute.hpp, "gemm" helper): Megatron fuses bias-GeLU, bias-dropout-add,
-  // the masked softmax and LayerNorm; set them from this flag.
-  r.fused_elementwise = true;
+  // Megatron-LM fuses the QKV product, bias-GeLU, bias-dropout-add and the masked softmax.
+  r.fusions = KernelFusions::megatron();
   return r;
 }
 
