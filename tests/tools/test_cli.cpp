@@ -80,7 +80,8 @@ TEST_CASE("loom demo plans a small encoder on this machine", "[tools][cli]") {
   const RunResult planned = box.loom(plan);
   REQUIRE(planned.exit_code == 0);
   CHECK(strategy_line(planned.out) ==
-        "strategy dp=2 tp=1 pp=1 zero=1 micro-batch=8 micro-batches=1 recompute=none");
+        "strategy dp=2 tp=1 pp=1 zero=1 micro-batch=8 micro-batches=1 recompute=none "
+        "attention=math");
   CHECK(strategy_line(planned.out) == strategy_line(r.out));
 }
 
