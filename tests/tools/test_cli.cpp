@@ -36,7 +36,7 @@ class Sandbox : public loom::test::CliSandbox {
 
 const std::string kBertPlan =
     "plan --model bert-large --cluster dgx-a100-80g --global-batch 512 --seq-len 512 --tp 8 "
-    "--pp 1 --zero 1 --micro-batch 4 --schedule 1f1b --recompute selective";
+    "--pp 1 --zero 1 --micro-batch 4 --schedule 1f1b --recompute selective --sp off";
 
 using loom::test::line_count;
 
