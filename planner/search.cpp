@@ -157,10 +157,12 @@ std::vector<std::pair<Schedule, int>> schedule_choices(const SearchOptions& o, i
 }
 
 // Sequence parallelism to try at `tp`: as pinned, else off, and on too when tp > 1 shards the
-// sequence evenly.
-std::vector<bool> sequence_parallel_choices(const SearchOptions& o, int tp, std::int64_t seq_len) {
+// sequence evenly on GPUs. CPU plans keep it off unless pinned: Gloo has no reduce-scatter, so
+// Loom's executor all-reduces there and moves twice the bytes the model charges.
+std::vector<bool> sequence_parallel_choices(const SearchOptions& o, bool gpu, int tp,
+                                            std::int64_t seq_len) {
   if (o.sequence_parallel) return {*o.sequence_parallel};
-  if (tp > 1 && seq_len % tp == 0) return {false, true};
+  if (gpu && tp > 1 && seq_len % tp == 0) return {false, true};
   return {false};
 }
 
@@ -183,6 +185,7 @@ std::vector<Strategy> candidate_strategies(const profiles::ModelSpec& model,
     std::reverse(worlds.begin(), worlds.end());  // all devices first (the order of ties)
   }
   const costmodel::Attention attention = o.attention.value_or(default_attention(cluster));
+  const bool gpu = cluster.device.kind == profiles::DeviceKind::kGpu;
   std::vector<Strategy> out;
   for (const int devices : worlds) {
     for (int tp : o.tp ? std::vector<int>{*o.tp} : divisors(devices)) {
@@ -215,7 +218,7 @@ std::vector<Strategy> candidate_strategies(const profiles::ModelSpec& model,
               continue;
             }
             for (auto [schedule, v] : schedule_choices(o, pp, model.layers)) {
-              for (const bool sp : sequence_parallel_choices(o, tp, job.seq_len)) {
+              for (const bool sp : sequence_parallel_choices(o, gpu, tp, job.seq_len)) {
                 Strategy s;
                 s.tp = tp;
                 s.pp = pp;

@@ -147,3 +147,25 @@ TEST_CASE("the search turns sequence parallelism on when only that fits", "[plan
   CHECK_THAT(off.infeasible_reason, Catch::Contains("does not fit: the smallest memory need is ") &&
                                         Catch::Contains("recompute=selective attention=flash"));
 }
+
+TEST_CASE("CPU plans keep sequence parallelism off unless pinned", "[planner]") {
+  costmodel::CostModel cost(profiles::load_model("tiny-bert"), profiles::load_cluster("local-cpu"));
+  const costmodel::Job job{16, 64, profiles::Precision::kFp32, "adamw"};
+  SearchOptions o;
+  o.tp = 2;
+  o.pp = 1;
+  o.dp = 1;
+  o.zero = 0;
+  o.micro_batch = 16;
+  o.recompute = costmodel::Recompute::kNone;
+  o.simulate = false;
+  const SearchResult off = search(cost, job, o);
+  CHECK(off.searched == 1);
+  REQUIRE(off.plans.size() == 1);
+  CHECK_FALSE(off.plans[0].strategy.sequence_parallel);
+  CHECK(off.plans[0].strategy.attention == costmodel::Attention::kMath);
+  o.sequence_parallel = true;
+  const SearchResult on = search(cost, job, o);
+  REQUIRE(on.plans.size() == 1);
+  CHECK(on.plans[0].strategy.sequence_parallel);
+}
