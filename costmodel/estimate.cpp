@@ -369,59 +369,89 @@ EntryCalibrations calibrate_entries(const TermsInput& in, const DeviceRates& cor
   return out;
 }
 
-// Tensor parallelism: two collectives over the layer's activations forward (after attention and
-// after the MLP) and two backward (Megatron's f and g), plus two more when full recomputation
-// replays the forward pass; the vocab-parallel embedding all-reduces its output. With sequence
-// parallelism each all-reduce becomes a reduce-scatter and an all-gather of the same total size,
-// which costs the same in the alpha-beta model. Measured times that already include an entry's
-// tensor-parallel all-reduces (the tp ranks of the profile measured together) get none added.
-// Fills the entries' terms and costs.
+// Tensor parallelism, per micro-batch (Megatron-LM's f and g; Shoeybi et al. 2019, section 3):
+// two all-reduces of the layer's hidden states forward (after attention and after the MLP) and
+// two backward, plus two more when full recomputation replays the forward pass; the
+// vocab-parallel embedding all-reduces its output; a vocab-parallel LM head reduces three
+// scalars per token for its cross-entropy (max, sum of exponentials, target logit) and
+// all-reduces its input's gradient. Sequence parallelism (Korthikanti et al. 2022, section 4.2.2)
+// splits each of the layer's all-reduces into an all-gather before the column-parallel GEMM and
+// a reduce-scatter after the row-parallel one, forward and (mirrored) backward; the embedding
+// reduce-scatters its output (all-gathers its gradient) and the head all-gathers its input
+// (reduce-scatters its gradient). Megatron-LM also gathers a column-parallel GEMM's input again
+// for its weight gradient, overlapped with the input gradient's GEMM: not charged. Measured
+// times that already include an entry's tensor-parallel communication (the tp ranks of the
+// profile measured together) get none added.
+void set_tensor_parallel_collectives(const TermsInput& in, const EntryCalibrations& cal,
+                                     double act_bytes, Terms& t) {
+  const Strategy& s = in.s;
+  if (s.tp <= 1) return;
+  const bool sp = s.sequence_parallel;
+  // `count` all-reduces of the hidden states, or their all-gather and reduce-scatter halves.
+  auto exchange = [&](TensorParallelCollectives& out, double count) {
+    if (sp) {
+      out.push_back({Collective::kAllGather, count, act_bytes});
+      out.push_back({Collective::kReduceScatter, count, act_bytes});
+    } else {
+      out.push_back({Collective::kAllReduce, count, act_bytes});
+    }
+  };
+  if (!cal.layer.tp_communication) {
+    exchange(t.layer_terms.forward_tp, 2);
+    exchange(t.layer_terms.backward_tp, s.recompute == Recompute::kFull ? 4 : 2);
+  }
+  if (!cal.embed.tp_communication) {
+    if (sp) {
+      t.embed_terms.forward_tp.push_back({Collective::kReduceScatter, 1, act_bytes});
+      t.embed_terms.backward_tp.push_back({Collective::kAllGather, 1, act_bytes});
+    } else {
+      t.embed_terms.forward_tp.push_back({Collective::kAllReduce, 1, act_bytes});
+    }
+  }
+  if (!in.m.num_labels && !cal.head.tp_communication) {
+    if (sp) t.head_terms.forward_tp.push_back({Collective::kAllGather, 1, act_bytes});
+    t.head_terms.forward_tp.push_back({Collective::kAllReduce, 3, in.b * in.seq * 4});
+    t.head_terms.backward_tp.push_back(
+        {sp ? Collective::kReduceScatter : Collective::kAllReduce, 1, act_bytes});
+  }
+}
+
+// The time of `collectives` over the tensor-parallel group (0 when tp = 1).
+double tensor_parallel_time_s(const TermsInput& in, const TensorParallelCollectives& collectives) {
+  if (collectives.empty()) return 0;
+  const profiles::PathMetrics tp_link = in.links.group(in.world, in.s.tp, 1);
+  double out = 0;
+  for (const TensorParallelCollective& c : collectives) {
+    out += c.count *
+           (in.factor(c.collective) * collective_time_s(c.collective, c.bytes, in.s.tp, tp_link));
+  }
+  return out;
+}
+
+// Fills the entries' terms and costs: compute from the roofline (or the calibration), tensor-
+// parallel collectives from set_tensor_parallel_collectives().
 void set_entry_costs(const TermsInput& in, const EntryCalibrations& cal,
                      const EntryActivations& act, double act_bytes, Terms& t) {
   const profiles::ModelSpec& m = in.m;
   const Strategy& s = in.s;
-  double layer_ar = 0;
-  double embed_ar = 0;
-  double tp_head_fwd = 0;
-  double tp_head_bwd = 0;
-  if (s.tp > 1) {
-    const profiles::PathMetrics tp_link = in.links.group(in.world, s.tp, 1);
-    const double tp_ar = in.factor(Collective::kAllReduce) *
-                         collective_time_s(Collective::kAllReduce, act_bytes, s.tp, tp_link);
-    if (!cal.layer.tp_communication) {
-      layer_ar = tp_ar;
-      t.layer_terms.forward_tp = {2, act_bytes};
-      t.layer_terms.backward_tp = {s.recompute == Recompute::kFull ? 4.0 : 2.0, act_bytes};
-    }
-    if (!cal.embed.tp_communication) {
-      embed_ar = tp_ar;
-      t.embed_terms.forward_tp = {1, act_bytes};
-    }
-    if (!m.num_labels && !cal.head.tp_communication) {
-      // Vocab-parallel cross-entropy: max, sum-exp and target-logit reductions over b*s floats.
-      tp_head_fwd = 3 * in.factor(Collective::kAllReduce) *
-                    collective_time_s(Collective::kAllReduce, in.b * in.seq * 4, s.tp, tp_link);
-      tp_head_bwd = tp_ar;
-      t.head_terms.forward_tp = {3, in.b * in.seq * 4};
-      t.head_terms.backward_tp = {1, act_bytes};
-    }
-  }
+  set_tensor_parallel_collectives(in, cal, act_bytes, t);
   t.layer_terms.forward_compute_s = t.layer.forward_s;
   t.layer_terms.backward_compute_s = t.layer.backward_s + t.layer.recompute_s;
   t.embed_terms.forward_compute_s = t.embed.forward_s;
   t.embed_terms.backward_compute_s = t.embed.backward_s;
   t.head_terms.forward_compute_s = t.head.forward_s;
   t.head_terms.backward_compute_s = t.head.backward_s;
+  auto cost = [&](const EntryTerms& e, double num_parameters, double activation_bytes) {
+    return EntryCost{e.forward_compute_s + tensor_parallel_time_s(in, e.forward_tp),
+                     e.backward_compute_s + tensor_parallel_time_s(in, e.backward_tp),
+                     num_parameters, activation_bytes};
+  };
   const ParameterCounts params = count_parameters(m);
-  t.costs.layer = {t.layer.forward_s + 2 * layer_ar,
-                   t.layer.backward_s + t.layer.recompute_s +
-                       (s.recompute == Recompute::kFull ? 4 : 2) * layer_ar,
-                   static_cast<double>(params.transformer_layer.per_rank(s.tp)), act.layer};
-  // Vocab-parallel embedding: an all-reduce of its output.
-  t.costs.embedding = {t.embed.forward_s + embed_ar, t.embed.backward_s,
-                       static_cast<double>(params.embedding.per_rank(s.tp)), act.embed};
-  t.costs.head = {t.head.forward_s + tp_head_fwd, t.head.backward_s + tp_head_bwd,
-                  static_cast<double>(params.head.per_rank(s.tp)), act.head};
+  t.costs.layer =
+      cost(t.layer_terms, static_cast<double>(params.transformer_layer.per_rank(s.tp)), act.layer);
+  t.costs.embedding =
+      cost(t.embed_terms, static_cast<double>(params.embedding.per_rank(s.tp)), act.embed);
+  t.costs.head = cost(t.head_terms, static_cast<double>(params.head.per_rank(s.tp)), act.head);
 }
 
 Terms compute_terms(const profiles::ModelSpec& m, const CostOptions& options,

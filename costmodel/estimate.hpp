@@ -100,20 +100,29 @@ struct SequenceCosts {
   EntryCost head;   // a tied LM head away from the embedding adds its word table (not included)
 };
 
-// `count` all-reduces of `bytes` each over the tensor-parallel group (count 0 when tp = 1).
-struct TensorParallelAllReduces {
+// `count` collectives of one kind over the tensor-parallel group per micro-batch, each over a
+// buffer of `bytes` (the whole buffer, as collective_time_s() takes it: an all-gather's output, a
+// reduce-scatter's input).
+struct TensorParallelCollective {
+  Collective collective = Collective::kAllReduce;
   double count = 0;
   double bytes = 0;
+  bool operator==(const TensorParallelCollective&) const = default;
 };
+// What one pass of an entry runs over the tensor-parallel group (empty when tp = 1). Without
+// sequence parallelism: all-reduces (Megatron's f and g). With it, each all-reduce of a layer
+// becomes an all-gather before the column-parallel GEMM and a reduce-scatter after the row-parallel
+// one, and the backward pass mirrors them.
+using TensorParallelCollectives = std::vector<TensorParallelCollective>;
 
 // The parts EntryCost sums, kept apart for the simulator, which plays compute and communication
-// as separate tasks: forward_s = forward_compute_s + forward_tp.count * the all-reduce time of
-// forward_tp.bytes over the tensor-parallel group, and likewise backward.
+// as separate tasks: forward_s = forward_compute_s + the time of every collective of forward_tp
+// over the tensor-parallel group (count x collective_time_s of its bytes), and likewise backward.
 struct EntryTerms {
   double forward_compute_s = 0;
   double backward_compute_s = 0;  // recomputation included
-  TensorParallelAllReduces forward_tp;
-  TensorParallelAllReduces backward_tp;
+  TensorParallelCollectives forward_tp;
+  TensorParallelCollectives backward_tp;
 };
 
 // Everything per micro-batch that estimate() charges, split into compute and communication volume.

@@ -160,7 +160,7 @@ class StepBuilder {
       }
       const TpSpec& tp = op.forward ? c.tp_forward : c.tp_backward;
       last = chain(last, flow(r, Stream::kTensorParallel, pass, tp.flow,
-                              "allreduce tp " + what + " (" +
+                              std::string(tp.kind) + " tp " + what + " (" +
                                   std::to_string(static_cast<long long>(tp.count)) + "x " +
                                   profiles::bytes_text(tp.bytes) + ")"));
       const int next_chunk = op.forward ? op.chunk + 1 : op.chunk - 1;

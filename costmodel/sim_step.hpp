@@ -7,8 +7,9 @@
 //
 // Tasks of one rank, in pipeline_order() (schedule.hpp), per micro-batch and model chunk: forward
 // and backward compute (recomputation inside the backward); the chunk's tensor-parallel
-// all-reduces lumped into one flow right after each (blocking: the compute stream waits, as the
-// all-reduces sit inside the layers); a send of the activation (forward) or its gradient
+// collectives (all-reduces, or all-gathers and reduce-scatters with sequence parallelism) lumped
+// into one flow right after each (blocking: the compute stream waits, as the collectives sit
+// inside the layers); a send of the activation (forward) or its gradient
 // (backward) to the neighbouring chunk's rank, blocking like Megatron-LM's p2p calls, and, when
 // tp > 1 without sequence parallelism, the receiving group's all-gather of it (Megatron's
 // scatter-gather; on the receiver's pp stream). Data parallelism: a chunk's gradients are
@@ -32,9 +33,11 @@
 
 namespace loom::costmodel::sim {
 
-// A tensor-parallel flow with what its slice name says.
+// A tensor-parallel flow with what its slice name says: the collectives' kind ("allreduce", or
+// "all-gather/reduce-scatter" with sequence parallelism), their number and the largest buffer.
 struct TpSpec {
   FlowSpec flow;
+  const char* kind = "allreduce";
   double count = 0;
   double bytes = 0;
 };

@@ -124,7 +124,7 @@ SimulationResult collect(Engine& engine, const StepSpec& spec, int ranks_per_sta
   return out;
 }
 
-// The tasks' inputs for one chunk: its compute from the lowering, its tensor-parallel all-reduces
+// The tasks' inputs for one chunk: its compute from the lowering, its tensor-parallel collectives
 // (every entry's, in sequence order) lumped into one flow per pass.
 ChunkSpec chunk_spec(Comms& comms, const StepTerms& terms, const StageRange& range,
                      const ChunkCost& k, double state_bytes) {
@@ -135,16 +135,18 @@ ChunkSpec chunk_spec(Comms& comms, const StepTerms& terms, const StageRange& ran
   out.activation_bytes = k.activation_bytes;
   out.gradient_bytes = k.num_parameters * state_bytes;
   const int r = k.pipeline_rank;
-  auto add = [&](TpSpec& tp, const TensorParallelAllReduces& ar, double times) {
+  auto add = [&](TpSpec& tp, const TensorParallelCollectives& list, double times) {
     if (times <= 0) return;
-    FlowSpec f =
-        comms.collective(Collective::kAllReduce, Group::kTensor, r, ar.bytes, times * ar.count);
-    if (f.empty()) return;
-    tp.flow.shape = f.shape;
-    tp.flow.latency_s += f.latency_s;
-    tp.flow.hop_bytes += f.hop_bytes;
-    tp.count += times * ar.count;
-    tp.bytes = std::max(tp.bytes, ar.bytes);
+    for (const TensorParallelCollective& c : list) {
+      FlowSpec f = comms.collective(c.collective, Group::kTensor, r, c.bytes, times * c.count);
+      if (f.empty()) continue;
+      tp.flow.shape = f.shape;
+      tp.flow.latency_s += f.latency_s;
+      tp.flow.hop_bytes += f.hop_bytes;
+      tp.count += times * c.count;
+      tp.bytes = std::max(tp.bytes, c.bytes);
+      if (c.collective != Collective::kAllReduce) tp.kind = "all-gather/reduce-scatter";
+    }
   };
   auto add_entry = [&](const EntryTerms& e, double times) {
     add(out.tp_forward, e.forward_tp, times);

@@ -98,6 +98,10 @@ std::optional<std::string> check_strategy(const profiles::ModelSpec& model, std:
   if (model.ffn_hidden % s.tp != 0) {
     return "tp=" + num(s.tp) + " does not divide ffn_hidden=" + num(model.ffn_hidden);
   }
+  if (s.sequence_parallel && s.tp == 1) {
+    return "sequence parallelism shards the sequence over the tensor-parallel group: it needs "
+           "tp > 1 (found tp=1)";
+  }
   if (s.sequence_parallel && job.seq_len % s.tp != 0) {
     return "sequence parallelism needs tp=" + num(s.tp) + " to divide seq_len=" + num(job.seq_len);
   }

@@ -270,7 +270,8 @@ std::string plan_section(const Plan& plan) {
   out += key_values("Job", {{"global batch", integer(plan.job.global_batch)},
                             {"sequence length", integer(plan.job.seq_len)},
                             {"precision", escape_html(profiles::to_string(plan.job.precision))},
-                            {"optimizer", escape_html(plan.job.optimizer)}});
+                            {"optimizer", escape_html(plan.job.optimizer)},
+                            {"runtime", escape_html(costmodel::to_string(plan.job.runtime))}});
   out += key_values(
       "Strategy",
       {{"data parallel (dp)", integer(s.dp)},
@@ -283,6 +284,7 @@ std::string plan_section(const Plan& plan) {
        {"virtual stages", integer(s.virtual_stages)},
        {"recompute", escape_html(costmodel::to_string(s.recompute))},
        {"sequence parallel", s.sequence_parallel ? "yes" : "no"},
+       {"attention", escape_html(costmodel::to_string(s.attention))},
        {"world size", integer(s.world_size()) + " ranks"}});
   const costmodel::CostOptions& o = plan.cost_options;
   out +=
@@ -480,7 +482,7 @@ std::string alternatives_section(const Plan& plan, const std::vector<Plan>& alte
       "<table class=\"alternatives\"><thead><tr><th class=\"num\">#</th>"
       "<th class=\"num\">dp</th><th class=\"num\">tp</th><th class=\"num\">pp</th>"
       "<th class=\"num\">zero</th><th class=\"num\">micro-batch</th>"
-      "<th class=\"num\">chunks</th><th>schedule</th><th>recompute</th>"
+      "<th class=\"num\">chunks</th><th>schedule</th><th>recompute</th><th>sp</th>"
       "<th class=\"num\">step time</th><th class=\"num\">vs this plan</th>"
       "<th class=\"num\">peak memory</th><th>bound by</th></tr></thead><tbody>";
   bool found = false;
@@ -499,6 +501,9 @@ std::string alternatives_section(const Plan& plan, const std::vector<Plan>& alte
            num_cell(integer(s.tp)) + num_cell(integer(s.pp)) + num_cell(integer(s.zero)) +
            num_cell(integer(s.micro_batch)) + num_cell(integer(s.num_micro_batches)) +
            cell(escape_html(schedule)) + cell(escape_html(costmodel::to_string(s.recompute))) +
+           cell(s.tp == 1             ? "-"
+                : s.sequence_parallel ? "on"
+                                      : "off") +
            num_cell(seconds_text(a.predicted.step_time_s)) +
            num_cell(current ? "this plan" : relative) +
            num_cell(gib_text(a.predicted.peak_memory_bytes)) +

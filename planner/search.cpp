@@ -54,6 +54,7 @@ struct Dimension {
 std::string int_label(int v) { return std::to_string(v); }
 std::string recompute_label(int v) { return costmodel::to_string(static_cast<Recompute>(v)); }
 std::string schedule_label(int v) { return costmodel::to_string(static_cast<Schedule>(v)); }
+std::string on_off_label(int v) { return v != 0 ? "on" : "off"; }
 
 constexpr Dimension kDimensions[] = {
     {"tp", [](const Strategy& s) { return s.tp; }, int_label},
@@ -62,11 +63,17 @@ constexpr Dimension kDimensions[] = {
     {"micro-batch", [](const Strategy& s) { return static_cast<int>(s.micro_batch); }, int_label},
     {"schedule", [](const Strategy& s) { return static_cast<int>(s.schedule); }, schedule_label},
     {"recompute", [](const Strategy& s) { return static_cast<int>(s.recompute); }, recompute_label},
+    {"sequence-parallel", [](const Strategy& s) { return s.sequence_parallel ? 1 : 0; },
+     on_off_label},
 };
 
-// Whether dimension `d` means anything for `s`: the schedule only orders a pipeline.
+// Whether dimension `d` means anything for `s`: the schedule only orders a pipeline, sequence
+// parallelism only shards over tensor-parallel ranks.
 bool applies(const Dimension& d, const Strategy& s) {
-  return s.pp > 1 || std::string_view(d.name) != "schedule";
+  const std::string_view name(d.name);
+  if (name == "schedule") return s.pp > 1;
+  if (name == "sequence-parallel") return s.tp > 1;
+  return true;
 }
 
 std::vector<std::string> explain(const Candidate& best, const std::vector<Candidate>& all) {
@@ -109,6 +116,11 @@ std::vector<std::string> explain(const Candidate& best, const std::vector<Candid
 
 }  // namespace
 
+costmodel::Attention default_attention(const profiles::Cluster& cluster) {
+  return cluster.device.kind == profiles::DeviceKind::kGpu ? costmodel::Attention::kFlash
+                                                           : costmodel::Attention::kMath;
+}
+
 std::string binding_constraint(const Plan& plan, double memory_margin) {
   const costmodel::Prediction& p = plan.predicted;
   double limit = memory_margin * static_cast<double>(plan.cluster.device.memory_bytes);
@@ -144,6 +156,16 @@ std::vector<std::pair<Schedule, int>> schedule_choices(const SearchOptions& o, i
   return out;
 }
 
+// Sequence parallelism to try at `tp`: as pinned, else off, and on too when tp > 1 shards the
+// sequence evenly on GPUs. CPU plans keep it off unless pinned: Gloo has no reduce-scatter, so
+// Loom's executor all-reduces there and moves twice the bytes the model charges.
+std::vector<bool> sequence_parallel_choices(const SearchOptions& o, bool gpu, int tp,
+                                            std::int64_t seq_len) {
+  if (o.sequence_parallel) return {*o.sequence_parallel};
+  if (gpu && tp > 1 && seq_len % tp == 0) return {false, true};
+  return {false};
+}
+
 // Every strategy to try, recomputation left at none (the caller walks that dimension). Strategies
 // that a pinned dimension rules out are skipped; the first reason is kept for the error message.
 std::vector<Strategy> candidate_strategies(const profiles::ModelSpec& model,
@@ -162,6 +184,8 @@ std::vector<Strategy> candidate_strategies(const profiles::ModelSpec& model,
     worlds = divisors(all_devices);
     std::reverse(worlds.begin(), worlds.end());  // all devices first (the order of ties)
   }
+  const costmodel::Attention attention = o.attention.value_or(default_attention(cluster));
+  const bool gpu = cluster.device.kind == profiles::DeviceKind::kGpu;
   std::vector<Strategy> out;
   for (const int devices : worlds) {
     for (int tp : o.tp ? std::vector<int>{*o.tp} : divisors(devices)) {
@@ -194,22 +218,27 @@ std::vector<Strategy> candidate_strategies(const profiles::ModelSpec& model,
               continue;
             }
             for (auto [schedule, v] : schedule_choices(o, pp, model.layers)) {
-              Strategy s;
-              s.tp = tp;
-              s.pp = pp;
-              s.dp = dp;
-              s.zero = zero;
-              s.micro_batch = b;
-              s.num_micro_batches = per_rank / b;
-              s.schedule = schedule;
-              s.virtual_stages = v;
-              if (auto why = costmodel::check_strategy(model, all_devices, job, s)) {
-                refuse(*why);
-                continue;
-              }
-              // Pinned dimensions can make two world sizes yield the same strategy.
-              if (worlds.size() == 1 || std::find(out.begin(), out.end(), s) == out.end()) {
-                out.push_back(s);
+              for (const bool sp : sequence_parallel_choices(o, gpu, tp, job.seq_len)) {
+                Strategy s;
+                s.tp = tp;
+                s.pp = pp;
+                s.dp = dp;
+                s.zero = zero;
+                s.micro_batch = b;
+                s.num_micro_batches = per_rank / b;
+                s.schedule = schedule;
+                s.virtual_stages = v;
+                s.sequence_parallel = sp;
+                s.attention = attention;
+                // WIRE: skip (refuse(why)) strategies the job's runtime cannot run (runtime.hpp).
+                if (auto why = costmodel::check_strategy(model, all_devices, job, s)) {
+                  refuse(*why);
+                  continue;
+                }
+                // Pinned dimensions can make two world sizes yield the same strategy.
+                if (worlds.size() == 1 || std::find(out.begin(), out.end(), s) == out.end()) {
+                  out.push_back(s);
+                }
               }
             }
           }
@@ -484,12 +513,12 @@ SearchResult search(const costmodel::CostModel& cost, const costmodel::Job& job,
           ? std::vector<Recompute>{*o.recompute}
           : std::vector<Recompute>{Recompute::kNone, Recompute::kSelective, Recompute::kFull};
   ShapeCosts costs(cost);
-  // (tp, pp, dp, zero, schedule, v) whose leanest recomputation did not fit at a smaller
+  // (tp, pp, dp, zero, schedule, v, sp) whose leanest recomputation did not fit at a smaller
   // micro-batch: larger micro-batches cannot fit either.
-  std::set<std::tuple<int, int, int, int, int, int>> too_big;
+  std::set<std::tuple<int, int, int, int, int, int, bool>> too_big;
   for (Strategy s : candidate_strategies(model, cluster, job, pinned, &first_refusal)) {
-    const auto key =
-        std::make_tuple(s.tp, s.pp, s.dp, s.zero, static_cast<int>(s.schedule), s.virtual_stages);
+    const auto key = std::make_tuple(s.tp, s.pp, s.dp, s.zero, static_cast<int>(s.schedule),
+                                     s.virtual_stages, s.sequence_parallel);
     result.searched += static_cast<std::int64_t>(recomputes.size());
     if (o.prune && too_big.count(key) != 0) continue;
     std::vector<costmodel::StageRange> stages =

@@ -1,7 +1,10 @@
 // The planner's search: every dp x tp x pp factorisation of the devices, ZeRO stage, micro-batch
-// size, schedule (with virtual stages) and recomputation, each dimension optionally pinned;
-// every candidate is estimated analytically, the ones that fit are ranked by step time.
-// Deterministic: the same input gives the same plans in the same order.
+// size, schedule (with virtual stages), sequence parallelism (both ways whenever tp > 1 on GPUs;
+// off on CPUs unless pinned) and recomputation, each dimension optionally pinned; every candidate
+// is estimated analytically, the ones that fit are ranked by step time. The attention kernels are
+// not searched: unpinned, GPU plans run `flash` (what Loom's executor runs on CUDA:
+// scaled_dot_product_attention) and CPU plans `math` (the CPU build's LibTorch has no fused
+// attention). Deterministic: the same input gives the same plans in the same order.
 #pragma once
 
 #include <cstdint>
@@ -16,10 +19,10 @@ namespace loom::planner {
 
 // Dimensions the user pinned; nullopt ones are searched.
 //
-// Pruning: for a fixed (tp, pp, dp, zero, schedule), memory only grows with the micro-batch size,
-// so once the leanest recomputation does not fit at micro-batch b, larger ones are not estimated;
-// and recomputing more only adds time, so once a recomputation choice fits the heavier ones are
-// not estimated. Both are counted in `searched` but not in `evaluated`.
+// Pruning: for a fixed (tp, pp, dp, zero, schedule, sequence parallelism), memory only grows with
+// the micro-batch size, so once the leanest recomputation does not fit at micro-batch b, larger
+// ones are not estimated; and recomputing more only adds time, so once a recomputation choice fits
+// the heavier ones are not estimated. Both are counted in `searched` but not in `evaluated`.
 struct SearchOptions {
   std::optional<int> tp;
   std::optional<int> pp;
@@ -29,6 +32,8 @@ struct SearchOptions {
   std::optional<costmodel::Schedule> schedule;
   std::optional<int> virtual_stages;
   std::optional<costmodel::Recompute> recompute;
+  std::optional<bool> sequence_parallel;  // pinned on: only tp > 1 is searched
+  std::optional<costmodel::Attention> attention;
   // A pinned layer-to-stage partition (pp ranges; pins pp to its size). Without it the search
   // tries Megatron's even split and, for the most promising strategies, the balanced one
   // (partition.hpp), and keeps the faster that fits.
@@ -43,6 +48,9 @@ struct SearchOptions {
   bool fewer_cpu_ranks = true;
   int top = 5;
 };
+
+// The attention kernels a plan on `cluster` runs unless pinned: flash on GPUs, math on CPUs.
+costmodel::Attention default_attention(const profiles::Cluster& cluster);
 
 struct SearchResult {
   std::vector<Plan> plans;     // the best `top` feasible plans, fastest first

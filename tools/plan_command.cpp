@@ -35,7 +35,7 @@ struct PlanArgs {
   std::vector<std::string> profile;
   std::optional<int> tp, pp, dp, zero, virtual_stages;
   std::optional<std::int64_t> micro_batch, micro_batch_per_device;
-  std::optional<std::string> schedule, recompute, stages;
+  std::optional<std::string> schedule, recompute, stages, sp, attention, runtime;
   double memory_margin = 0.9;
   int top = 5;
   std::string output;
@@ -61,7 +61,24 @@ std::string strategy_text(const costmodel::Strategy& s) {
   if (s.virtual_stages > 1) out += " virtual-stages=" + std::to_string(s.virtual_stages);
   out += std::string(" recompute=") + costmodel::to_string(s.recompute);
   if (s.sequence_parallel) out += " sequence-parallel";
+  out += std::string(" attention=") + costmodel::to_string(s.attention);
   return out;
+}
+
+// What the runtime a plan predicts is, in words.
+std::string runtime_text(costmodel::Runtime runtime) {
+  // WIRE: take the description from the runtime's own rules (costmodel/runtime.hpp) once merged.
+  switch (runtime) {
+    case costmodel::Runtime::kLoom:
+      return "loom (Loom's executor)";
+    case costmodel::Runtime::kMegatron:
+      return "megatron (Megatron-LM's memory and overlap rules)";
+    case costmodel::Runtime::kDeepspeed:
+      return "deepspeed (DeepSpeed's memory and overlap rules)";
+    case costmodel::Runtime::kFsdp:
+      return "fsdp (PyTorch FSDP's memory and overlap rules)";
+  }
+  return costmodel::to_string(runtime);
 }
 
 // The entries of the layer sequence one chunk holds, in words: "emb + 1-6", "7-12 + head".
@@ -123,6 +140,7 @@ void print_header(std::ostream& out, const planner::Plan& plan, const PlanTextOp
       << "job      global batch " << plan.job.global_batch << ", seq " << plan.job.seq_len
       << ", precision " << profiles::to_string(plan.job.precision)
       << (options.precision_note.empty() ? "" : " (" + options.precision_note + ")") << "\n"
+      << "runtime  " << runtime_text(plan.job.runtime) << "\n"
       << "strategy " << strategy_text(plan.strategy) << "\n\n";
 }
 
@@ -210,6 +228,7 @@ costmodel::Job make_job(const PlanArgs& a, const profiles::Cluster& cluster, std
   }
   job.global_batch = a.global_batch;
   job.seq_len = a.seq_len;
+  if (a.runtime) job.runtime = *costmodel::parse_runtime(*a.runtime);
   if (!a.precision) {
     job.precision = profiles::best_precision(cluster.device);
     *note = cluster.device.kind == profiles::DeviceKind::kCpu
@@ -218,9 +237,9 @@ costmodel::Job make_job(const PlanArgs& a, const profiles::Cluster& cluster, std
     return job;
   }
   auto precision = profiles::parse_precision(*a.precision);
-  if (!precision || *precision == profiles::Precision::kTf32) {
+  if (!precision) {
     throw InputError("--precision", "",
-                     "expected bf16, fp16 or fp32, found \"" + *a.precision + "\"");
+                     "expected bf16, fp16, tf32 or fp32, found \"" + *a.precision + "\"");
   }
   if (auto why = profiles::precision_refusal(cluster.device, *precision)) {
     throw InputError("--precision", "", *why);
@@ -258,6 +277,8 @@ planner::SearchOptions search_options(const PlanArgs& a, const profiles::ModelSp
   o.micro_batch = a.micro_batch;
   if (a.schedule) o.schedule = costmodel::parse_schedule(*a.schedule);
   if (a.recompute) o.recompute = costmodel::parse_recompute(*a.recompute);
+  if (a.sp) o.sequence_parallel = *a.sp == "on";
+  if (a.attention) o.attention = costmodel::parse_attention(*a.attention);
   o.virtual_stages = a.virtual_stages;
   if (a.stages) o.stages = planner::parse_stages(*a.stages, "--stages");
   o.memory_margin = a.memory_margin;
@@ -274,6 +295,16 @@ planner::SearchOptions search_options(const PlanArgs& a, const profiles::ModelSp
   if (a.tp && model.ffn_hidden % *a.tp != 0) {
     throw InputError("--tp", "",
                      "tp=" + n(*a.tp) + " does not divide ffn_hidden=" + n(model.ffn_hidden));
+  }
+  if (o.sequence_parallel == true && a.tp && *a.tp == 1) {
+    throw InputError("--sp", "",
+                     "sequence parallelism shards the sequence over the tensor-parallel group: "
+                     "--sp on needs tp > 1, but --tp is 1");
+  }
+  if (o.sequence_parallel == true && a.tp && a.seq_len % *a.tp != 0) {
+    throw InputError(
+        "--sp", "",
+        "sequence parallelism needs tp=" + n(*a.tp) + " to divide --seq-len " + n(a.seq_len));
   }
   if (a.pp && *a.pp > model.layers) {
     throw InputError("--pp", "",
@@ -311,8 +342,8 @@ namespace {
 void print_table(std::ostream& out, const std::vector<planner::Plan>& plans, double margin) {
   const Unit time = profiles::time_unit(plans.at(0).predicted.step_time_s);
   const Unit bytes = profiles::byte_unit(plans.at(0).predicted.peak_memory_bytes);
-  out << "  #  dp  tp  pp zero    mb  chunks schedule        recompute  step time    samples/s"
-         "    MFU   peak mem    bound by\n";
+  out << "  #  dp  tp  pp zero    mb  chunks schedule        recompute  sp   step time    "
+         "samples/s    MFU   peak mem    bound by\n";
   for (std::size_t i = 0; i < plans.size(); ++i) {
     const planner::Plan& p = plans[i];
     const costmodel::Strategy& s = p.strategy;
@@ -320,10 +351,14 @@ void print_table(std::ostream& out, const std::vector<planner::Plan>& plans, dou
     if (s.virtual_stages > 1) schedule += " v=" + std::to_string(s.virtual_stages);
     char line[256];
     std::snprintf(line, sizeof line,
-                  "%3zu %3d %3d %3d %4d %5lld %7lld %-15s %-10s %-12s %9.1f %5.1f %% %10s    %s\n",
+                  "%3zu %3d %3d %3d %4d %5lld %7lld %-15s %-10s %-4s %-12s %9.1f %5.1f %% %10s    "
+                  "%s\n",
                   i + 1, s.dp, s.tp, s.pp, s.zero, static_cast<long long>(s.micro_batch),
                   static_cast<long long>(s.num_micro_batches), schedule.c_str(),
                   costmodel::to_string(s.recompute),
+                  s.tp == 1             ? "-"
+                  : s.sequence_parallel ? "on"
+                                        : "off",
                   unit_text(p.predicted.step_time_s, time, 3).c_str(), p.predicted.samples_per_s,
                   100 * p.predicted.mfu, unit_text(p.predicted.peak_memory_bytes, bytes, 2).c_str(),
                   planner::binding_constraint(p, margin).c_str());
@@ -429,9 +464,11 @@ Runner add_plan_command(CLI::App& app) {
                   "use N devices of the cluster: one node of N when N <= devices_per_node, else "
                   "N / devices_per_node nodes")
       ->check(kPositiveNumber);
-  cmd->add_option("--precision", args->precision,
-                  "bf16 | fp16 | fp32 (default: the best the device runs; fp32 on CPUs)")
-      ->check(CLI::IsMember({"bf16", "fp16", "fp32"}));
+  cmd->add_option(
+         "--precision", args->precision,
+         "bf16 | fp16 | tf32 | fp32 (default: the best the device runs; fp32 on CPUs); tf32: "
+         "matrix products at the device's tf32 rate, storage and optimizer in fp32")
+      ->check(CLI::IsMember({"bf16", "fp16", "tf32", "fp32"}));
   cmd->add_option("--profile", args->profile,
                   "measured loom-profile JSON (repeatable): layer times and links replace the "
                   "roofline where measured")
@@ -451,6 +488,18 @@ Runner add_plan_command(CLI::App& app) {
       ->check(kPositiveNumber);
   cmd->add_option("--recompute", args->recompute, "none | selective | full")
       ->check(CLI::IsMember({"none", "selective", "full"}));
+  cmd->add_option("--sp", args->sp,
+                  "Megatron sequence parallelism with tensor parallelism: on | off (default: "
+                  "both searched whenever tp > 1; on needs tp > 1)")
+      ->check(CLI::IsMember({"on", "off"}));
+  cmd->add_option("--attention", args->attention,
+                  "flash | math (default: flash on GPUs, what the executor runs with LibTorch >= "
+                  "2; math on CPUs)")
+      ->check(CLI::IsMember({"flash", "math"}));
+  cmd->add_option("--runtime", args->runtime,
+                  "loom | megatron | deepspeed | fsdp: whose memory and overlap rules the "
+                  "prediction follows (default loom, Loom's executor)")
+      ->check(CLI::IsMember({"loom", "megatron", "deepspeed", "fsdp"}));
   cmd->add_option("--stages", args->stages,
                   "pin the layer-to-stage partition: inclusive ranges of the layer sequence, one "
                   "per pipeline stage (0 = embedding, last = head), e.g. 0-0,1-13");

@@ -4,6 +4,7 @@
 #include <iostream>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 
 #include "costmodel/simulator.hpp"
@@ -23,6 +24,7 @@ struct SimulateArgs {
   std::string plan;
   std::string trace;
   std::vector<std::string> profile;
+  std::optional<std::string> runtime;
   bool json = false;
 };
 
@@ -32,6 +34,7 @@ int run_simulate(const SimulateArgs& a) {
       profiles::parse_json_text(profiles::read_text_file(a.plan), a.plan), a.plan);
   // Re-predict with these measurements: the plan's model, strategy and placement stay.
   if (!a.profile.empty()) planner::apply_profiles(&plan, a.profile);
+  if (a.runtime) plan.job.runtime = *costmodel::parse_runtime(*a.runtime);
   const costmodel::CostModel cost = planner::cost_model_of(plan);
   costmodel::SimulationOptions options;
   options.record_trace = !a.trace.empty();
@@ -79,6 +82,10 @@ Runner add_simulate_command(CLI::App& app) {
   cmd->add_option("--profile", args->profile,
                   "measured loom-profile JSON (repeatable): predict with these measurements")
       ->allow_extra_args(false);
+  cmd->add_option("--runtime", args->runtime,
+                  "loom | megatron | deepspeed | fsdp: predict for this runtime instead of the "
+                  "plan's job.runtime")
+      ->check(CLI::IsMember({"loom", "megatron", "deepspeed", "fsdp"}));
   cmd->add_flag("--json", args->json, "print the plan's `predicted` object, simulated");
   return [args]() { return run_simulate(*args); };
 }

@@ -200,6 +200,9 @@ int run_validate(const ValidateArgs& a) {
                      "fewer warm-up steps than --steps (" + std::to_string(a.steps) + ")");
   }
   if (!a.profile.empty()) planner::apply_profiles(&plan, a.profile);
+  // The run is Loom's executor, so the prediction it is compared with is runtime loom's.
+  const costmodel::Runtime planned_runtime = plan.job.runtime;
+  plan.job.runtime = costmodel::Runtime::kLoom;
   const costmodel::SimulationResult simulation = planner::simulate_plan(plan);
   const costmodel::Prediction& predicted = simulation.prediction;
 
@@ -263,6 +266,10 @@ int run_validate(const ValidateArgs& a) {
   std::cout << "plan: " << costmodel::describe(s) << ", " << plan.model.name << ", "
             << (plan.profile ? "calibrated with a measured profile" : "roofline (no --profile)")
             << "\n";
+  if (planned_runtime != costmodel::Runtime::kLoom) {
+    std::cout << "(the plan predicts runtime " << costmodel::to_string(planned_runtime)
+              << "; this run is Loom's executor, compared with runtime loom's prediction)\n";
+  }
   char line[256];
   std::snprintf(line, sizeof line, "%-18s %14s %14s %10s\n", "", "predicted", "measured", "error");
   std::cout << line;

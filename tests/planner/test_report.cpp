@@ -64,6 +64,12 @@ TEST_CASE("the report shows the plan, the timeline, memory and the alternatives"
   // The alternatives and the plan's reasons.
   CHECK_THAT(page, Contains("<table class=\"alternatives\">"));
   CHECK_THAT(page, Contains("bound by"));
+  CHECK_THAT(page, Contains("<th>recompute</th><th>sp</th>"));
+  // The job's runtime and the strategy's attention kernels and sequence parallelism.
+  CHECK_THAT(page, Contains("<tr><th scope=\"row\">runtime</th><td>loom</td></tr>"));
+  CHECK_THAT(page, Contains("<tr><th scope=\"row\">attention</th><td>flash</td></tr>"));
+  CHECK_THAT(page, Contains(std::string("<tr><th scope=\"row\">sequence parallel</th><td>") +
+                            (plan.strategy.sequence_parallel ? "yes" : "no") + "</td></tr>"));
   for (const std::string& why : plan.why) CHECK_THAT(page, Contains(escape_html(why)));
   // The prediction, the stages, the ranks.
   CHECK_THAT(page, Contains("exposed communication: tp"));

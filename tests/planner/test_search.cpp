@@ -25,6 +25,7 @@ TEST_CASE("a fully pinned search evaluates exactly that strategy", "[planner]") 
   o.micro_batch = 4;
   o.schedule = costmodel::Schedule::kGpipe;
   o.recompute = costmodel::Recompute::kSelective;
+  o.sequence_parallel = false;
   SearchResult r = search(cost, kJob, o);
   CHECK(r.searched == 1);
   REQUIRE(r.plans.size() == 1);
@@ -110,4 +111,61 @@ TEST_CASE("on one CPU node the search also tries fewer ranks with more threads e
   o.fewer_cpu_ranks = true;
   const auto devices = static_cast<int>(gpu.cluster().device_count());
   for (const Plan& p : search(gpu, kJob, o).plans) CHECK(p.strategy.world_size() == devices);
+}
+
+TEST_CASE("the search turns sequence parallelism on when only that fits", "[planner]") {
+  // GPT-3 175B on 8 x 8 A100-80GB at tp = 8, pp = 8, micro-batch 1, selective recomputation,
+  // 1F1B: stage 0 keeps 8 micro-batches of its 12 layers. Per layer and micro-batch (Korthikanti
+  // et al. 2022, Table 2, s = 2048, b = 1, h = 12288, t = 8): sbh (10 + 24/t) = 327,155,712 bytes
+  // without sequence parallelism, 34 sbh / t = 106,954,752 bytes with it; x 96: 29.25 GiB against
+  // 9.56 GiB of activations, beside about 43 GiB of model states and buffers. Under a 0.75
+  // margin (60 GiB) only the sequence-parallel plan fits.
+  costmodel::CostModel cost(
+      profiles::load_model("gpt3-175b"),
+      profiles::with_nodes(profiles::load_cluster("dgx-a100-80g"), 8, "test"));
+  const costmodel::Job job{64, 2048, profiles::Precision::kBf16, "adamw"};
+  SearchOptions o;
+  o.tp = 8;
+  o.pp = 8;
+  o.zero = 0;
+  o.micro_batch = 1;
+  o.schedule = costmodel::Schedule::k1F1B;
+  o.recompute = costmodel::Recompute::kSelective;
+  o.memory_margin = 0.75;
+  o.simulate = false;
+  const SearchResult r = search(cost, job, o);
+  CHECK(r.searched == 2);  // sequence parallelism off and on
+  CHECK(r.feasible == 1);
+  REQUIRE(r.plans.size() == 1);
+  CHECK(r.plans[0].strategy.sequence_parallel);
+  CHECK(r.plans[0].predicted.memory_by_stage.at(0).activation_bytes / (1 << 30) ==
+        Approx(9.586).epsilon(1e-3));
+  // Off, it does not fit: the search says by how much.
+  o.sequence_parallel = false;
+  const SearchResult off = search(cost, job, o);
+  CHECK(off.plans.empty());
+  CHECK_THAT(off.infeasible_reason, Catch::Contains("does not fit: the smallest memory need is ") &&
+                                        Catch::Contains("recompute=selective attention=flash"));
+}
+
+TEST_CASE("CPU plans keep sequence parallelism off unless pinned", "[planner]") {
+  costmodel::CostModel cost(profiles::load_model("tiny-bert"), profiles::load_cluster("local-cpu"));
+  const costmodel::Job job{16, 64, profiles::Precision::kFp32, "adamw"};
+  SearchOptions o;
+  o.tp = 2;
+  o.pp = 1;
+  o.dp = 1;
+  o.zero = 0;
+  o.micro_batch = 16;
+  o.recompute = costmodel::Recompute::kNone;
+  o.simulate = false;
+  const SearchResult off = search(cost, job, o);
+  CHECK(off.searched == 1);
+  REQUIRE(off.plans.size() == 1);
+  CHECK_FALSE(off.plans[0].strategy.sequence_parallel);
+  CHECK(off.plans[0].strategy.attention == costmodel::Attention::kMath);
+  o.sequence_parallel = true;
+  const SearchResult on = search(cost, job, o);
+  REQUIRE(on.plans.size() == 1);
+  CHECK(on.plans[0].strategy.sequence_parallel);
 }

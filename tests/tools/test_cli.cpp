@@ -36,7 +36,7 @@ class Sandbox : public loom::test::CliSandbox {
 
 const std::string kBertPlan =
     "plan --model bert-large --cluster dgx-a100-80g --global-batch 512 --seq-len 512 --tp 8 "
-    "--pp 1 --zero 1 --micro-batch 4 --schedule 1f1b --recompute selective";
+    "--pp 1 --zero 1 --micro-batch 4 --schedule 1f1b --recompute selective --sp off";
 
 using loom::test::line_count;
 
@@ -80,7 +80,8 @@ TEST_CASE("loom demo plans a small encoder on this machine", "[tools][cli]") {
   const RunResult planned = box.loom(plan);
   REQUIRE(planned.exit_code == 0);
   CHECK(strategy_line(planned.out) ==
-        "strategy dp=2 tp=1 pp=1 zero=1 micro-batch=8 micro-batches=1 recompute=none");
+        "strategy dp=2 tp=1 pp=1 zero=1 micro-batch=8 micro-batches=1 recompute=none "
+        "attention=math");
   CHECK(strategy_line(planned.out) == strategy_line(r.out));
 }
 

@@ -67,6 +67,7 @@ TEST_CASE("loom plan says what it planned: head, precision, idle share, layers, 
       "cluster  v100-32g-2x-pcie: 1 x 2 V100-PCIE-32GB",
       "job      global batch 32, seq 512, precision fp16 (the best the V100-PCIE-32GB runs; "
       "--precision to choose)",
+      "runtime  loom (Loom's executor)",
       "strategy dp=1 tp=1 pp=2 zero=0 micro-batch=32 micro-batches=1 schedule=1f1b "
       "recompute=none",
       "", "step time                251.405 ms", "samples/s                127.3",
@@ -119,7 +120,8 @@ TEST_CASE("loom plan on a CPU: per device, fp32 by default, no schedule without 
         "job      global batch 16, seq 64, precision fp32 (what Loom computes in on CPUs; "
         "--precision to choose)");
   CHECK(line_starting(r.out, "strategy ") ==
-        "strategy dp=2 tp=1 pp=1 zero=1 micro-batch=8 micro-batches=1 recompute=none");
+        "strategy dp=2 tp=1 pp=1 zero=1 micro-batch=8 micro-batches=1 recompute=none "
+        "attention=math");
   CHECK(line_starting(r.out, "model TFLOP/s") == "model TFLOP/s per device 0.02  (MFU 24.8 %)");
   CHECK(line_starting(r.out, "hw TFLOP/s") == "hw TFLOP/s per device    0.02");
   CHECK(line_starting(r.out, "peak memory") ==
@@ -129,9 +131,10 @@ TEST_CASE("loom plan on a CPU: per device, fp32 by default, no schedule without 
       line_starting(r.out, "0      ") ==
       "0      18.24 MiB   18.24 MiB   18.24 MiB   21.32 MiB   0.00 MiB    76.06 MiB   emb + 1-4 + "
       "head");
-  CHECK(line_starting(r.out, "  1 ") ==
-        "  1   2   1   1    1     8       1 -               none       105.661 ms       151.4  "
-        "24.8 %  76.06 MiB    optimizer");
+  CHECK(
+      line_starting(r.out, "  1 ") ==
+      "  1   2   1   1    1     8       1 -               none       -    105.661 ms       151.4  "
+      "24.8 %  76.06 MiB    optimizer");
   CHECK(r.out.find("schedule=") == std::string::npos);
   CHECK(r.out.find(" s per step") == std::string::npos);  // the reasons in ms too
 }
@@ -195,7 +198,8 @@ TEST_CASE("loom plan --gpus, --micro-batch-per-device and a precision the device
   REQUIRE(two.exit_code == 0);
   CHECK(line_starting(two.out, "cluster ") == "cluster  dgx-a100-80g: 1 x 2 A100-SXM4-80GB");
   CHECK(line_starting(two.out, "strategy ") ==
-        "strategy dp=2 tp=1 pp=1 zero=0 micro-batch=4 micro-batches=2 recompute=none");
+        "strategy dp=2 tp=1 pp=1 zero=0 micro-batch=4 micro-batches=2 recompute=none "
+        "attention=flash");
   // The same plan as --micro-batch.
   auto without_timing = [](const std::string& out) { return out.substr(0, out.find("searched ")); };
   CHECK(without_timing(box.loom(tiny + "--gpus 2 --micro-batch 4").out) == without_timing(two.out));
