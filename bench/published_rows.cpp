@@ -304,9 +304,6 @@ std::optional<std::string> row_job_strategy(const Fields& row, RowMapping* out) 
   } else {
     out->assumptions.push_back("attention kernel \"" + attention + "\": math assumed");
   }
-  // A fused kernel keeps no s x s score matrix: today's cost options say so.
-  // WIRE: drop this once estimate() takes the kernel from Strategy::attention.
-  out->options.attention_scores = s.attention != costmodel::Attention::kFlash;
   s.sequence_parallel = row.flag("sequence_parallel");
   costmodel::Job& job = out->job;
   job.global_batch = global;

@@ -15,7 +15,8 @@ ProcessMemory process_memory(const profiles::DeviceSpec& device, const Strategy&
   ProcessMemory out;
   if (device.kind != profiles::DeviceKind::kGpu) return out;
   out.cuda_context_bytes = kCudaContextBytes;
-  // WIRE: Hopper (sm_count 132, the "gemm" helper's device field) uses ":4096:8" = 32 MiB.
+  // PyTorch's default before Hopper; Hopper's is 32 MiB (":4096:8"), 16 MiB more than counted
+  // here, which the device files do not let us tell apart yet.
   out.workspace_bytes = kCublasHandles * kCublasWorkspaceBytes;
   out.nccl_buffer_bytes = nccl_connection_count(s) * kNcclChannels * kNcclConnectionBytes;
   out.fragmentation_bytes = kFragmentationFraction * transient_bytes;

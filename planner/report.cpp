@@ -146,11 +146,11 @@ constexpr const char* kScript = R"(
 
 // ---- Memory bars ------------------------------------------------------------------------------
 
-constexpr std::array<const char*, 5> kMemoryParts = {"parameters", "gradients", "optimizer",
-                                                     "activations", "buffers"};
-// WIRE: a sixth part, the GPU process lines (MemoryBreakdown::process_bytes()).
-constexpr std::array<const char*, 5> kMemoryColors = {"#4e79a7", "#f28e2b", "#e15759", "#76b7b2",
-                                                      "#59a14f"};
+// The sixth part is what a GPU process holds beyond its tensors (0 on CPUs, so no bar).
+constexpr std::array<const char*, 6> kMemoryParts = {"parameters",  "gradients", "optimizer",
+                                                     "activations", "buffers",   "process"};
+constexpr std::array<const char*, 6> kMemoryColors = {"#4e79a7", "#f28e2b", "#e15759",
+                                                      "#76b7b2", "#59a14f", "#b07aa1"};
 
 std::string render_memory(const Plan& plan, const std::vector<MemoryBreakdown>& memory,
                           double memory_margin) {
@@ -189,8 +189,8 @@ std::string render_memory(const Plan& plan, const std::vector<MemoryBreakdown>& 
     svg += "<g class=\"mem-bar\" data-stage=\"" + std::to_string(r) + "\">";
     svg += "<text x=\"" + px(kLeft - 8) + "\" y=\"" + px(y + kBar / 2 + 4) +
            "\" text-anchor=\"end\">stage " + std::to_string(r) + "</text>";
-    const std::array<double, 5> parts = {m.parameter_bytes, m.gradient_bytes, m.optimizer_bytes,
-                                         m.activation_bytes, m.buffer_bytes};
+    const std::array<double, 6> parts = {m.parameter_bytes,  m.gradient_bytes, m.optimizer_bytes,
+                                         m.activation_bytes, m.buffer_bytes,   m.process_bytes()};
     double at = 0;
     for (std::size_t k = 0; k < parts.size(); ++k) {
       if (parts[k] <= 0) continue;

@@ -230,7 +230,7 @@ std::vector<Strategy> candidate_strategies(const profiles::ModelSpec& model,
                 s.virtual_stages = v;
                 s.sequence_parallel = sp;
                 s.attention = attention;
-                // WIRE: skip (refuse(why)) strategies the job's runtime cannot run (runtime.hpp).
+                // check_strategy() also asks the job's runtime (runtime_refusal()).
                 if (auto why = costmodel::check_strategy(model, all_devices, job, s)) {
                   refuse(*why);
                   continue;

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "costmodel/estimate.hpp"
+#include "costmodel/runtime.hpp"
 #include "costmodel/simulator.hpp"
 #include "planner/emit.hpp"
 #include "planner/partition.hpp"
@@ -67,18 +68,10 @@ std::string strategy_text(const costmodel::Strategy& s) {
 
 // What the runtime a plan predicts is, in words.
 std::string runtime_text(costmodel::Runtime runtime) {
-  // WIRE: take the description from the runtime's own rules (costmodel/runtime.hpp) once merged.
-  switch (runtime) {
-    case costmodel::Runtime::kLoom:
-      return "loom (Loom's executor)";
-    case costmodel::Runtime::kMegatron:
-      return "megatron (Megatron-LM's memory and overlap rules)";
-    case costmodel::Runtime::kDeepspeed:
-      return "deepspeed (DeepSpeed's memory and overlap rules)";
-    case costmodel::Runtime::kFsdp:
-      return "fsdp (PyTorch FSDP's memory and overlap rules)";
-  }
-  return costmodel::to_string(runtime);
+  const costmodel::RuntimeRules rules = costmodel::runtime_rules(runtime);
+  if (runtime == costmodel::Runtime::kLoom)
+    return std::string(rules.name) + " (" + rules.engine + ")";
+  return std::string(rules.name) + " (" + rules.engine + "'s memory and overlap rules)";
 }
 
 // The entries of the layer sequence one chunk holds, in words: "emb + 1-6", "7-12 + head".
@@ -185,17 +178,26 @@ std::string head_noun(const profiles::ModelSpec& model) {
 void print_stage_memory(std::ostream& out, const planner::Plan& plan, const Unit& bytes) {
   const costmodel::Prediction& p = plan.predicted;
   // The layers last: an interleaved rank's chunks make a long list.
-  // WIRE: a "process" column (MemoryBreakdown::process_bytes()) so the columns sum to the total.
-  out << "stage  params      grads       optimizer   activations buffers     total       layers\n";
+  // On GPUs a "process" column (CUDA context, workspaces, NCCL buffers, fragmentation) makes the
+  // columns add up to the total; CPU processes have no such line.
+  bool process = false;
+  for (const costmodel::MemoryBreakdown& m : p.memory_by_stage) process |= m.process_bytes() > 0;
+  out << "stage  params      grads       optimizer   activations buffers     "
+      << (process ? "process     " : "") << "total       layers\n";
   for (std::size_t r = 0; r < p.memory_by_stage.size(); ++r) {
     const costmodel::MemoryBreakdown& m = p.memory_by_stage[r];
+    char process_cell[64] = "";
+    if (process) {
+      std::snprintf(process_cell, sizeof process_cell, "%-11s ",
+                    unit_text(m.process_bytes(), bytes, 2).c_str());
+    }
     char line[512];
-    std::snprintf(line, sizeof line, "%-6zu %-11s %-11s %-11s %-11s %-11s %-11s %s\n", r,
+    std::snprintf(line, sizeof line, "%-6zu %-11s %-11s %-11s %-11s %-11s %s%-11s %s\n", r,
                   unit_text(m.parameter_bytes, bytes, 2).c_str(),
                   unit_text(m.gradient_bytes, bytes, 2).c_str(),
                   unit_text(m.optimizer_bytes, bytes, 2).c_str(),
                   unit_text(m.activation_bytes, bytes, 2).c_str(),
-                  unit_text(m.buffer_bytes, bytes, 2).c_str(),
+                  unit_text(m.buffer_bytes, bytes, 2).c_str(), process_cell,
                   unit_text(m.total(), bytes, 2).c_str(), stage_layers_text(plan, r).c_str());
     out << line;
   }
@@ -386,7 +388,11 @@ int run_plan(const PlanArgs& a) {
   costmodel::Job job = make_job(pinned, cluster, &text.precision_note);
   if (a.emit) {
     if (a.json) throw InputError("--emit", "", "--emit and --json both print: give one of them");
-    // WIRE: with --runtime given, refuse an --emit that names another runtime.
+    if (a.runtime && *a.runtime != *a.emit) {
+      throw InputError(
+          "--emit", "",
+          "the runtime --runtime names (" + *a.runtime + ") or none; found " + *a.emit);
+    }
     job.runtime = *costmodel::parse_runtime(*a.emit);  // plan for the runtime it emits
   }
   planner::SearchOptions options = search_options(pinned, model, cluster.device_count());
