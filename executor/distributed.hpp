@@ -238,7 +238,11 @@ class ParallelGroups {
   std::shared_ptr<ProcessGroup> pp_down_;
 };
 
-// The model's tensor-parallel comm (executor/model.hpp) over a process group.
+// The model's tensor-parallel comm (executor/model.hpp) over a process group. Sequence
+// parallelism's all-gather and reduce-scatter are the group's: NCCL's own collectives on CUDA; on
+// Gloo (LibTorch 1.13 has no reduce-scatter there) the reduce-scatter is an all-reduce of which
+// each rank keeps its chunk, moving twice the bytes of a ring reduce-scatter
+// (ProcessGroup::reduce_scatter_sum, the one place to swap in a ring).
 class GroupTensorParallelComm final : public TensorParallelComm {
  public:
   explicit GroupTensorParallelComm(std::shared_ptr<ProcessGroup> group)
@@ -246,6 +250,12 @@ class GroupTensorParallelComm final : public TensorParallelComm {
   int rank() const override { return group_->rank(); }
   int size() const override { return group_->size(); }
   void allreduce_sum(torch::Tensor& tensor) override { group_->allreduce_sum(tensor); }
+  void allgather(torch::Tensor& output, const torch::Tensor& input) override {
+    group_->allgather(output, input);
+  }
+  void reduce_scatter_sum(torch::Tensor& output, const torch::Tensor& input) override {
+    group_->reduce_scatter_sum(output, input);
+  }
 
  private:
   std::shared_ptr<ProcessGroup> group_;

@@ -17,59 +17,6 @@ using profiles::ModelSpec;
 using profiles::ModelType;
 
 // ---------------------------------------------------------------------------------------------
-// Tensor parallelism
-
-namespace {
-
-// g: the forward all-reduces a copy, the backward passes the gradient through.
-struct ReduceFromTensorParallel : torch::autograd::Function<ReduceFromTensorParallel> {
-  static torch::Tensor forward(torch::autograd::AutogradContext* /*ctx*/, const torch::Tensor& x,
-                               TensorParallelComm* comm) {
-    torch::Tensor sum = x.clone();
-    comm->allreduce_sum(sum);
-    return sum;
-  }
-  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* /*ctx*/,
-                                                 torch::autograd::variable_list grads) {
-    return {grads[0], torch::Tensor()};
-  }
-};
-
-}  // namespace
-
-torch::Tensor copy_to_tensor_parallel(const torch::Tensor& x,
-                                      const std::shared_ptr<TensorParallelComm>& comm) {
-  if (comm->size() == 1 || !x.requires_grad() || !torch::GradMode::is_enabled()) return x;
-  torch::Tensor y = x.view_as(x);
-  y.register_hook([comm](const torch::Tensor& grad) {
-    torch::Tensor sum = grad.clone();
-    comm->allreduce_sum(sum);
-    return sum;
-  });
-  return y;
-}
-
-torch::Tensor reduce_from_tensor_parallel(const torch::Tensor& x,
-                                          const std::shared_ptr<TensorParallelComm>& comm) {
-  if (comm->size() == 1) return x;
-  return ReduceFromTensorParallel::apply(x, comm.get());
-}
-
-torch::Tensor column_parallel_linear(const torch::Tensor& x, const torch::Tensor& weight_shard,
-                                     const torch::Tensor& bias_shard,
-                                     const std::shared_ptr<TensorParallelComm>& comm) {
-  return torch::linear(copy_to_tensor_parallel(x, comm), weight_shard, bias_shard);
-}
-
-torch::Tensor row_parallel_linear(const torch::Tensor& x_shard, const torch::Tensor& weight_shard,
-                                  const torch::Tensor& bias,
-                                  const std::shared_ptr<TensorParallelComm>& comm) {
-  if (comm->size() == 1) return torch::linear(x_shard, weight_shard, bias);
-  torch::Tensor y = reduce_from_tensor_parallel(torch::linear(x_shard, weight_shard), comm);
-  return bias.defined() ? y + bias : y;
-}
-
-// ---------------------------------------------------------------------------------------------
 // Parameters
 
 std::int64_t pad_token_id(ModelType type) { return type == ModelType::kRoberta ? 1 : 0; }
@@ -241,6 +188,8 @@ EncoderClassifier::EncoderClassifier(const ModelSpec& spec, const EncoderOptions
       parallel_(std::move(parallel)),
       dropout_(options.dropout),
       recompute_(options.recompute),
+      sequence_parallel_(options.sequence_parallel),
+      attention_(options.attention),
       first_layer_(options.first_layer),
       last_layer_(options.last_layer < 0 ? static_cast<int>(spec.layers) + 1 : options.last_layer),
       pad_id_(pad_token_id(spec.model_type)),
@@ -265,6 +214,16 @@ EncoderClassifier::EncoderClassifier(const ModelSpec& spec, const EncoderOptions
   }
   if (options.dropout < 0.0 || options.dropout >= 1.0) {
     throw InputError(source, "dropout", "a probability in [0, 1)");
+  }
+  if (sequence_parallel_ && tp < 2) {
+    throw InputError(source, "sequence_parallel", "a tensor-parallel size above 1 (got tp 1)");
+  }
+  if (!runs_attention(attention_)) {
+    throw InputError(source, "attention",
+                     std::string("an attention kernel this LibTorch runs: ") +
+                         costmodel::to_string(attention_) +
+                         " needs LibTorch 2 or later (scaled_dot_product_attention); use "
+                         "--attention math");
   }
 
   const auto target = torch::TensorOptions().device(options.device).dtype(options.dtype);
@@ -336,17 +295,52 @@ const torch::Tensor& EncoderClassifier::find(const std::string& name) const {
   throw std::logic_error("EncoderClassifier: no parameter " + name);
 }
 
+bool runs_attention(costmodel::Attention attention) {
+  return attention == costmodel::Attention::kMath || compat::kHasFusedAttention;
+}
+
 torch::Tensor EncoderClassifier::dropout(const torch::Tensor& x) const {
   if (dropout_ <= 0.0 || !is_training()) return x;
   return torch::dropout(x, dropout_, /*train=*/true);
 }
 
+torch::Tensor EncoderClassifier::hidden_dropout(const torch::Tensor& x) const {
+  if (!sequence_parallel_ || dropout_ <= 0.0 || !is_training()) return dropout(x);
+  // The mask one process draws for the whole sequence (dropout of ones: the same generator calls
+  // as dropout(x) on the full tensor), of which this rank applies its slice; cloned so that the
+  // whole mask is not kept for the backward pass.
+  const int tp = parallel_.tp_size();
+  const std::int64_t shard = x.size(1);
+  std::vector<std::int64_t> shape = x.sizes().vec();
+  shape[1] = shard * tp;
+  torch::Tensor scale;
+  {
+    torch::NoGradGuard no_grad;
+    scale = torch::dropout(torch::ones(shape, x.options().requires_grad(false)), dropout_,
+                           /*train=*/true)
+                .narrow(1, parallel_.tp_rank() * shard, shard)
+                .clone();
+  }
+  return x * scale;
+}
+
+torch::Tensor EncoderClassifier::shard_used(const torch::Tensor& parameter) const {
+  return sequence_parallel_ ? copy_to_tensor_parallel(parameter, parallel_.tp) : parameter;
+}
+
 torch::Tensor EncoderClassifier::layer_norm(const torch::Tensor& x, const Linear& w) const {
-  return torch::layer_norm(x, {spec_.hidden}, w.weight, w.bias, eps_);
+  return torch::layer_norm(x, {spec_.hidden}, shard_used(w.weight), shard_used(w.bias), eps_);
+}
+
+torch::Tensor EncoderClassifier::column_linear(const torch::Tensor& x, const Linear& w) const {
+  if (!sequence_parallel_) return column_parallel_linear(x, w.weight, w.bias, parallel_.tp);
+  return torch::linear(gather_sequence_parallel(x, parallel_.tp), w.weight, w.bias);
 }
 
 torch::Tensor EncoderClassifier::row_linear(const torch::Tensor& x, const Linear& w) const {
-  return row_parallel_linear(x, w.weight, w.bias, parallel_.tp);
+  if (!sequence_parallel_) return row_parallel_linear(x, w.weight, w.bias, parallel_.tp);
+  return reduce_scatter_sequence_parallel(torch::linear(x, w.weight), parallel_.tp) +
+         shard_used(w.bias);
 }
 
 torch::Tensor EncoderClassifier::embed(const EncoderInputs& inputs) const {
@@ -363,6 +357,11 @@ torch::Tensor EncoderClassifier::embed(const EncoderInputs& inputs) const {
   }
   torch::Tensor x;
   const int tp = parallel_.tp_size();
+  if (sequence_parallel_ && seq % tp != 0) {
+    throw InputError("model " + spec_.name, "sequence_parallel",
+                     "a sequence length divisible by tp = " + std::to_string(tp) + ", got " +
+                         std::to_string(seq));
+  }
   if (tp == 1) {
     x = torch::embedding(e.word, ids, pad_id_);
   } else {
@@ -374,16 +373,21 @@ torch::Tensor EncoderClassifier::embed(const EncoderInputs& inputs) const {
     const std::int64_t pad =
         pad_id_ >= r.start && pad_id_ < r.start + r.length ? pad_id_ - r.start : -1;
     x = torch::embedding(e.word, local, pad).masked_fill(outside.unsqueeze(-1), 0.0);
-    x = reduce_from_tensor_parallel(x, parallel_.tp);
+    x = sequence_parallel_ ? reduce_scatter_sequence_parallel(x, parallel_.tp)
+                           : reduce_from_tensor_parallel(x, parallel_.tp);
   }
-  x = x + torch::embedding(e.position, positions,
+  torch::Tensor types =
+      inputs.token_type_ids.defined() ? inputs.token_type_ids : torch::zeros_like(ids);
+  if (sequence_parallel_) {
+    // The rest of the embedding works on this rank's positions.
+    const std::int64_t shard = seq / tp;
+    positions = positions.narrow(1, parallel_.tp_rank() * shard, shard);
+    types = types.narrow(1, parallel_.tp_rank() * shard, shard);
+  }
+  x = x + torch::embedding(shard_used(e.position), positions,
                            spec_.model_type == ModelType::kRoberta ? pad_id_ : -1);
-  if (e.token_type.defined()) {
-    const torch::Tensor types =
-        inputs.token_type_ids.defined() ? inputs.token_type_ids : torch::zeros_like(ids);
-    x = x + torch::embedding(e.token_type, types);
-  }
-  return dropout(layer_norm(x, e.norm));
+  if (e.token_type.defined()) x = x + torch::embedding(shard_used(e.token_type), types);
+  return hidden_dropout(layer_norm(x, e.norm));
 }
 
 namespace {
@@ -465,26 +469,37 @@ torch::Tensor EncoderClassifier::attention_core(const torch::Tensor& q, const to
                                                 const torch::Tensor& v,
                                                 const torch::Tensor& keep) const {
   const double p = is_training() ? dropout_ : 0.0;
+  // Both kernels draw their dropout from the device's default generator (the fused one inside
+  // the kernel, from the generator's seed and offset); recomputation restores that generator, so
+  // the recomputed core draws the mask of the first pass.
+  const bool fused = attention_ == costmodel::Attention::kFlash;
+  auto core = [p, fused](const torch::Tensor& q_in, const torch::Tensor& k_in,
+                         const torch::Tensor& v_in, const torch::Tensor& keep_in) {
+    return fused ? compat::attention(q_in, k_in, v_in, keep_in, p)
+                 : compat::unfused_attention(q_in, k_in, v_in, keep_in, p);
+  };
   if (recompute_ != costmodel::Recompute::kSelective || !is_training() ||
       !torch::GradMode::is_enabled()) {
-    return compat::attention(q, k, v, keep, p);
+    return core(q, k, v, keep);
   }
   std::vector<torch::Tensor> inputs = {q, k, v};
   if (keep.defined()) inputs.push_back(keep);
   return checkpointed(
-      [p](const std::vector<torch::Tensor>& in) {
-        return compat::attention(in[0], in[1], in[2], in.size() > 3 ? in[3] : torch::Tensor(), p);
+      [core](const std::vector<torch::Tensor>& in) {
+        return core(in[0], in[1], in[2], in.size() > 3 ? in[3] : torch::Tensor());
       },
       inputs);
 }
 
 torch::Tensor EncoderClassifier::transformer_layer(const LayerWeights& w, const torch::Tensor& x,
                                                    const torch::Tensor& keep) const {
+  // x: the residual stream, [batch, seq, hidden] or (sequence parallel) this rank's shard.
   const std::int64_t batch = x.size(0);
-  const std::int64_t seq = x.size(1);
   const std::int64_t local_heads = spec_.heads / parallel_.tp_size();
   const std::int64_t head_dim = spec_.hidden / spec_.heads;
-  const torch::Tensor input = copy_to_tensor_parallel(x, parallel_.tp);
+  const torch::Tensor input = sequence_parallel_ ? gather_sequence_parallel(x, parallel_.tp)
+                                                 : copy_to_tensor_parallel(x, parallel_.tp);
+  const std::int64_t seq = input.size(1);
   auto heads = [&](const Linear& l) {
     return torch::linear(input, l.weight, l.bias)
         .view({batch, seq, local_heads, head_dim})
@@ -493,15 +508,21 @@ torch::Tensor EncoderClassifier::transformer_layer(const LayerWeights& w, const 
   torch::Tensor context = attention_core(heads(w.query), heads(w.key), heads(w.value), keep);
   context = context.permute({0, 2, 1, 3}).reshape({batch, seq, local_heads * head_dim});
   const torch::Tensor attended =
-      layer_norm(dropout(row_linear(context, w.attention_output)) + x, w.attention_norm);
-  const torch::Tensor inner = torch::gelu(
-      column_parallel_linear(attended, w.intermediate.weight, w.intermediate.bias, parallel_.tp));
-  return layer_norm(dropout(row_linear(inner, w.output)) + attended, w.output_norm);
+      layer_norm(hidden_dropout(row_linear(context, w.attention_output)) + x, w.attention_norm);
+  const torch::Tensor inner = torch::gelu(column_linear(attended, w.intermediate));
+  return layer_norm(hidden_dropout(row_linear(inner, w.output)) + attended, w.output_norm);
 }
 
 torch::Tensor EncoderClassifier::head(const torch::Tensor& x) const {
   const HeadWeights& h = *head_;
-  const torch::Tensor first = x.select(1, 0);
+  torch::Tensor first = x.select(1, 0);
+  if (sequence_parallel_) {
+    // The first token is on tp rank 0: the others contribute zeros to a sum (whose backward
+    // passes the head's gradient to rank 0's token only). Every rank builds the same graph, so
+    // their backward passes run the group's collectives in the same order.
+    first =
+        reduce_from_tensor_parallel(first * (parallel_.tp_rank() == 0 ? 1.0 : 0.0), parallel_.tp);
+  }
   if (spec_.model_type == ModelType::kRoberta) {
     torch::Tensor z = torch::tanh(torch::linear(dropout(first), h.dense.weight, h.dense.bias));
     return torch::linear(dropout(z), h.out.weight, h.out.bias);
@@ -520,7 +541,8 @@ torch::Tensor EncoderClassifier::forward(const EncoderInputs& inputs, const torc
   }
   torch::Tensor keep;
   if (!layers_.empty() && inputs.attention_mask.defined()) {
-    keep = inputs.attention_mask.to(torch::kBool).view({x.size(0), 1, 1, x.size(1)});
+    const torch::Tensor& mask = inputs.attention_mask;
+    keep = mask.to(torch::kBool).view({mask.size(0), 1, 1, mask.size(1)});
   }
   // Checkpointing needs an input that requires grad, or no gradient would reach the weights.
   const bool full = recompute_ == costmodel::Recompute::kFull && is_training() &&

@@ -13,6 +13,18 @@
 // model (`bert.encoder.layer.3.attention.self.query.weight`, `classifier.out_proj.bias`, ...); a
 // shard holds the slice of the full tensor that belongs to its tp rank.
 //
+// With sequence parallelism (EncoderOptions::sequence_parallel) the replicated regions run on
+// this rank's 1/tp of the sequence: the embedding's vocabulary-parallel partial sums and the
+// row-parallel outputs are reduce-scattered along the sequence, the column-parallel inputs
+// all-gathered; LayerNorm, the row-parallel biases, dropout and the residual adds see the shard;
+// pipeline stages exchange shards [batch, seq / tp, hidden]; the head takes the first token from
+// rank 0's shard. The parameters used on a shard (LayerNorm weights and biases, row-parallel
+// biases, position and token-type embeddings) get a partial gradient on each rank, all-reduced
+// over the tp group as it reaches them, so every rank holds the full gradient (as Megatron-LM's
+// all-reduce of sequence-parallel gradients does before the optimizer). Dropout on a shard draws
+// the mask of the whole sequence and keeps its slice, so each rank applies what one process
+// would on those positions and the generators of the tp group stay in step.
+//
 // Math follows transformers' BertForSequenceClassification / RobertaForSequenceClassification:
 // post-LayerNorm blocks, exact (erf) GELU, LayerNorm eps 1e-12 (BERT) / 1e-5 (RoBERTa), padding
 // id 0 (BERT) / 1 (RoBERTa), RoBERTa position ids cumsum(mask) * mask + padding_idx computed from
@@ -47,6 +59,14 @@ class TensorParallelComm {
   // Replaces `tensor` on every rank by the element-wise sum over the group. Collective: every
   // rank calls it in the same order with tensors of the same shape, dtype and device.
   virtual void allreduce_sum(torch::Tensor& tensor) = 0;
+  // output (size() * n elements, contiguous) = every rank's input (n elements) concatenated in
+  // rank order. Collective. The default all-reduces a zero buffer holding this rank's part
+  // (twice the bytes of a ring all-gather); process groups override it.
+  virtual void allgather(torch::Tensor& output, const torch::Tensor& input);
+  // output (n elements, contiguous) = this rank's n-element chunk of the element-wise sum of
+  // every rank's input (size() * n elements). Collective. The default all-reduces the whole input
+  // and keeps the chunk (twice the bytes of a ring reduce-scatter); process groups override it.
+  virtual void reduce_scatter_sum(torch::Tensor& output, const torch::Tensor& input);
 };
 
 // The group of one: rank 0, size 1, all-reduce is the identity.
@@ -72,6 +92,20 @@ torch::Tensor copy_to_tensor_parallel(const torch::Tensor& x,
 // row-parallel layers. The identity when the group has one rank.
 torch::Tensor reduce_from_tensor_parallel(const torch::Tensor& x,
                                           const std::shared_ptr<TensorParallelComm>& comm);
+
+// Megatron's sequence parallelism (Korthikanti et al. 2022, section 4.2.2): between the
+// tensor-parallel regions every rank holds 1/tp of the sequence (dim 1 of [batch, seq, ...]),
+// rank r the positions [r * seq / tp, (r + 1) * seq / tp).
+// Before a column-parallel linear: all-gather along the sequence in the forward pass,
+// reduce-scatter of the gradient in the backward pass (each rank's gradient of the gathered
+// input is a partial sum over its heads / features). The identity when the group has one rank.
+torch::Tensor gather_sequence_parallel(const torch::Tensor& x_shard,
+                                       const std::shared_ptr<TensorParallelComm>& comm);
+// After a row-parallel linear: reduce-scatter of the partial sums along the sequence in the
+// forward pass, all-gather of the gradient in the backward pass. seq must be divisible by the
+// group size. The identity when the group has one rank.
+torch::Tensor reduce_scatter_sequence_parallel(const torch::Tensor& x,
+                                               const std::shared_ptr<TensorParallelComm>& comm);
 
 // Column-parallel linear: f(x) W_r^T + b_r, where W_r / b_r are this rank's rows (output
 // features) of the full weight / bias. Output: this rank's slice of the output features.
@@ -132,7 +166,17 @@ struct EncoderOptions {
   // for the attention core (scores, softmax, dropout, context). The recomputed forward draws the
   // same dropout masks (the generators' states are restored), so gradients equal the plain ones.
   costmodel::Recompute recompute = costmodel::Recompute::kNone;
+  // Megatron sequence parallelism over the tp group (needs tp > 1 and a sequence length divisible
+  // by tp): LayerNorms, dropout and residuals run on 1/tp of the sequence; see the class comment.
+  bool sequence_parallel = false;
+  // The attention core: kMath is the unfused product, masked softmax, dropout and product (the
+  // s x s probabilities kept for backward); kFlash is LibTorch's scaled_dot_product_attention
+  // (fused kernels where the device has them, LibTorch 2 and later only).
+  costmodel::Attention attention = costmodel::Attention::kMath;
 };
+
+// Whether this build runs `attention`: kMath always, kFlash with LibTorch 2 and later.
+bool runs_attention(costmodel::Attention attention);
 
 // One batch of token ids. All int64 [batch, seq] on the model's device.
 struct EncoderInputs {
@@ -156,16 +200,19 @@ class EncoderClassifier : public torch::nn::Module {
   // Every tensor is drawn in full from a generator seeded by (seed, name) and then sliced, so the
   // weights do not depend on the tp degree or the stage split. Throws InputError for a spec that
   // is not a BERT/RoBERTa encoder, a layer range outside [0, L + 1], or heads / ffn_hidden not
-  // divisible by the tp size.
+  // divisible by the tp size, sequence parallelism with one tp rank, or an attention kernel this
+  // build lacks (runs_attention).
   EncoderClassifier(const profiles::ModelSpec& spec, const EncoderOptions& options = {},
                     ParallelContext parallel = {});
 
   // Runs the stage. The first stage (holding layer 0) reads inputs.input_ids / token_type_ids
   // and ignores `hidden`; later stages take the previous stage's output as `hidden`
-  // [batch, seq, hidden]. Every stage with transformer layers reads inputs.attention_mask (and a
-  // RoBERTa first stage reads input_ids for positions). Returns logits [batch, num_labels] when
-  // the stage holds the head, else hidden states [batch, seq, hidden]. Dropout is active in
-  // training mode (torch::nn::Module::train()) and draws from LibTorch's default generator.
+  // [batch, seq, hidden] (sequence parallel: this rank's [batch, seq / tp, hidden]). Every stage
+  // with transformer layers reads inputs.attention_mask (and a RoBERTa first stage reads input_ids
+  // for positions). Returns logits [batch, num_labels] when the stage holds the head, else hidden
+  // states [batch, seq, hidden] (sequence parallel: this rank's shard). Sequence parallelism
+  // refuses (InputError) a sequence length not divisible by tp. Dropout is active in training mode
+  // (torch::nn::Module::train()) and draws from LibTorch's default generator.
   torch::Tensor forward(const EncoderInputs& inputs, const torch::Tensor& hidden = {});
 
   const profiles::ModelSpec& spec() const { return spec_; }
@@ -226,6 +273,13 @@ class EncoderClassifier : public torch::nn::Module {
                                const torch::Tensor& v, const torch::Tensor& keep) const;
   torch::Tensor head(const torch::Tensor& x) const;
   torch::Tensor dropout(const torch::Tensor& x) const;
+  // Dropout of the residual stream: on a sequence shard it keeps the slice of a whole-sequence
+  // mask.
+  torch::Tensor hidden_dropout(const torch::Tensor& x) const;
+  // A parameter used on the residual stream: under sequence parallelism its gradient is summed
+  // over the tp group in the backward pass.
+  torch::Tensor shard_used(const torch::Tensor& parameter) const;
+  torch::Tensor column_linear(const torch::Tensor& x, const Linear& w) const;
   torch::Tensor row_linear(const torch::Tensor& x, const Linear& w) const;
   torch::Tensor layer_norm(const torch::Tensor& x, const Linear& w) const;
   torch::Tensor& add_parameter(const ParameterInfo& info, torch::Tensor value);
@@ -235,6 +289,8 @@ class EncoderClassifier : public torch::nn::Module {
   ParallelContext parallel_;
   double dropout_;
   costmodel::Recompute recompute_;
+  bool sequence_parallel_;
+  costmodel::Attention attention_;
   int first_layer_;
   int last_layer_;
   std::int64_t pad_id_;

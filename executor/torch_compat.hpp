@@ -90,12 +90,26 @@ auto optimizer_state_key(Optimizer& optimizer, const torch::Tensor& p) {
   }
 }
 
-// Multi-head attention softmax(q k^T / sqrt(head_dim) + mask) v with dropout on the probabilities.
-// q, k, v: [batch, heads, seq, head_dim]; keep: bool [batch, 1, 1, seq] (true = a key that may be
-// attended to; every row must keep at least one key) or undefined for no mask. dropout_p is applied
-// only when > 0. Returns [batch, heads, seq, head_dim]. On 2.x this is scaled_dot_product_attention
-// (fused kernels where the device has them); on 1.13 the same math written out, with masked scores
-// set to the lowest finite value of their dtype (as Hugging Face's additive finfo.min mask).
+// Multi-head attention softmax(q k^T / sqrt(head_dim) + mask) v with dropout on the probabilities,
+// written out as separate kernels on every LibTorch (the s x s scores and probabilities are
+// tensors autograd keeps). q, k, v: [batch, heads, seq, head_dim]; keep: bool [batch, 1, 1, seq]
+// (true = a key that may be attended to; every row must keep at least one key) or undefined for no
+// mask. dropout_p is applied only when > 0. Returns [batch, heads, seq, head_dim]. Masked scores
+// are set to the lowest finite value of their dtype (as Hugging Face's additive finfo.min mask).
+inline torch::Tensor unfused_attention(const torch::Tensor& q, const torch::Tensor& k,
+                                       const torch::Tensor& v, const torch::Tensor& keep,
+                                       double dropout_p) {
+  const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(-1)));
+  torch::Tensor scores = torch::matmul(q, k.transpose(-2, -1)) * scale;
+  if (keep.defined()) scores = scores.masked_fill(keep.logical_not(), lowest_finite(scores));
+  torch::Tensor probs = torch::softmax(scores, -1);
+  if (dropout_p > 0.0) probs = torch::dropout(probs, dropout_p, /*train=*/true);
+  return torch::matmul(probs, v);
+}
+
+// The same attention, fused: on 2.x scaled_dot_product_attention (flash or memory-efficient
+// kernels where the device has them; dropout drawn inside the kernel from the device's default
+// generator), on 1.13 unfused_attention (kHasFusedAttention says which).
 inline torch::Tensor attention(const torch::Tensor& q, const torch::Tensor& k,
                                const torch::Tensor& v, const torch::Tensor& keep,
                                double dropout_p) {
@@ -104,12 +118,7 @@ inline torch::Tensor attention(const torch::Tensor& q, const torch::Tensor& k,
   if (keep.defined()) mask = keep;
   return at::scaled_dot_product_attention(q, k, v, mask, dropout_p, /*is_causal=*/false);
 #else
-  const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(-1)));
-  torch::Tensor scores = torch::matmul(q, k.transpose(-2, -1)) * scale;
-  if (keep.defined()) scores = scores.masked_fill(keep.logical_not(), lowest_finite(scores));
-  torch::Tensor probs = torch::softmax(scores, -1);
-  if (dropout_p > 0.0) probs = torch::dropout(probs, dropout_p, /*train=*/true);
-  return torch::matmul(probs, v);
+  return unfused_attention(q, k, v, keep, dropout_p);
 #endif
 }
 

@@ -39,6 +39,8 @@ TrainOptions train_options_from_plan(const planner::Plan& plan) {
   options.schedule = s.schedule;
   options.virtual_stages = s.virtual_stages;
   options.recompute = s.recompute;
+  options.sequence_parallel = s.sequence_parallel;
+  options.attention = s.attention;
   options.stages = plan.stages;
   return options;
 }
@@ -65,6 +67,18 @@ void check_options(const TrainOptions& o) {
   if (o.device_index < 0) throw InputError("--device", "", "a non-negative CUDA device index");
   if (o.resume && o.checkpoint_dir.empty()) {
     throw InputError("--resume", "", "a checkpoint directory (--checkpoint DIR)");
+  }
+  if (o.sequence_parallel && o.tp < 2) {
+    throw InputError("plan", "$.strategy.sequence_parallel",
+                     "false with tp = 1 (sequence parallelism splits the sequence over the "
+                     "tensor-parallel ranks): re-plan with --sp off or tp > 1");
+  }
+  if (!runs_attention(o.attention)) {
+    throw InputError("plan", "$.strategy.attention",
+                     std::string("a kernel this LibTorch runs: ") +
+                         costmodel::to_string(o.attention) +
+                         " needs LibTorch 2 or later (scaled_dot_product_attention); re-plan "
+                         "with --attention math");
   }
 }
 
@@ -102,6 +116,12 @@ std::size_t check_data(const TrainOptions& o, const std::vector<EncodedExample>&
   std::size_t seq_len = 0;
   check_examples(train_data, "training data", o.model, seq_len);
   check_examples(validation_data, "validation data", o.model, seq_len);
+  if (o.sequence_parallel && o.tp > 0 && seq_len % static_cast<std::size_t>(o.tp) != 0) {
+    throw InputError("plan", "$.strategy.sequence_parallel",
+                     "a sequence length divisible by tp = " + std::to_string(o.tp) +
+                         " (each tensor-parallel rank holds an equal part), got " +
+                         std::to_string(seq_len) + ": re-plan with --sp off or pad the data");
+  }
   return seq_len;
 }
 

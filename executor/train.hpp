@@ -154,6 +154,11 @@ struct TrainOptions {
   int virtual_stages = 1;
   std::vector<costmodel::StageRange> stages;  // pp * virtual_stages ranges; empty = even split
   costmodel::Recompute recompute = costmodel::Recompute::kNone;  // activation recomputation
+  // Megatron sequence parallelism over the tp group (executor/model.hpp); needs tp > 1 and a
+  // sequence length divisible by tp.
+  bool sequence_parallel = false;
+  // The attention kernel; kFlash needs LibTorch 2 or later (executor/model.hpp's runs_attention).
+  costmodel::Attention attention = costmodel::Attention::kMath;
 
   // Graceful stop: when this points at a non-zero value (a signal number that a SIGINT/SIGTERM
   // handler stored), training stops at the next step boundary (all ranks at the same one),
@@ -194,16 +199,19 @@ struct TrainSummary {
 
 class ParallelGroups;  // executor/distributed.hpp
 
-// Options that a plan fixes: the model, micro_batch, num_micro_batches, precision and the
-// parallel layout (dp, tp, pp, zero, schedule, virtual stages, stages).
+// Options that a plan fixes: the model, micro_batch, num_micro_batches, precision, the
+// parallel layout (dp, tp, pp, zero, schedule, virtual stages, stages, sequence parallelism),
+// recomputation and the attention kernel.
 TrainOptions train_options_from_plan(const planner::Plan& plan);
 
 // Trains and evaluates. Throws InputError for bad options (source the option's flag, e.g.
-// "--steps"), data that do not fit the model (source "training data" / "validation data":
-// unequal or too long sequences, token ids outside the vocabulary, labels outside
-// [0, num_labels)), fewer training examples than one global batch, an unreadable init or resume
-// checkpoint, a checkpoint made for another model, seed or batch, or cuda without a GPU.
-// Throws InputError (source "plan") when options.dp * tp * pp > 1: those need the groups.
+// "--steps"; source "plan" for sequence parallelism with tp 1 or a sequence length tp does not
+// divide, and for an attention kernel this build lacks, naming --attention math), data that do not
+// fit the model (source "training data" / "validation data": unequal or too long sequences, token
+// ids outside the vocabulary, labels outside [0, num_labels)), fewer training examples than one
+// global batch, an unreadable init or resume checkpoint, a checkpoint made for another model, seed
+// or batch, or cuda without a GPU. Throws InputError (source "plan") when options.dp * tp * pp > 1:
+// those need the groups.
 TrainSummary train_classifier(const TrainOptions& options,
                               const std::vector<EncodedExample>& train_data,
                               const std::vector<EncodedExample>& validation_data);

@@ -114,8 +114,10 @@ class ParallelRank final : public TrainRank {
 
  private:
   int global_chunk(int k) const { return k * o_.pp + c_.pp; }
+  // What stages exchange: the hidden states, or under sequence parallelism this rank's shard.
   std::vector<std::int64_t> hidden_shape(std::int64_t rows) const {
-    return {rows, static_cast<std::int64_t>(seq_len_), o_.model.hidden};
+    const auto seq = static_cast<std::int64_t>(seq_len_);
+    return {rows, o_.sequence_parallel ? seq / o_.tp : seq, o_.model.hidden};
   }
   // Tags name the boundary between global chunks b and b + 1, the micro-batch and the direction.
   int tag(int boundary, std::int64_t m, int direction) const {
@@ -188,6 +190,8 @@ ParallelRank::ParallelRank(const TrainOptions& o, const RunSize& size,
     model_options.seed = o.seed;
     model_options.device = device_;
     model_options.recompute = o.recompute;
+    model_options.sequence_parallel = o.sequence_parallel;
+    model_options.attention = o.attention;
     const auto& range = stages_[static_cast<std::size_t>(global_chunk(k))];
     model_options.first_layer = range.first_layer;
     model_options.last_layer = range.last_layer;

@@ -124,6 +124,7 @@ EncoderOptions model_options(const TrainOptions& o, const torch::Device& device)
   options.seed = o.seed;
   options.device = device;
   options.recompute = o.recompute;
+  options.attention = o.attention;
   return options;
 }
 

@@ -284,6 +284,7 @@ struct Layout {
   std::int64_t micro_batches;  // per dp rank
   std::int64_t layers;
   int virtual_stages = 1;
+  bool sequence_parallel = false;
 };
 
 // The losses of every rank of `layout`, and the validation loss of rank 0.
@@ -296,6 +297,7 @@ TrainSummary run_layout(const Layout& l, const std::vector<EncodedExample>& trai
   o.zero = l.zero;
   o.schedule = l.schedule;
   o.virtual_stages = l.virtual_stages;
+  o.sequence_parallel = l.sequence_parallel;
   o.num_micro_batches = l.micro_batches;
   o.bucket_bytes = 16 << 10;  // several buckets, started from gradient hooks
   const int world = l.dp * l.tp * l.pp;
@@ -339,6 +341,10 @@ TEST_CASE("Every parallel layout trains to the single-process losses", "[distrib
       {"tp2 x pp2", 1, 2, 2, 0, Schedule::kGpipe, 4, 2},
       {"dp2 x tp2 zero3", 2, 2, 1, 3, Schedule::kGpipe, 2, 2},
       {"dp2 x pp2 zero2 interleaved v2", 2, 1, 2, 2, Schedule::kInterleaved, 4, 4, 2},
+      // Sequence parallelism (12 tokens: 6 per tp rank; stages exchange the shards).
+      {"tp2 sp", 1, 2, 1, 0, Schedule::k1F1B, 4, 2, 1, true},
+      {"dp2 x tp2 sp", 2, 2, 1, 0, Schedule::k1F1B, 2, 2, 1, true},
+      {"tp2 x pp2 sp", 1, 2, 2, 0, Schedule::k1F1B, 4, 2, 1, true},
   };
   std::map<std::pair<std::int64_t, std::int64_t>, TrainSummary> references;
   for (const Layout& l : layouts) {
