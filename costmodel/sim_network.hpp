@@ -12,13 +12,16 @@
 // A collective over rings of n ranks is one flow whose every ring hop carries the ring algorithm's
 // bytes (all-reduce 2 (n-1)/n * bytes, reduce-scatter and all-gather (n-1)/n * bytes, p2p all of
 // them), after the algorithm's latency (2 (n-1), n-1 or 1 hop latencies, the hop latency being the
-// largest route latency of the flow). Alone, a flow takes exactly collective_time_s() over the
-// link GroupLinks gives its group.
+// largest route latency of the flow). On GPU clusters a collective is NCCL's (nccl.hpp): the flow
+// waits NCCL's latency term, then carries bytes that drain in NCCL's transfer time at the ring
+// hops' bandwidth. Alone, a flow takes exactly collective_time_s() over the link GroupLinks gives
+// its group.
 #pragma once
 
 #include <array>
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <tuple>
 #include <utility>
 #include <vector>
@@ -117,6 +120,8 @@ class Comms {
   struct ShapeInfo {
     int id = -1;
     double latency_s = 0;
+    std::optional<profiles::CollectiveFabric> fabric;  // GPU clusters' collectives
+    double bandwidth_bytes_per_s = 0;                  // a copy's rate when alone
   };
 
   const ShapeInfo& shape(int kind, int stage, int peer);
