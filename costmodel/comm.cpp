@@ -36,6 +36,11 @@ double overlapped_time_s(double compute_s, double communication_s, double slowdo
   return compute_s + communication_s * slowdown / (1 + slowdown);
 }
 
+double overlap_slowdown(const profiles::Cluster& cluster) {
+  if (cluster.device.kind == profiles::DeviceKind::kCpu) return 0;
+  return cluster.overlap_slowdown.value_or(profiles::kDefaultOverlapSlowdown);
+}
+
 std::vector<std::vector<int>> rank_groups(int world, int size, int stride) {
   std::vector<std::vector<int>> groups;
   for (int r = 0; r < world; ++r) {

@@ -39,6 +39,10 @@ double collective_time_s(Collective collective, double bytes, int ranks,
 // The communication itself is not slowed. slowdown = 0 gives max(compute_s, communication_s).
 double overlapped_time_s(double compute_s, double communication_s, double slowdown);
 
+// The cluster's overlap_slowdown on GPUs (profiles::kDefaultOverlapSlowdown when absent); 0 on
+// CPU clusters, whose Gloo collectives never overlap compute in Loom's model.
+double overlap_slowdown(const profiles::Cluster& cluster);
+
 // The link every group of a given shape gets when all groups of that shape communicate at once:
 // ranks are numbered Megatron-style (tp fastest, then dp, then pp) and rank r runs on device
 // `device_of_rank[r]`; a group of `size` ranks with `stride` holds ranks base + i * stride.

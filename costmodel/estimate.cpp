@@ -632,6 +632,7 @@ Prediction CostModel::estimate(const Job& job, const Strategy& s,
     // What communication can hide behind: the last micro-batch's backward pass, on
     // GPUs; nothing on CPU ranks, where Gloo's reductions and copies use the compute's cores.
     const bool cpu = cluster_.device.kind == profiles::DeviceKind::kCpu;
+    // WIRE: overlapped_time_s(window_b, ar, overlap_slowdown(cluster_)) (comm.hpp) for the span.
     const double window_b = cpu ? 0 : with_tp[r].backward_s;
     if (s.dp > 1) {
       // Loom's executor all-reduces gradient buckets at every ZeRO stage (each rank then keeps

@@ -98,6 +98,7 @@ enum class Group { kTensor, kData };
 
 // Builds (and caches) the network shapes of a plan's collectives and transfers: every group of
 // the stage, or every rank pair between two stages, as one flow.
+// WIRE: compute tasks running while a flow is active slow by overlap_slowdown(cluster) (comm.hpp).
 class Comms {
  public:
   Comms(const profiles::Topology& topology, Network& network, std::vector<int> device_of_rank,

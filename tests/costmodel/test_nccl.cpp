@@ -160,6 +160,11 @@ TEST_CASE("compute overlapped with communication slows by the cluster's fraction
   CHECK(overlapped_time_s(10, 4, 0) == Approx(10));
   CHECK(overlapped_time_s(0, 4, 0.25) == Approx(4));
   CHECK(overlapped_time_s(10, 0, 0.25) == Approx(10));
+  // The cluster's figure on GPUs, the published default without one, none on CPUs.
+  CHECK(loom::costmodel::overlap_slowdown(profiles::load_cluster("dgx-a100-80g")) == 0.189);
+  CHECK(loom::costmodel::overlap_slowdown(nvswitch_cluster(1)) ==
+        profiles::kDefaultOverlapSlowdown);
+  CHECK(loom::costmodel::overlap_slowdown(profiles::load_cluster("local-cpu")) == 0);
 }
 
 TEST_CASE("the NCCL link fields round-trip and are checked", "[nccl][cluster]") {
