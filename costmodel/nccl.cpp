@@ -1,7 +1,9 @@
 #include "costmodel/nccl.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
+#include <cstddef>
 
 namespace loom::costmodel {
 namespace {
@@ -46,7 +48,14 @@ constexpr double kTreeCorrection[3][24] = {
 constexpr double kRingPlateau = 1.4;
 constexpr double kAssumedChannels = 8;
 
-int log2_floor(double x) { return x < 1 ? -1 : static_cast<int>(std::floor(std::log2(x))); }
+// The candidates of one call, on the stack: the planner times collectives millions of times.
+struct Candidates {
+  std::array<NcclTime, 8> items;
+  std::size_t count = 0;
+  void push_back(const NcclTime& t) { items[count++] = t; }
+};
+
+int log2_floor(double x) { return x < 1 ? -1 : std::ilogb(x); }
 
 struct Shape {
   Collective collective;
@@ -74,7 +83,7 @@ struct Shape {
   }
 };
 
-void add_ring(const Shape& s, std::vector<NcclTime>& out) {
+void add_ring(const Shape& s, Candidates& out) {
   const CollectiveFabric& f = s.f;
   const double steps = s.all_reduce() ? 2.0 * (s.n - 1) : s.n - 1.0;
   const double inter_steps = f.nodes <= 1 ? 0 : (s.all_reduce() ? 2.0 : 1.0) * (f.nodes - 1);
@@ -96,7 +105,7 @@ void add_ring(const Shape& s, std::vector<NcclTime>& out) {
 // All-reduce over nodes: a chain inside each node, NCCL's double binary tree between nodes. On
 // two nodes NCCL's model takes the intra-node bandwidth; the NICs bound it at twice their ring
 // bus bandwidth (a tree crosses them once each way per byte, a ring 2 (n-1)/n times).
-void add_tree(const Shape& s, std::vector<NcclTime>& out) {
+void add_tree(const Shape& s, Candidates& out) {
   const CollectiveFabric& f = s.f;
   if (!s.all_reduce() || f.nodes < 2) return;
   const double bus =
@@ -118,7 +127,7 @@ void add_tree(const Shape& s, std::vector<NcclTime>& out) {
 
 // NVLink SHARP: the switch reduces (all-reduce) or multicasts; Simple protocol only. Inside a
 // node every collective; across nodes all-reduce as NVLS tree (NVLS inside, a tree between).
-void add_nvls(const Shape& s, std::vector<NcclTime>& out) {
+void add_nvls(const Shape& s, Candidates& out) {
   const CollectiveFabric& f = s.f;
   if (f.nvls_bandwidth_gbps <= 0 || !f.nvlink || f.ranks_per_node < 2) return;
   const double nvls_gbps = f.nvls_bandwidth_gbps * f.intra_share;
@@ -168,9 +177,11 @@ const char* to_string(NcclProtocol protocol) {
   return "Simple";
 }
 
-std::vector<NcclTime> nccl_candidates(Collective collective, double bytes, int ranks,
-                                      const CollectiveFabric& fabric) {
-  std::vector<NcclTime> out;
+namespace {
+
+Candidates candidates(Collective collective, double bytes, int ranks,
+                      const CollectiveFabric& fabric) {
+  Candidates out;
   if (collective == Collective::kP2p || ranks <= 1 || bytes <= 0) return out;
   const Shape s{collective, bytes, ranks, fabric};
   add_tree(s, out);
@@ -179,12 +190,22 @@ std::vector<NcclTime> nccl_candidates(Collective collective, double bytes, int r
   return out;
 }
 
+}  // namespace
+
+std::vector<NcclTime> nccl_candidates(Collective collective, double bytes, int ranks,
+                                      const CollectiveFabric& fabric) {
+  const Candidates c = candidates(collective, bytes, ranks, fabric);
+  return {c.items.begin(), c.items.begin() + static_cast<std::ptrdiff_t>(c.count)};
+}
+
 NcclTime nccl_time(Collective collective, double bytes, int ranks, const CollectiveFabric& fabric) {
-  const std::vector<NcclTime> all = nccl_candidates(collective, bytes, ranks, fabric);
-  if (all.empty()) return NcclTime{};
-  return *std::min_element(all.begin(), all.end(), [](const NcclTime& a, const NcclTime& b) {
-    return a.total_s() < b.total_s();
-  });
+  const Candidates c = candidates(collective, bytes, ranks, fabric);
+  if (c.count == 0) return NcclTime{};
+  const NcclTime* best = &c.items[0];
+  for (std::size_t i = 1; i < c.count; ++i) {
+    if (c.items[i].total_s() < best->total_s()) best = &c.items[i];
+  }
+  return *best;
 }
 
 double bus_bandwidth_gbps(Collective collective, double bytes, int ranks, double time_s) {
