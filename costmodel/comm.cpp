@@ -1,6 +1,9 @@
 #include "costmodel/comm.hpp"
 
+#include <algorithm>
 #include <stdexcept>
+
+#include "costmodel/nccl.hpp"
 
 namespace loom::costmodel {
 
@@ -8,6 +11,9 @@ double collective_time_s(Collective collective, double bytes, int ranks,
                          const profiles::PathMetrics& link) {
   if (bytes <= 0) return 0;
   if (collective != Collective::kP2p && ranks <= 1) return 0;
+  if (link.fabric && collective != Collective::kP2p) {
+    return nccl_time(collective, bytes, ranks, *link.fabric).total_s();
+  }
   double alpha_s = link.latency_us * 1e-6;
   double beta_s_per_byte = 1.0 / (link.bandwidth_gbps * 1e9);
   double n = ranks;
@@ -21,6 +27,18 @@ double collective_time_s(Collective collective, double bytes, int ranks,
       return alpha_s + bytes * beta_s_per_byte;
   }
   return 0;
+}
+
+double overlapped_time_s(double compute_s, double communication_s, double slowdown) {
+  if (compute_s <= 0) return std::max(0.0, communication_s);
+  if (communication_s <= 0) return compute_s;
+  if (communication_s >= compute_s * (1 + slowdown)) return communication_s;
+  return compute_s + communication_s * slowdown / (1 + slowdown);
+}
+
+double overlap_slowdown(const profiles::Cluster& cluster) {
+  if (cluster.device.kind == profiles::DeviceKind::kCpu) return 0;
+  return cluster.overlap_slowdown.value_or(profiles::kDefaultOverlapSlowdown);
 }
 
 std::vector<std::vector<int>> rank_groups(int world, int size, int stride) {

@@ -1,4 +1,9 @@
-// Communication: alpha-beta times of collectives, and the links a group of ranks runs over.
+// Communication: the time of a collective over a group's links, the links a group of ranks runs
+// over, and what overlapping communication costs the compute beside it.
+//
+// CPU clusters (Gloo) run alpha-beta rings. GPU clusters run NCCL: the links of a group carry a
+// profiles::CollectiveFabric (Topology::concurrent_rings sets it) and collective_time_s then
+// times the algorithm and protocol NCCL picks (costmodel/nccl.hpp).
 #pragma once
 
 #include <cstdint>
@@ -20,9 +25,23 @@ enum class Collective { kAllReduce, kReduceScatter, kAllGather, kP2p };
 //   reduce-scatter,
 //   all-gather:         (n-1) alpha +   (n-1)/n * bytes / bw
 //   p2p:                      alpha +             bytes / bw
-// One rank (or zero bytes) costs nothing.
+// One rank (or zero bytes) costs nothing. When `link.fabric` is set (GPU clusters) every
+// collective but p2p takes NCCL's time instead (nccl_time in nccl.hpp).
 double collective_time_s(Collective collective, double bytes, int ranks,
                          const profiles::PathMetrics& link);
+
+// How long a compute span of `compute_s` seconds takes when NCCL kernels run beside it for
+// `communication_s` seconds from its start, if compute slows by the fraction `slowdown` while
+// both run (the cluster's overlap_slowdown; profiles::kDefaultOverlapSlowdown): the compute runs
+// at 1 / (1 + slowdown) of its speed while communication lasts, so the span ends at
+//   compute_s + communication_s * slowdown / (1 + slowdown)   when communication ends first,
+//   communication_s                                           otherwise.
+// The communication itself is not slowed. slowdown = 0 gives max(compute_s, communication_s).
+double overlapped_time_s(double compute_s, double communication_s, double slowdown);
+
+// The cluster's overlap_slowdown on GPUs (profiles::kDefaultOverlapSlowdown when absent); 0 on
+// CPU clusters, whose Gloo collectives never overlap compute in Loom's model.
+double overlap_slowdown(const profiles::Cluster& cluster);
 
 // The link every group of a given shape gets when all groups of that shape communicate at once:
 // ranks are numbered Megatron-style (tp fastest, then dp, then pp) and rank r runs on device

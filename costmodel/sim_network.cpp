@@ -4,6 +4,8 @@
 #include <cmath>
 #include <limits>
 
+#include "costmodel/nccl.hpp"
+
 namespace loom::costmodel::sim {
 
 namespace {
@@ -103,10 +105,15 @@ FlowSpec Comms::collective(Collective c, Group group, int stage, double bytes, d
   const int n = group == Group::kTensor ? tp_ : dp_;
   if (n <= 1 || bytes <= 0 || count <= 0) return {};
   const ShapeInfo& s = shape(group == Group::kTensor ? 0 : 1, stage, -1);
+  const double f = factors_[static_cast<std::size_t>(c)];
+  if (s.fabric) {
+    const NcclTime t = nccl_time(c, bytes, n, *s.fabric);
+    return FlowSpec{s.id, count * t.latency_s * f,
+                    count * t.transfer_s * s.bandwidth_bytes_per_s * f};
+  }
   double dn = n;
   double hops = c == Collective::kAllReduce ? 2 * (dn - 1) : dn - 1;
   double share = c == Collective::kAllReduce ? 2 * (dn - 1) / dn : (dn - 1) / dn;
-  const double f = factors_[static_cast<std::size_t>(c)];
   return FlowSpec{s.id, count * hops * s.latency_s * f, count * share * bytes * f};
 }
 
@@ -124,11 +131,15 @@ const Comms::ShapeInfo& Comms::shape(int kind, int stage, int peer) {
   const int per_stage = dp_ * tp_;
   const int base = stage * per_stage;
   std::vector<std::pair<int, int>> hops;  // (rank, rank)
+  std::vector<std::vector<int>> rings;    // devices
   auto ring = [&](const std::vector<int>& ranks) {
     if (ranks.size() < 2) return;
+    std::vector<int> devices;
     for (std::size_t i = 0; i < ranks.size(); ++i) {
       hops.emplace_back(ranks[i], ranks[(i + 1) % ranks.size()]);
+      devices.push_back(device_of_rank_[static_cast<std::size_t>(ranks[i])]);
     }
+    rings.push_back(std::move(devices));
   };
   if (kind == 0) {
     for (int d = 0; d < dp_; ++d) {
@@ -165,6 +176,11 @@ const Comms::ShapeInfo& Comms::shape(int kind, int stage, int peer) {
   }
   info.id = network_.add_shape(std::move(loads));
   info.latency_s = latency_us * 1e-6;
+  if (!rings.empty()) {
+    const profiles::PathMetrics m = topology_.concurrent_rings(rings);
+    info.fabric = m.fabric;
+    info.bandwidth_bytes_per_s = m.bandwidth_gbps * 1e9;
+  }
   return cache_.emplace(key, info).first->second;
 }
 

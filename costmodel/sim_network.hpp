@@ -12,13 +12,16 @@
 // A collective over rings of n ranks is one flow whose every ring hop carries the ring algorithm's
 // bytes (all-reduce 2 (n-1)/n * bytes, reduce-scatter and all-gather (n-1)/n * bytes, p2p all of
 // them), after the algorithm's latency (2 (n-1), n-1 or 1 hop latencies, the hop latency being the
-// largest route latency of the flow). Alone, a flow takes exactly collective_time_s() over the
-// link GroupLinks gives its group.
+// largest route latency of the flow). On GPU clusters a collective is NCCL's (nccl.hpp): the flow
+// waits NCCL's latency term, then carries bytes that drain in NCCL's transfer time at the ring
+// hops' bandwidth. Alone, a flow takes exactly collective_time_s() over the link GroupLinks gives
+// its group.
 #pragma once
 
 #include <array>
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <tuple>
 #include <utility>
 #include <vector>
@@ -95,6 +98,7 @@ enum class Group { kTensor, kData };
 
 // Builds (and caches) the network shapes of a plan's collectives and transfers: every group of
 // the stage, or every rank pair between two stages, as one flow.
+// WIRE: compute tasks running while a flow is active slow by overlap_slowdown(cluster) (comm.hpp).
 class Comms {
  public:
   Comms(const profiles::Topology& topology, Network& network, std::vector<int> device_of_rank,
@@ -117,6 +121,8 @@ class Comms {
   struct ShapeInfo {
     int id = -1;
     double latency_s = 0;
+    std::optional<profiles::CollectiveFabric> fabric;  // GPU clusters' collectives
+    double bandwidth_bytes_per_s = 0;                  // a copy's rate when alone
   };
 
   const ShapeInfo& shape(int kind, int stage, int peer);

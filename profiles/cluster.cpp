@@ -67,12 +67,18 @@ LinkClass read_link_class(ObjectReader r) {
   l.kind = r.string("kind");
   l.bandwidth_gbps = r.number("bandwidth_gbps", 0, /*exclusive=*/true);
   l.latency_us = r.number("latency_us", 0, /*exclusive=*/false);
+  l.bus_bandwidth_gbps = r.optional_number("bus_bandwidth_gbps", 0, /*exclusive=*/true);
+  l.nvls_bandwidth_gbps = r.optional_number("nvls_bandwidth_gbps", 0, /*exclusive=*/true);
   r.finish();
   return l;
 }
 
 nlohmann::json link_class_to_json(const LinkClass& l) {
-  return {{"kind", l.kind}, {"bandwidth_gbps", l.bandwidth_gbps}, {"latency_us", l.latency_us}};
+  nlohmann::json j = {
+      {"kind", l.kind}, {"bandwidth_gbps", l.bandwidth_gbps}, {"latency_us", l.latency_us}};
+  if (l.bus_bandwidth_gbps) j["bus_bandwidth_gbps"] = *l.bus_bandwidth_gbps;
+  if (l.nvls_bandwidth_gbps) j["nvls_bandwidth_gbps"] = *l.nvls_bandwidth_gbps;
+  return j;
 }
 
 PeakTflops read_rates(ObjectReader p) {
@@ -212,6 +218,11 @@ Cluster cluster_from_json(const nlohmann::json& value, const std::string& source
     r.skip("links");
   }
   c.source = r.optional_string("source").value_or("");
+  c.collective_launch_us = r.optional_number("collective_launch_us", 0, /*exclusive=*/false);
+  c.overlap_slowdown = r.optional_number("overlap_slowdown", 0, /*exclusive=*/false);
+  if (c.overlap_slowdown && *c.overlap_slowdown >= 1) {
+    r.fail("overlap_slowdown", "expected a fraction in [0, 1)");
+  }
   r.finish();
   validate_cluster(c, source);
   return c;
@@ -252,6 +263,8 @@ nlohmann::json cluster_to_json(const Cluster& c) {
   }
   j["links"] = links;
   if (!c.source.empty()) j["source"] = c.source;
+  if (c.collective_launch_us) j["collective_launch_us"] = *c.collective_launch_us;
+  if (c.overlap_slowdown) j["overlap_slowdown"] = *c.overlap_slowdown;
   return j;
 }
 

@@ -56,6 +56,11 @@ struct LinkClass {
   std::string kind;  // "nvswitch", "nvlink", "pcie", "infiniband", "ethernet", "loopback", ...
   double bandwidth_gbps = 0;
   double latency_us = 0;
+  // GPU clusters (NCCL, costmodel/nccl.hpp): the bus bandwidth NCCL's ring reaches over this
+  // class at large messages (nccl-tests' busbw; absent = bandwidth_gbps), and, on an intra-node
+  // switch with NVLink SHARP, the algorithm bandwidth (bytes / time) of an NVLS all-reduce.
+  std::optional<double> bus_bandwidth_gbps;
+  std::optional<double> nvls_bandwidth_gbps;
   bool operator==(const LinkClass&) const = default;
 };
 
@@ -79,10 +84,20 @@ struct Cluster {
   std::optional<LinkClass> inter_node;  // required when nodes > 1
   std::vector<ExplicitLink> links;      // when non-empty, replaces the intra-node switch
   std::string source;                   // where the figures come from (datasheet, profile)
+  // GPU clusters: the fixed cost of one NCCL collective call (launch and completion, beyond
+  // NCCL's own latency model), and the fraction by which compute slows while NCCL kernels run
+  // beside it (comm.hpp overlapped_time_s); absent = 0 and kDefaultOverlapSlowdown.
+  std::optional<double> collective_launch_us;
+  std::optional<double> overlap_slowdown;
 
   std::int64_t device_count() const { return nodes * devices_per_node; }
   bool operator==(const Cluster&) const = default;
 };
+
+// Lee et al., "Characterizing Compute-Communication Overlap in GPU-Accelerated Distributed Deep
+// Learning" (arXiv 2507.03114, 2025): compute overlapped with NCCL collectives on A100 and H100
+// runs 18.9 % slower on average (GPT and LLaMA layers, 4 GPUs).
+constexpr double kDefaultOverlapSlowdown = 0.189;
 
 // The name of device `index` (node-major): "node1/gpu3", or "node0/cpu1" for CPU devices.
 std::string device_name(const Cluster& cluster, std::int64_t index);

@@ -39,6 +39,12 @@ struct Topology::Impl {
   Graph graph;
   std::vector<std::pair<double, double>> edge_metrics;  // (bandwidth_gbps, latency_us) by index
   std::vector<std::pair<int, int>> edge_ends;           // (lower vertex, higher vertex)
+  std::vector<bool> edge_inter;                         // the edge leaves a node
+  // GPU clusters: what CollectiveFabric takes from the cluster file.
+  bool gpu = false;
+  CollectiveFabric fabric_template;
+  double intra_efficiency = 1;
+  double inter_efficiency = 1;
   std::vector<int> device_node;
   std::map<std::string, int> vertex_by_name;
   // routes[a][b]: the hops from device a to device b. Filled for all pairs (explicit links) or
@@ -63,6 +69,9 @@ struct Topology::Impl {
                     EdgeProps{bandwidth_gbps, latency_us, index}, graph);
     edge_metrics.emplace_back(bandwidth_gbps, latency_us);
     edge_ends.emplace_back(std::min(a, b), std::max(a, b));
+    const int node_a = graph[static_cast<Vertex>(a)].node;
+    const int node_b = graph[static_cast<Vertex>(b)].node;
+    edge_inter.push_back(node_a < 0 || node_b < 0 || node_a != node_b);
     return index;
   }
 
@@ -138,6 +147,36 @@ struct Topology::Impl {
     return regular ? regular_route(a, b) : routes[a][b];
   }
 
+  // The CollectiveFabric of `rings` whose hops are `all_hops`, with `load` ring hops per link.
+  CollectiveFabric fabric_of(const std::vector<std::vector<int>>& rings,
+                             const std::vector<std::vector<Hop>>& all_hops,
+                             const std::vector<int>& load) const {
+    CollectiveFabric f = fabric_template;
+    f.intra_bus_gbps = kInfinity;
+    f.inter_bus_gbps = kInfinity;
+    f.intra_share = 1;
+    for (const auto& ring : rings) {
+      if (ring.size() < 2) continue;
+      std::map<int, int> per_node;
+      for (int d : ring) ++per_node[device_node[d]];
+      f.nodes = std::max(f.nodes, static_cast<int>(per_node.size()));
+      for (auto [node, count] : per_node) f.ranks_per_node = std::max(f.ranks_per_node, count);
+    }
+    for (const auto& hops : all_hops) {
+      for (const Hop& h : hops) {
+        const int copies = load[2 * h.edge + (h.forward ? 0 : 1)];
+        const double share = edge_metrics[h.edge].first / copies;
+        if (edge_inter[h.edge]) {
+          f.inter_bus_gbps = std::min(f.inter_bus_gbps, share * inter_efficiency);
+        } else {
+          f.intra_bus_gbps = std::min(f.intra_bus_gbps, share * intra_efficiency);
+          f.intra_share = std::min(f.intra_share, 1.0 / copies);
+        }
+      }
+    }
+    return f;
+  }
+
   PathMetrics metrics(const std::vector<Hop>& hops) const {
     PathMetrics m{kInfinity, 0};
     for (const Hop& h : hops) {
@@ -152,6 +191,23 @@ Topology::Topology(const Cluster& cluster) : impl_(std::make_unique<Impl>()) {
   validate_cluster(cluster, "cluster \"" + cluster.name + "\"");
   Impl& t = *impl_;
   t.cluster_name = cluster.name;
+  t.gpu = cluster.device.kind == DeviceKind::kGpu;
+  if (t.gpu) {
+    auto efficiency = [](const LinkClass& l) {
+      return l.bus_bandwidth_gbps ? *l.bus_bandwidth_gbps / l.bandwidth_gbps : 1.0;
+    };
+    t.intra_efficiency = efficiency(cluster.intra_node);
+    if (cluster.inter_node) t.inter_efficiency = efficiency(*cluster.inter_node);
+    CollectiveFabric& f = t.fabric_template;
+    f.nvls_bandwidth_gbps = cluster.intra_node.nvls_bandwidth_gbps.value_or(0);
+    auto nvlink = [](const std::string& kind) {
+      return kind.rfind("nvlink", 0) == 0 || kind.rfind("nvswitch", 0) == 0;
+    };
+    f.nvlink = nvlink(cluster.intra_node.kind);
+    for (const ExplicitLink& l : cluster.links) f.nvlink = f.nvlink || nvlink(l.kind);
+    f.inter_latency_us = cluster.inter_node ? cluster.inter_node->latency_us : 0;
+    f.launch_us = cluster.collective_launch_us.value_or(0);
+  }
   int nodes = static_cast<int>(cluster.nodes);
   int per_node = static_cast<int>(cluster.devices_per_node);
   t.devices_per_node = per_node;
@@ -283,6 +339,7 @@ PathMetrics Topology::concurrent_rings(const std::vector<std::vector<int>>& ring
     }
     out.latency_us = std::max(out.latency_us, latency);
   }
+  if (t.gpu) out.fabric = t.fabric_of(rings, all_hops, load);
   return out;
 }
 

@@ -14,11 +14,31 @@
 
 namespace loom::profiles {
 
+// What NCCL's algorithms (costmodel/nccl.hpp) need to know about a group of GPU ranks that
+// communicate while every other group of the same shape does too.
+struct CollectiveFabric {
+  int nodes = 1;           // the most nodes one group spans
+  int ranks_per_node = 1;  // the most ranks of one group on one node
+  // Bus bandwidth a ring reaches over its hops inside nodes and between nodes (GB/s): the hop's
+  // share of the link (links shared equally by the hops crossing them) times the link class's
+  // bus_bandwidth_gbps / bandwidth_gbps; +inf where the group has no such hop.
+  double intra_bus_gbps = 0;
+  double inter_bus_gbps = 0;
+  // The share of the intra-node link a hop gets (1 = a link of its own), which scales NVLS.
+  double intra_share = 1;
+  double nvls_bandwidth_gbps = 0;  // NVLS all-reduce algorithm bandwidth; 0 = no NVLink SHARP
+  bool nvlink = false;             // intra-node hops over NVLink (else PCIe) for NCCL's latencies
+  double inter_latency_us = 0;     // the inter-node link class's latency (NCCL's network latency)
+  double launch_us = 0;            // the cluster's collective_launch_us
+  bool operator==(const CollectiveFabric&) const = default;
+};
+
 // What a route or a set of routes offers: the bandwidth each transfer gets (GB/s, per direction)
-// and the latency of a hop (microseconds).
+// and the latency of a hop (microseconds); for GPU clusters' rings, also what NCCL needs.
 struct PathMetrics {
   double bandwidth_gbps = 0;
   double latency_us = 0;
+  std::optional<CollectiveFabric> fabric;  // set by concurrent_rings on GPU clusters only
   bool operator==(const PathMetrics&) const = default;
 };
 
@@ -46,7 +66,8 @@ class Topology {
 
   // Rings that run at the same time (each ring: devices in order, the last sends to the first).
   // Every directed link is shared equally by the ring hops that cross it; returns the bandwidth the
-  // slowest hop gets and the largest hop latency. Rings of one device are ignored.
+  // slowest hop gets and the largest hop latency. Rings of one device are ignored. On GPU clusters
+  // the result also carries the rings' CollectiveFabric.
   PathMetrics concurrent_rings(const std::vector<std::vector<int>>& rings) const;
 
   // Directed links, for models that share bandwidth link by link (the simulator): link 2e crosses
