@@ -26,9 +26,14 @@ std::optional<std::string> runtime_refusal(const Job& job, const Strategy& strat
   return std::nullopt;
 }
 
-double exposed_after_window_s(double comm_s, double window_s, double chunk_s) {
+double exposed_beyond_window_s(double comm_s, double window_s, double slowdown) {
   if (!(comm_s > 0)) return 0;
-  return std::max(comm_s - window_s, chunk_s);
+  return std::max(0.0, overlapped_time_s(window_s, comm_s, slowdown) - window_s);
+}
+
+double exposed_after_window_s(double comm_s, double window_s, double chunk_s, double slowdown) {
+  if (!(comm_s > 0)) return 0;
+  return std::max(exposed_beyond_window_s(comm_s, window_s, slowdown), chunk_s);
 }
 
 }  // namespace loom::costmodel

@@ -59,6 +59,8 @@ struct DataParallelInput {
   std::int64_t num_micro_batches = 1;
   int element_bytes = 2;    // the job's precision
   double bucket_bytes = 0;  // Loom's gradient bucket (CostOptions::dp_bucket_bytes)
+  // How much compute slows while collectives run beside it (overlap_slowdown(), comm.hpp).
+  double overlap_slowdown = 0;
 };
 
 // Exposed (not hidden) communication of one step on one pipeline rank, with dp > 1.
@@ -94,8 +96,12 @@ RuntimeRules fsdp_runtime_rules();
 std::optional<std::string> runtime_refusal(const Job& job, const Strategy& strategy);
 
 // The exposed time of `comm_s` of communication issued in chunks of `chunk_s` while `window_s` of
-// compute runs: what the window cannot hide, and at least the last chunk, which follows the
-// compute that produces it: max(comm - window, chunk). 0 when comm_s is 0.
-double exposed_after_window_s(double comm_s, double window_s, double chunk_s);
+// compute runs, the compute slowing by `slowdown` while both run (overlapped_time_s, comm.hpp):
+// what the slowed window cannot hide, and at least the last chunk, which follows the compute
+// that produces it: max(overlapped_time_s(window, comm, slowdown) - window, chunk); with
+// slowdown 0, max(comm - window, chunk). 0 when comm_s is 0.
+double exposed_after_window_s(double comm_s, double window_s, double chunk_s, double slowdown);
+// The same without a last chunk: overlapped_time_s(window, comm, slowdown) - window.
+double exposed_beyond_window_s(double comm_s, double window_s, double slowdown);
 
 }  // namespace loom::costmodel

@@ -86,13 +86,14 @@ DataParallelExposure deepspeed_exposure(const Job&, const Strategy& s,
       const double gather = in.time_s(Collective::kAllGather, grads);
       const double reduce = in.time_s(Collective::kReduceScatter, grads);
       out.parameter_s = mb * exposed_after_window_s(gather, in.forward_window_s,
-                                                    in.time_s(Collective::kAllGather, layer));
+                                                    in.time_s(Collective::kAllGather, layer),
+                                                    in.overlap_slowdown);
       out.gradient_s = mb * exposed_after_window_s(gather + reduce, in.backward_window_s,
-                                                   in.time_s(Collective::kReduceScatter, layer));
+                                                   in.time_s(Collective::kReduceScatter, layer),
+                                                   in.overlap_slowdown);
       break;
     }
   }
-  // WIRE: slow the hidden compute by the cluster's overlap factor (comm.hpp, "nccl" helper).
   return out;
 }
 

@@ -74,19 +74,20 @@ DataParallelExposure fsdp_exposure(const Job&, const Strategy& s, const DataPara
   const double mb = static_cast<double>(in.num_micro_batches);
   DataParallelExposure out;
   if (s.zero < 2) {
-    out.gradient_s =
-        exposed_after_window_s(in.time_s(Collective::kAllReduce, grads), in.backward_window_s,
-                               in.time_s(Collective::kAllReduce, std::min(kDdpBucketBytes, grads)));
+    out.gradient_s = exposed_after_window_s(
+        in.time_s(Collective::kAllReduce, grads), in.backward_window_s,
+        in.time_s(Collective::kAllReduce, std::min(kDdpBucketBytes, grads)), in.overlap_slowdown);
     return out;
   }
   const double gather = in.time_s(Collective::kAllGather, in.num_parameters * in.element_bytes);
   const double first_gather = in.time_s(Collective::kAllGather, layer * in.element_bytes);
   const double reduce = in.time_s(Collective::kReduceScatter, grads);
   const double last_reduce = in.time_s(Collective::kReduceScatter, kReduceBytes * layer);
-  out.parameter_s = mb * exposed_after_window_s(gather, in.forward_window_s, first_gather);
+  out.parameter_s =
+      mb * exposed_after_window_s(gather, in.forward_window_s, first_gather, in.overlap_slowdown);
   const double backward_comm = reduce + (s.zero == 3 ? gather : 0);
-  out.gradient_s = mb * exposed_after_window_s(backward_comm, in.backward_window_s, last_reduce);
-  // WIRE: slow the hidden compute by the cluster's overlap factor (comm.hpp, "nccl" helper).
+  out.gradient_s = mb * exposed_after_window_s(backward_comm, in.backward_window_s, last_reduce,
+                                               in.overlap_slowdown);
   return out;
 }
 

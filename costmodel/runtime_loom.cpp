@@ -61,18 +61,18 @@ DataParallelExposure loom_exposure(const Job&, const Strategy& s, const DataPara
   const double grads = in.num_parameters * in.element_bytes;
   const double bucket = std::min(in.bucket_bytes, grads);
   const double ar = in.time_s(Collective::kAllReduce, grads);
-  const double last =
-      std::max(ar - in.backward_window_s, in.time_s(Collective::kAllReduce, bucket));
+  const double last = exposed_after_window_s(
+      ar, in.backward_window_s, in.time_s(Collective::kAllReduce, bucket), in.overlap_slowdown);
   DataParallelExposure out;
-  out.gradient_s = zero.reduces_every_micro_batch
-                       ? static_cast<double>(in.num_micro_batches - 1) *
-                                 std::max(0.0, ar - in.backward_window_s) +
-                             last
-                       : last;
+  out.gradient_s =
+      zero.reduces_every_micro_batch
+          ? static_cast<double>(in.num_micro_batches - 1) *
+                    exposed_beyond_window_s(ar, in.backward_window_s, in.overlap_slowdown) +
+                last
+          : last;
   if (zero.gathers_after_step || zero.gathers_before_forward) {
     out.parameter_s = in.time_s(Collective::kAllGather, grads);
   }
-  // WIRE: slow the hidden compute by the cluster's overlap factor (comm.hpp, "nccl" helper).
   return out;
 }
 

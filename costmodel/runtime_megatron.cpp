@@ -79,15 +79,14 @@ DataParallelExposure megatron_exposure(const Job& job, const Strategy& s,
   DataParallelExposure out;
   const Collective reduce = s.zero >= 1 ? Collective::kReduceScatter : Collective::kAllReduce;
   out.gradient_s = exposed_after_window_s(in.time_s(reduce, grads), in.backward_window_s,
-                                          in.time_s(reduce, bucket));
+                                          in.time_s(reduce, bucket), in.overlap_slowdown);
   if (s.zero >= 1) {
     const double params = in.num_parameters * in.element_bytes;
     const double param_bucket = std::min(bucket_elements(s.dp) * in.element_bytes, params);
-    out.parameter_s =
-        exposed_after_window_s(in.time_s(Collective::kAllGather, params), in.forward_window_s,
-                               in.time_s(Collective::kAllGather, param_bucket));
+    out.parameter_s = exposed_after_window_s(
+        in.time_s(Collective::kAllGather, params), in.forward_window_s,
+        in.time_s(Collective::kAllGather, param_bucket), in.overlap_slowdown);
   }
-  // WIRE: slow the hidden compute by the cluster's overlap factor (comm.hpp, "nccl" helper).
   return out;
 }
 

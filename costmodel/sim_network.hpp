@@ -98,7 +98,8 @@ enum class Group { kTensor, kData };
 
 // Builds (and caches) the network shapes of a plan's collectives and transfers: every group of
 // the stage, or every rank pair between two stages, as one flow.
-// WIRE: compute tasks running while a flow is active slow by overlap_slowdown(cluster) (comm.hpp).
+// Compute tasks do not slow while a flow runs here; the analytical estimate charges that
+// (overlap_slowdown(), comm.hpp) through the runtimes' exposure rules.
 class Comms {
  public:
   Comms(const profiles::Topology& topology, Network& network, std::vector<int> device_of_rank,
