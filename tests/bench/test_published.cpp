@@ -76,7 +76,6 @@ TEST_CASE("an MPT row maps to a tied decoder under FSDP on DGX A100 40GB", "[pub
   CHECK(m.strategy.recompute == Recompute::kFull);
   CHECK(m.strategy.attention == Attention::kFlash);
   CHECK_FALSE(m.strategy.sequence_parallel);
-  CHECK_FALSE(m.options.attention_scores);
   CHECK(m.assumptions ==
         std::vector<std::string>{"MPT has no biases: Loom counts GPT-2's",
                                  "A100 form factor not stated: SXM4 (DGX A100) assumed"});
