@@ -83,9 +83,6 @@ class Fields {
 };
 
 // The shipped cluster file for each GPU name the sources use, with what the choice assumes.
-// WIRE: the fields the GEMM and NCCL work adds to shipped cluster files (sm_count, achievable
-// ceilings, NVLS, bus-bandwidth ceilings) must be added to dgx-a100-40g, dgx1-v100-16g/32g,
-// dgx2-v100-32g and h100-96g-hbm2e too.
 struct GpuEntry {
   const char* gpu;
   const char* cluster;
@@ -161,7 +158,7 @@ profiles::ModelSpec decoder_model(profiles::ModelSpec m, std::int64_t seq,
   m.model_type = profiles::ModelType::kGpt2;
   m.max_positions = seq;
   if (contains(m.name, "mpt")) {
-    // WIRE: a ModelSpec field for bias-free layers (and RMSNorm/RoPE for Llama) would go here.
+    // Loom's models have biases, so MPT's bias-free layers are counted with GPT-2's biases.
     m.tied_embeddings = true;
     assumptions->push_back("MPT has no biases: Loom counts GPT-2's");
   } else if (contains(m.name, "llama")) {

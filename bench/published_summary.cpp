@@ -113,9 +113,14 @@ RowResult predict_row(const nlohmann::json& row, const std::string& file, const 
       }
     }
     out.predicted = predicted_in(out.unit, p, static_cast<double>(m.cluster.device_count()));
-    // WIRE: compare "allocator peak reserved" rows with the prediction's allocator figure (and
-    // "device used" ones with the process total) once the memory breakdown names them apart.
-    out.predicted_memory_gib = p.peak_memory_bytes / kGib;
+    // What the caching allocator reserves is the tensors plus its fragmentation; what the device
+    // shows as used adds the CUDA context, workspaces and NCCL buffers (the plan's total).
+    double allocator_bytes = 0;
+    for (const costmodel::MemoryBreakdown& b : p.memory_by_stage) {
+      allocator_bytes = std::max(allocator_bytes, b.tensor_bytes() + b.fragmentation_bytes);
+    }
+    const bool allocator = out.memory_kind.find("allocator") != std::string::npos;
+    out.predicted_memory_gib = (allocator ? allocator_bytes : p.peak_memory_bytes) / kGib;
     out.device_memory_gib = memory / kGib;
     out.predicted_fits = p.peak_memory_bytes <= memory;
     out.mapping = m;

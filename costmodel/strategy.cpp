@@ -95,6 +95,10 @@ std::optional<std::string> check_strategy(const profiles::ModelSpec& model, std:
   if (model.heads % s.tp != 0) {
     return "tp=" + num(s.tp) + " does not divide the " + num(model.heads) + " attention heads";
   }
+  if (model.key_value_heads() % s.tp != 0) {
+    return "tp=" + num(s.tp) + " does not divide the " + num(model.key_value_heads()) +
+           " key/value heads";
+  }
   if (model.ffn_hidden % s.tp != 0) {
     return "tp=" + num(s.tp) + " does not divide ffn_hidden=" + num(model.ffn_hidden);
   }

@@ -82,7 +82,14 @@ std::string megatron(const Plan& plan) {
     args.push_back("--group-query-attention");
     args.push_back("--num-query-groups " + num(m.key_value_heads()));
   }
-  if (m.gated_mlp) args.push_back("--swiglu");
+  if (m.gated_mlp) {
+    // The cost model reads a gated MLP as the Llama family: RMSNorm, rotary positions, no
+    // biases, an output matrix of its own.
+    for (const char* a : {"--swiglu", "--normalization RMSNorm", "--position-embedding-type rope",
+                          "--disable-bias-linear", "--untie-embeddings-and-output-weights"}) {
+      args.emplace_back(a);
+    }
+  }
   args.push_back("--tensor-model-parallel-size " + num(s.tp));
   args.push_back("--pipeline-model-parallel-size " + num(s.pp));
   if (s.sequence_parallel) args.push_back("--sequence-parallel");
@@ -218,6 +225,13 @@ std::string emit_plan(const Plan& plan, costmodel::Runtime runtime) {
   job.runtime = runtime;
   if (auto why = costmodel::runtime_refusal(job, plan.strategy)) {
     throw InputError("--emit", "", *why);
+  }
+  const std::int64_t world = plan.strategy.world_size();
+  const std::int64_t per_node = plan.cluster.devices_per_node;
+  if (world > per_node && world % per_node != 0) {
+    throw InputError("--emit", "",
+                     "a plan whose " + num(world) + " ranks fill whole nodes of " + num(per_node) +
+                         " devices (torchrun starts the same count on every node)");
   }
   switch (runtime) {
     case costmodel::Runtime::kMegatron:

@@ -116,9 +116,13 @@ std::vector<std::string> explain(const Candidate& best, const std::vector<Candid
 
 }  // namespace
 
-costmodel::Attention default_attention(const profiles::Cluster& cluster) {
-  return cluster.device.kind == profiles::DeviceKind::kGpu ? costmodel::Attention::kFlash
-                                                           : costmodel::Attention::kMath;
+costmodel::Attention default_attention(const profiles::Cluster& cluster,
+                                       profiles::Precision precision) {
+  const bool half =
+      precision == profiles::Precision::kBf16 || precision == profiles::Precision::kFp16;
+  const bool fused = cluster.device.kind == profiles::DeviceKind::kGpu && half &&
+                     cluster.device.peak_tflops.bf16 > 0;
+  return fused ? costmodel::Attention::kFlash : costmodel::Attention::kMath;
 }
 
 std::string binding_constraint(const Plan& plan, double memory_margin) {
@@ -184,7 +188,7 @@ std::vector<Strategy> candidate_strategies(const profiles::ModelSpec& model,
     worlds = divisors(all_devices);
     std::reverse(worlds.begin(), worlds.end());  // all devices first (the order of ties)
   }
-  const costmodel::Attention attention = o.attention.value_or(default_attention(cluster));
+  const costmodel::Attention attention = o.attention.value_or(default_attention(cluster, job.precision));
   const bool gpu = cluster.device.kind == profiles::DeviceKind::kGpu;
   std::vector<Strategy> out;
   for (const int devices : worlds) {

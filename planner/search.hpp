@@ -49,8 +49,12 @@ struct SearchOptions {
   int top = 5;
 };
 
-// The attention kernels a plan on `cluster` runs unless pinned: flash on GPUs, math on CPUs.
-costmodel::Attention default_attention(const profiles::Cluster& cluster);
+// The attention kernel a plan on `cluster` runs unless pinned: flash for bf16/fp16 jobs on GPUs
+// of the generations FlashAttention supports (those with a bf16 rate: Ampere and later), where
+// PyTorch's scaled_dot_product_attention runs the fused kernel; math otherwise (CPUs, V100s,
+// fp32 and tf32 jobs, where it would fall back to slower kernels).
+costmodel::Attention default_attention(const profiles::Cluster& cluster,
+                                       profiles::Precision precision);
 
 struct SearchResult {
   std::vector<Plan> plans;     // the best `top` feasible plans, fastest first
