@@ -68,14 +68,14 @@ TEST_CASE("loom plan --sp, --attention and --runtime reach the plan and its JSON
   CHECK(plan.at("strategy").at("attention") == "math");
   CHECK(plan.at("job").at("runtime") == "megatron");
   // simulate reads them back, and --runtime predicts for another runtime.
-  const CliResult sim = box.loom("simulate plan.json --runtime fsdp");
+  const CliResult sim = box.loom("simulate plan.json --runtime deepspeed");
   INFO("stderr: " << sim.err);
   REQUIRE(sim.exit_code == 0);
   CHECK(line_starting(sim.out, "strategy ") ==
         "strategy dp=4 tp=2 pp=1 zero=1 micro-batch=2 micro-batches=2 recompute=none "
         "sequence-parallel attention=math");
   CHECK(line_starting(sim.out, "runtime ") ==
-        "runtime  fsdp (PyTorch FSDP's memory and overlap rules)");
+        "runtime  deepspeed (DeepSpeed's memory and overlap rules)");
 }
 
 TEST_CASE("GPU plans default to flash attention, CPU plans to math", "[tools][cli]") {

@@ -69,27 +69,32 @@ TEST_CASE("loom plan says what it planned: head, precision, idle share, layers, 
       "--precision to choose)",
       "runtime  loom (Loom's executor)",
       "strategy dp=1 tp=1 pp=2 zero=0 micro-batch=32 micro-batches=1 schedule=1f1b "
-      "recompute=none",
-      "", "step time                251.405 ms", "samples/s                127.3",
-      "tokens/s                 65170", "model TFLOP/s per GPU    18.45  (MFU 16.5 %)",
-      "hw TFLOP/s per GPU       18.45", "peak memory              11.68 GiB of 32.00 GiB",
+      "recompute=none attention=math",
+      "", "step time                251.446 ms", "samples/s                127.3",
+      "tokens/s                 65159", "model TFLOP/s per GPU    18.45  (MFU 16.5 %)",
+      "hw TFLOP/s per GPU       18.45", "peak memory              13.31 GiB of 32.00 GiB",
       // Half of the two GPUs' time is idle: stage 0 holds only the embedding.
       "devices idle             50.2 % of the step (waiting on other stages or on communication)",
       "pipeline bubble          0.3 % added to m x the slowest stage's time (Megatron's (p-1)/m "
       "for equal stages; not the idle share)",
       "exposed communication    dp 0.000 ms, tp 0.000 ms, pp 3.117 ms, zero 0.000 ms",
       "optimizer step           3.331 ms", "prediction               simulation", "",
-      "stage  params      grads       optimizer   activations buffers     total       layers",
-      // The totals add what each GPU process holds beyond its tensors: the CUDA context
+      "stage  params      grads       optimizer   activations buffers     process     total       "
+      "layers",
+      // The process column is what each GPU process holds beyond its tensors: the CUDA context
       // (0.50 GiB), two cuBLAS workspaces (0.016), NCCL's buffers for the pipeline pair (1 peer x
       // 8 channels x 9.19 MiB = 0.072) and a tenth of the activations and buffers as the
-      // allocator's fragmentation: stage 0 0.44 + 0.59 + 0.009 = 1.04, stage 1 11.68 + 0.59 +
-      // 1.04 = 13.31.
-      "0      0.04 GiB    0.04 GiB    0.27 GiB    0.04 GiB    0.05 GiB    1.04 GiB    emb",
-      "1      0.16 GiB    0.16 GiB    0.96 GiB    10.41 GiB   0.00 GiB    13.31 GiB   1-12 + head",
+      // allocator's fragmentation: stage 0 0.59 + 0.009 = 0.60, stage 1 0.59 + 1.04 = 1.63; the
+      // totals 0.44 + 0.60 = 1.04 and 11.68 + 1.63 = 13.31. The step is 41 us longer than the
+      // bare transfers: NCCL's launch cost on the pipeline send (collective_launch_us).
+      "0      0.04 GiB    0.04 GiB    0.27 GiB    0.04 GiB    0.05 GiB    0.60 GiB    1.04 GiB    "
+      "emb",
+      "1      0.16 GiB    0.16 GiB    0.96 GiB    10.41 GiB   0.00 GiB    1.63 GiB    13.31 GiB   "
+      "1-12 + "
+      "head",
       "(emb = embedding, 0 in --stages; 1-12 = transformer layers; head = classifier, 13 in "
       "--stages)",
-      "why: ranked by simulation of the top 1: 251.405 ms per step simulated (255.519 ms "
+      "why: ranked by simulation of the top 1: 251.446 ms per step simulated (255.560 ms "
       "analytical)",
       "why: every dimension was pinned; evaluated as given",
       "why: stages 0-0 | 1-13 as pinned; slowest stage 244.442 ms per micro-batch"};
@@ -101,7 +106,7 @@ TEST_CASE("loom plan says what it planned: head, precision, idle share, layers, 
   CHECK_THAT(sim.out, Contains("\nhead     classifier, 2 labels\n"));
   CHECK_THAT(sim.out, Contains("\ndevices idle             50.2 % of the step"));
   CHECK(line_starting(sim.out, "simulated step") ==
-        "simulated step 251.405 ms; the plan recorded 251.405 ms (simulation, +0.0 %)");
+        "simulated step 251.446 ms; the plan recorded 251.446 ms (simulation, +0.0 %)");
   // The plan JSON keeps Megatron's figure under its own key.
   const nlohmann::json plan = nlohmann::json::parse(loom::test::read_all(box.work() / "plan.json"));
   CHECK(plan.at("predicted").at("bubble_fraction").get<double>() ==

@@ -125,7 +125,7 @@ TEST_CASE("loom train refuses sp with tp 1 and, on LibTorch 1.13, flash attentio
   const Result sp = f.loom("train PLAN-SP.json --data synthetic:40 --steps 1");
   CHECK(sp.exit_code == 2);
   CHECK_THAT(sp.err,
-             Contains("$.strategy.sequence_parallel: false with tp = 1") && Contains("--sp off"));
+             Contains("$.strategy") && Contains("sequence parallelism") && Contains("tp > 1"));
 
   f.variant("PLAN-FLASH.json", "attention", "flash");
   const Result flash = f.loom("train PLAN-FLASH.json --data synthetic:40 --steps 1");
