@@ -38,7 +38,7 @@ std::string from(const std::string& text, const std::string& start) {
 
 }  // namespace
 
-TEST_CASE("--emit megatron: Megatron-LM's arguments for the plan", "[emit]") {
+TEST_CASE("Emit megatron: Megatron-LM's arguments for the plan", "[emit]") {
   planner::Plan plan = gpt2_plan(1, costmodel::Recompute::kSelective);
   plan.strategy.attention = costmodel::Attention::kFlash;
   const std::string text = planner::emit_plan(plan, costmodel::Runtime::kMegatron);
@@ -65,7 +65,7 @@ TEST_CASE("--emit megatron: Megatron-LM's arguments for the plan", "[emit]") {
   CHECK_THAT(text, !Contains("unevenly"));
 }
 
-TEST_CASE("--emit megatron: interleaving and full recomputation", "[emit]") {
+TEST_CASE("Emit megatron: interleaving and full recomputation", "[emit]") {
   planner::Plan plan = gpt2_plan(0, costmodel::Recompute::kFull);
   plan.strategy.schedule = costmodel::Schedule::kInterleaved;
   plan.strategy.virtual_stages = 3;
@@ -81,7 +81,7 @@ TEST_CASE("--emit megatron: interleaving and full recomputation", "[emit]") {
   CHECK_THAT(text, !Contains("--use-distributed-optimizer"));
 }
 
-TEST_CASE("--emit megatron: an uneven pipeline split as first and last stage layers", "[emit]") {
+TEST_CASE("Emit megatron: an uneven pipeline split as first and last stage layers", "[emit]") {
   planner::Plan plan = gpt2_plan(0, costmodel::Recompute::kNone);
   // The embedding and layers 1-7 on stage 0; layers 8-12 and the head on stage 1.
   plan.stages = {{0, 7}, {8, 13}};
@@ -99,7 +99,7 @@ TEST_CASE("--emit megatron: an uneven pipeline split as first and last stage lay
              Contains("# Loom's plan splits the layers unevenly; Megatron-LM splits them evenly"));
 }
 
-TEST_CASE("--emit deepspeed: the configuration and the launch line", "[emit]") {
+TEST_CASE("Emit deepspeed: the configuration and the launch line", "[emit]") {
   planner::Plan plan = gpt2_plan(1, costmodel::Recompute::kNone);
   const std::string text = planner::emit_plan(plan, costmodel::Runtime::kDeepspeed);
   CHECK(from(text, "cat > ds_config.json") ==
@@ -127,7 +127,7 @@ TEST_CASE("--emit deepspeed: the configuration and the launch line", "[emit]") {
              Contains("# pp=2: wrap the model in deepspeed.pipe.PipelineModule(num_stages=2)"));
 }
 
-TEST_CASE("--emit fsdp: the sharding strategy and mixed precision", "[emit]") {
+TEST_CASE("Emit fsdp: the sharding strategy and mixed precision", "[emit]") {
   planner::Plan plan = gpt2_plan(3, costmodel::Recompute::kFull);
   plan.strategy.tp = 1;
   plan.strategy.pp = 1;
@@ -153,7 +153,7 @@ TEST_CASE("--emit fsdp: the sharding strategy and mixed precision", "[emit]") {
         "torchrun --nnodes 2 --nproc-per-node 8 train.py\n");
 }
 
-TEST_CASE("--emit refuses a strategy the runtime cannot run", "[emit]") {
+TEST_CASE("Emit refuses a strategy the runtime cannot run", "[emit]") {
   // DeepSpeed's pipeline engine refuses ZeRO-2 with pp = 2.
   const planner::Plan plan = gpt2_plan(2, costmodel::Recompute::kNone);
   CHECK_THROWS_WITH(planner::emit_plan(plan, costmodel::Runtime::kDeepspeed),
