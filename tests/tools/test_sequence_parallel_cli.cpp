@@ -2,78 +2,37 @@
 // Gloo over loopback) to the losses of the same plan without it, dropout included (each rank's
 // shard applies its slice of the whole-sequence mask, which the plain tp ranks apply whole); and
 // `loom train` refuses, in one line, a flash-attention plan on a LibTorch without the fused kernel.
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
-#include <cstdlib>
-#include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 #include <vector>
 
-namespace fs = std::filesystem;
+#include "tests/tools/cli_sandbox.hpp"
+
 using Catch::Contains;
+using loom::test::CliResult;
+using Folder = loom::test::CliSandbox;
 
 namespace {
 
-struct Result {
-  int exit_code = -1;
-  std::string out;
-  std::string err;
-};
+// Ranks come from `loom launch` only, never from the environment the tests run in.
+const std::string kNoRankVariables =
+    "env -u RANK -u WORLD_SIZE -u LOCAL_RANK -u SLURM_PROCID -u SLURM_NTASKS -u SLURM_LOCALID";
 
-std::string slurp(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream out;
-  out << in.rdbuf();
-  return out.str();
+CliResult run(const Folder& f, const std::string& args) { return f.loom(args, kNoRankVariables); }
+
+// PLAN.json with strategy.KEY set to `value`, written as `name`.
+void variant(const Folder& f, const std::string& name, const std::string& key,
+             const nlohmann::json& value) {
+  nlohmann::json plan = nlohmann::json::parse(f.read("PLAN.json"));
+  plan.at("strategy")[key] = value;
+  f.write(name, plan.dump(2));
 }
-
-class Folder {
- public:
-  Folder() {
-    static int counter = 0;
-    dir_ = fs::temp_directory_path() /
-           ("loom-test-sp-" + std::to_string(::getpid()) + "-" + std::to_string(counter++));
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  ~Folder() {
-    std::error_code ec;
-    fs::remove_all(dir_, ec);
-  }
-  Folder(const Folder&) = delete;
-  Folder& operator=(const Folder&) = delete;
-  const fs::path& path() const { return dir_; }
-
-  Result loom(const std::string& args) const {
-    const std::string command = "cd '" + dir_.string() +
-                                "' && env -u RANK -u WORLD_SIZE -u LOCAL_RANK -u SLURM_PROCID "
-                                "-u SLURM_NTASKS -u SLURM_LOCALID '" +
-                                LOOM_BINARY + "' " + args + " </dev/null >stdout.txt 2>stderr.txt";
-    const int status = std::system(command.c_str());
-    Result r;
-    r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    r.out = slurp(dir_ / "stdout.txt");
-    r.err = slurp(dir_ / "stderr.txt");
-    return r;
-  }
-
-  // PLAN.json with strategy.KEY set to `value`, written as `name`.
-  void variant(const std::string& name, const std::string& key, const nlohmann::json& value) const {
-    nlohmann::json plan = nlohmann::json::parse(slurp(dir_ / "PLAN.json"));
-    plan.at("strategy")[key] = value;
-    std::ofstream(dir_ / name) << plan.dump(2);
-  }
-
- private:
-  fs::path dir_;
-};
 
 // A port per test run so that parallel ctest runs do not collide.
 std::string port(int offset) { return std::to_string(20000 + (::getpid() * 11 + offset) % 20000); }
@@ -84,9 +43,9 @@ const std::string kPlanTp2 =
 
 // The losses rank 0 reports for `plan` trained by two processes.
 std::vector<double> launched_losses(const Folder& f, const std::string& plan, int port_offset) {
-  const Result r =
-      f.loom("launch --nproc 2 --master-port " + port(port_offset) + " -- loom train " + plan +
-             " --data synthetic:40 --steps 3 --dropout 0.1 --comm-timeout 60 --json");
+  const CliResult r =
+      run(f, "launch --nproc 2 --master-port " + port(port_offset) + " -- loom train " + plan +
+                 " --data synthetic:40 --steps 3 --dropout 0.1 --comm-timeout 60 --json");
   INFO("stdout: " << r.out);
   INFO("stderr: " << r.err);
   REQUIRE(r.exit_code == 0);
@@ -102,9 +61,9 @@ std::vector<double> launched_losses(const Folder& f, const std::string& plan, in
 
 TEST_CASE("loom launch trains a tp2 + sp plan to the tp2 plan's losses, dropout on",
           "[tools][launch][sp]") {
-  Folder f;
-  REQUIRE(f.loom(kPlanTp2).exit_code == 0);
-  f.variant("PLAN-SP.json", "sequence_parallel", true);
+  const Folder f("test-sp");
+  REQUIRE(run(f, kPlanTp2).exit_code == 0);
+  variant(f, "PLAN-SP.json", "sequence_parallel", true);
   const std::vector<double> plain = launched_losses(f, "PLAN.json", 3);
   const std::vector<double> sp = launched_losses(f, "PLAN-SP.json", 4);
   REQUIRE(plain.size() == 3);
@@ -117,18 +76,19 @@ TEST_CASE("loom launch trains a tp2 + sp plan to the tp2 plan's losses, dropout 
 
 TEST_CASE("loom train refuses sp with tp 1 and, on LibTorch 1.13, flash attention",
           "[tools][train][sp]") {
-  Folder f;
-  REQUIRE(f.loom("plan --model tiny-bert --cluster local-cpu --global-batch 4 --seq-len 32 --dp "
-                 "1 --tp 1 --pp 1 --zero 0 --micro-batch 2 --precision fp32 -o PLAN.json")
+  const Folder f("test-sp");
+  REQUIRE(run(f,
+              "plan --model tiny-bert --cluster local-cpu --global-batch 4 --seq-len 32 --dp "
+              "1 --tp 1 --pp 1 --zero 0 --micro-batch 2 --precision fp32 -o PLAN.json")
               .exit_code == 0);
-  f.variant("PLAN-SP.json", "sequence_parallel", true);
-  const Result sp = f.loom("train PLAN-SP.json --data synthetic:40 --steps 1");
+  variant(f, "PLAN-SP.json", "sequence_parallel", true);
+  const CliResult sp = run(f, "train PLAN-SP.json --data synthetic:40 --steps 1");
   CHECK(sp.exit_code == 2);
   CHECK_THAT(sp.err,
              Contains("$.strategy") && Contains("sequence parallelism") && Contains("tp > 1"));
 
-  f.variant("PLAN-FLASH.json", "attention", "flash");
-  const Result flash = f.loom("train PLAN-FLASH.json --data synthetic:40 --steps 1");
+  variant(f, "PLAN-FLASH.json", "attention", "flash");
+  const CliResult flash = run(f, "train PLAN-FLASH.json --data synthetic:40 --steps 1");
   if (flash.exit_code == 0) return;  // a LibTorch 2 build runs it
   CHECK(flash.exit_code == 2);
   CHECK_THAT(flash.err, Contains("$.strategy.attention") && Contains("--attention math"));
