@@ -121,10 +121,9 @@ double attention_core(const profiles::ModelSpec& m, const LayerShape& x, const D
 // Dropout, the residual add and LayerNorm after a row-parallel product, over `tokens` x h
 // (1/tp of the tokens with sequence parallelism).
 void residual_block(const LayerShape& x, const Dims& d, Pass& p) {
-  const double bsh = d.b * d.s * d.h;
-  const double n = bsh / (x.sequence_parallel ? d.t : 1);
+  const double n = d.b * d.s * d.h / (x.sequence_parallel ? d.t : 1);
   if (!p.rates.shape_model()) {
-    p.memory(5 * d.e * bsh);  // bias, dropout, residual, LayerNorm
+    p.memory(5 * d.e * n);  // bias, dropout, residual, LayerNorm
     return;
   }
   if (x.fusions.bias_dropout_add) {
