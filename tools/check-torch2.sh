@@ -20,7 +20,7 @@
 #                                                   against the suite's CUDA LibTorch (contrib's
 #                                                   libtorch-cuda-dev, non-free's nvidia-cuda-dev,
 #                                                   libnccl-dev, libcu++-dev: unpacked, not
-#                                                   installed) and link loom against it: the
+#                                                   installed) and link loom-torch against it: the
 #                                                   CUDA-only code checked on a machine without a GPU
 #
 # The newer suites' catch2 is 3.x, which has no single header; the tests use Catch2 2 (Debian
@@ -141,31 +141,38 @@ for unit in units:
             out += [include, "-isystem", include + "/torch/csrc/api/include"]
         elif a not in ("-DUSE_C10D_MPI", "-O3", "-O2"):
             out.append(a)
-    name = os.path.relpath(unit["file"], "/loom").replace("/", "_")
+    # Named by the path under the build folder for a generated unit (a unity file such as
+    # executor/CMakeFiles/loom_executor.dir/Unity/unity_training_cxx.cxx), else under the checkout,
+    # so that each object's name starts with its library's folder (executor_, tools_, tests_).
+    build = os.path.dirname(sys.argv[1])
+    base = build if unit["file"].startswith(build + "/") else "/loom"
+    name = os.path.relpath(unit["file"], base).replace("/", "_")
     out[1:1] = ["-DUSE_C10D_NCCL", "-DLOOM_TORCH_CUDA=1", "-O0", "-o", "/tmp/loom-cuda/" + name + ".o"]
     print(unit["directory"] + "\t" + shlex.join(out))
 PY
   rm -rf "$root/tmp/loom-cuda" && mkdir -p "$root/tmp/loom-cuda"
   failed=0
   while IFS=$'\t' read -r dir command; do
-    echo "$command" | grep -o '/loom/[^ ]*\.cpp$' >&2
+    echo "${command##* }" >&2
     in_root sh -c "cd $dir && $command" >&2 || failed=$((failed + 1))
   done <"$root/tmp/loom-cuda.txt"
   echo "check-torch2: compiled $(wc -l <"$root/tmp/loom-cuda.txt") units with LOOM_TORCH_CUDA," \
     "$failed failed" >&2
   [ "$failed" -eq 0 ] || exit 1
-  # loom itself, linked against the CUDA LibTorch: every symbol Loom's objects use must be there
-  # (what those libraries need in turn, CUDA's runtime and cuDNN, is not installed and not asked).
+  # loom-torch (the LibTorch half of the command line, tools/CMakeLists.txt), linked against the
+  # CUDA LibTorch: every symbol Loom's objects use must be there (what those libraries need in
+  # turn, CUDA's runtime and cuDNN, is not installed and not asked).
   lib=$cuda/usr/lib/x86_64-linux-gnu
-  in_root sh -c "cd /tmp/loom-cuda && c++ -o loom executor_*.o tools_*.o \
+  in_root sh -c "cd /tmp/loom-cuda && c++ -o loom-torch executor_*.o tools_*.o \
+    /loom/$build/tools/libloom_commands.a \
     /loom/$build/planner/libloom_planner.a /loom/$build/costmodel/libloom_costmodel.a \
     /loom/$build/executor/libloom_executor_io.a /loom/$build/profiles/libloom_profiles.a \
     \$(sed -n 's/^UTF8PROC_LIBRARY:FILEPATH=//p' /loom/$build/CMakeCache.txt) \
     -Wl,--no-as-needed $lib/libtorch.so $lib/libtorch_cpu.so $lib/libtorch_cuda.so \
     $lib/libc10.so $lib/libc10_cuda.so -Wl,--as-needed \
     -Wl,--unresolved-symbols=ignore-in-shared-libs -Wl,-rpath-link,$lib" >&2 ||
-    { echo "check-torch2: linking loom against the CUDA LibTorch failed" >&2; exit 1; }
-  echo "check-torch2: loom linked against the CUDA LibTorch (not run: no GPU)" >&2
+    { echo "check-torch2: linking loom-torch against the CUDA LibTorch failed" >&2; exit 1; }
+  echo "check-torch2: loom-torch linked against the CUDA LibTorch (not run: no GPU)" >&2
   exit 0
 elif [ "${1:-}" = --run ]; then
   shift
