@@ -73,8 +73,9 @@ Calibration::Calibration(const profiles::Profile& profile, const profiles::Model
       if (c == Collective::kP2p && loaded != (l.collective == "p2p_loaded")) continue;
       for (const LinkFit& f : fits) {
         if (f.scope != l.scope) continue;
-        const double modelled = collective_time_s(
-            c, l.bytes, l.ranks, profiles::PathMetrics{f.bandwidth_gbps, f.latency_us});
+        const double modelled =
+            collective_time_s(c, l.bytes, l.ranks,
+                              profiles::PathMetrics{f.bandwidth_gbps, f.latency_us, std::nullopt});
         if (modelled > 0) ratios.push_back(l.time_s / modelled);
       }
     }

@@ -178,7 +178,7 @@ struct Topology::Impl {
   }
 
   PathMetrics metrics(const std::vector<Hop>& hops) const {
-    PathMetrics m{kInfinity, 0};
+    PathMetrics m{kInfinity, 0, std::nullopt};
     for (const Hop& h : hops) {
       m.bandwidth_gbps = std::min(m.bandwidth_gbps, edge_metrics[h.edge].first);
       m.latency_us += edge_metrics[h.edge].second;
@@ -303,7 +303,7 @@ PathMetrics Topology::route(int from, int to) const {
 }
 
 PathMetrics Topology::slowest_link(const std::vector<int>& devices) const {
-  PathMetrics worst{kInfinity, 0};
+  PathMetrics worst{kInfinity, 0, std::nullopt};
   for (std::size_t i = 0; i < devices.size(); ++i) {
     for (std::size_t j = 0; j < devices.size(); ++j) {
       if (devices[i] == devices[j]) continue;
@@ -328,8 +328,8 @@ PathMetrics Topology::concurrent_rings(const std::vector<std::vector<int>>& ring
       for (const Hop& h : all_hops.back()) ++load[2 * h.edge + (h.forward ? 0 : 1)];
     }
   }
-  if (all_hops.empty()) return PathMetrics{kInfinity, 0};
-  PathMetrics out{kInfinity, 0};
+  if (all_hops.empty()) return PathMetrics{kInfinity, 0, std::nullopt};
+  PathMetrics out{kInfinity, 0, std::nullopt};
   for (const auto& hops : all_hops) {
     double latency = 0;
     for (const Hop& h : hops) {

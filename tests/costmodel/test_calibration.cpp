@@ -188,7 +188,7 @@ TEST_CASE("CPU ranks share their node's cores", "[calibration]") {
 TEST_CASE("link fitting recovers latency and bandwidth from noisy measurements", "[calibration]") {
   const double latency_us = 12;
   const double bandwidth_gbps = 40;
-  const profiles::PathMetrics link{bandwidth_gbps, latency_us};
+  const profiles::PathMetrics link{bandwidth_gbps, latency_us, std::nullopt};
   std::mt19937 rng(7);
   std::normal_distribution<double> noise(1.0, 0.03);  // 3 % multiplicative noise
   std::vector<profiles::LinkMeasurement> ms;
@@ -341,7 +341,7 @@ TEST_CASE("a measured optimizer step and collective factors replace the modelled
   profiles::Profile prof;
   // The one-rank loop's step (per tensor) and, slower, the flat one of many ranks at 1 thread.
   prof.optimizer = {{1'000'000, 1, 0.004}, {1'000'000, 2, 0.0025}, {1'000'000, 1, 0.006, true}};
-  const profiles::PathMetrics link{10, 5};
+  const profiles::PathMetrics link{10, 5, std::nullopt};
   // All-gathers measured at twice the ring's time, all-reduces exactly.
   for (double bytes : {65536.0, 1048576.0, 16777216.0}) {
     prof.links.push_back({"allreduce", 2, bytes,
@@ -418,7 +418,7 @@ TEST_CASE("every step pays loom train's scalar all-reduces on each group of more
 TEST_CASE("messages measured between computing ranks set p2p's factor and stay out of the fit",
           "[calibration]") {
   const profiles::ModelSpec model = profiles::load_model("tiny-bert");
-  const profiles::PathMetrics link{10, 5};
+  const profiles::PathMetrics link{10, 5, std::nullopt};
   profiles::Profile prof;
   for (double bytes : {65536.0, 1048576.0, 16777216.0}) {
     prof.links.push_back({"allreduce", 2, bytes,

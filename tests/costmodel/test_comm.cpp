@@ -9,7 +9,7 @@ using namespace loom;
 using namespace loom::costmodel;
 
 TEST_CASE("alpha-beta times of ring collectives", "[comm]") {
-  profiles::PathMetrics link{100, 5};  // 100 GB/s, 5 us per hop
+  profiles::PathMetrics link{100, 5, std::nullopt};  // 100 GB/s, 5 us per hop
   const double bytes = 1e9;
   // allreduce over 8: 2*7*5us + 2*7/8 * 1e9 / 100e9 = 70 us + 17.5 ms.
   CHECK(collective_time_s(Collective::kAllReduce, bytes, 8, link) ==

@@ -79,8 +79,8 @@ profiles::Cluster separate_links_cluster() {
 // A cluster on which communication costs nothing measurable.
 profiles::Cluster free_network(std::int64_t nodes) {
   profiles::Cluster c = profiles::with_nodes(profiles::load_cluster("dgx-a100-80g"), nodes, "test");
-  c.intra_node = {"free", 1e12, 0};
-  c.inter_node = profiles::LinkClass{"free", 1e12, 0};
+  c.intra_node = {"free", 1e12, 0, std::nullopt, std::nullopt};
+  c.inter_node = profiles::LinkClass{"free", 1e12, 0, std::nullopt, std::nullopt};
   c.collective_launch_us = 0;  // NCCL's own latency terms remain (a few microseconds a call)
   return c;
 }

@@ -22,7 +22,8 @@ namespace {
 profiles::Cluster slow_ethernet(std::int64_t nodes) {
   profiles::Cluster c = profiles::with_nodes(profiles::load_cluster("dgx-a100-80g"), nodes, "test");
   c.name = "a100-25gbe";
-  c.inter_node = profiles::LinkClass{"ethernet", 3.125, 30};  // 25 Gb/s per node
+  c.inter_node =
+      profiles::LinkClass{"ethernet", 3.125, 30, std::nullopt, std::nullopt};  // 25 Gb/s per node
   return c;
 }
 
