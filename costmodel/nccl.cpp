@@ -192,12 +192,6 @@ Candidates candidates(Collective collective, double bytes, int ranks,
 
 }  // namespace
 
-std::vector<NcclTime> nccl_candidates(Collective collective, double bytes, int ranks,
-                                      const CollectiveFabric& fabric) {
-  const Candidates c = candidates(collective, bytes, ranks, fabric);
-  return {c.items.begin(), c.items.begin() + static_cast<std::ptrdiff_t>(c.count)};
-}
-
 NcclTime nccl_time(Collective collective, double bytes, int ranks, const CollectiveFabric& fabric) {
   const Candidates c = candidates(collective, bytes, ranks, fabric);
   if (c.count == 0) return NcclTime{};

@@ -20,7 +20,6 @@
 #pragma once
 
 #include <string>
-#include <vector>
 
 #include "costmodel/comm.hpp"
 #include "profiles/topology.hpp"
@@ -41,12 +40,9 @@ struct NcclTime {
   double total_s() const { return latency_s + transfer_s; }
 };
 
-// Every algorithm and protocol NCCL could run `collective` (not kP2p) of `bytes` (the buffer of
-// one rank, as nccl-tests counts it) over `ranks` ranks with, in NCCL's order of preference.
-std::vector<NcclTime> nccl_candidates(Collective collective, double bytes, int ranks,
-                                      const profiles::CollectiveFabric& fabric);
-
-// The candidate NCCL picks: the fastest (the first of equals). Zero time for one rank or no bytes.
+// The algorithm and protocol NCCL picks for `collective` (not kP2p) of `bytes` (the buffer of one
+// rank, as nccl-tests counts it) over `ranks` ranks: the fastest of every candidate, the first in
+// NCCL's order of preference among equals. Zero time for one rank or no bytes.
 NcclTime nccl_time(Collective collective, double bytes, int ranks,
                    const profiles::CollectiveFabric& fabric);
 
