@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "bench/published_rows.hpp"
+#include "planner/published_rows.hpp"
 #include "profiles/errors.hpp"
 #include "profiles/json_reader.hpp"
 #include "profiles/loader.hpp"

@@ -1,4 +1,4 @@
-// Published training rows against Loom's predictions: what bench_published reports.
+// Published and measured training rows in Loom's terms, and Loom's predictions beside them.
 //
 // A row (bench/published/README.md gives the schema) describes one published training run: the
 // model, the GPUs, the strategy as run, the framework and what was measured. map_row() turns it

@@ -5,7 +5,7 @@
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 
-#include "bench/published_rows.hpp"
+#include "planner/published_rows.hpp"
 #include "planner/mapping.hpp"
 #include "planner/partition.hpp"
 #include "planner/search.hpp"

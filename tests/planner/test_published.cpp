@@ -6,7 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "bench/published_rows.hpp"
+#include "planner/published_rows.hpp"
 #include "profiles/json_reader.hpp"
 #include "profiles/loader.hpp"
 
