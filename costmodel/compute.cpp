@@ -19,6 +19,11 @@ DeviceRates device_rates(const profiles::DeviceSpec& device, Precision precision
   bool gpu = device.kind == profiles::DeviceKind::kGpu;
   DeviceRates r;
   const double matrix = device.matrix_efficiency.value_or(gpu ? d.gpu_matrix : d.cpu_matrix);
+  // Tensor-core products run at the clock a long run sustains; fp32 (CUDA cores) and memory-bound
+  // kernels draw less power and keep theirs.
+  const double clock =
+      gpu && precision != Precision::kFp32 ? device.sustained_clock_fraction.value_or(1) : 1;
+  peak_tflops *= clock;
   r.matrix_flops_per_s = peak_tflops * 1e12 * matrix;
   r.memory_bytes_per_s = device.memory_bandwidth_gbps * 1e9 *
                          device.memory_efficiency.value_or(gpu ? d.gpu_memory : d.cpu_memory);
@@ -31,7 +36,7 @@ DeviceRates device_rates(const profiles::DeviceSpec& device, Precision precision
   const double ceiling_tflops = device.achievable_tflops.of(precision);
   if (gpu && device.sm_count > 0 && ceiling_tflops > 0) {
     r.gemm.sm_count = static_cast<int>(device.sm_count);
-    r.gemm.ceiling_flops_per_s = ceiling_tflops * 1e12;
+    r.gemm.ceiling_flops_per_s = ceiling_tflops * 1e12 * clock;
   }
   return r;
 }

@@ -1,9 +1,12 @@
 #include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
 
 #include "costmodel/compute.hpp"
 #include "costmodel/estimate.hpp"
 #include "costmodel/gemm.hpp"
 #include "costmodel/layers.hpp"
+#include "profiles/cluster.hpp"
+#include "profiles/errors.hpp"
 #include "profiles/loader.hpp"
 
 using namespace loom;
@@ -227,6 +230,33 @@ TEST_CASE("a causal decoder's fused attention is timed over the whole score grid
   CHECK_FALSE(cpu.gpu);
   CHECK(transformer_layer_time(gpt2, x, cpu).forward_s <
         transformer_layer_time(encoder, x, cpu).forward_s);
+}
+
+TEST_CASE("a sustained clock slows tensor-core products only", "[gemm][clock]") {
+  profiles::Cluster h100 = profiles::load_cluster("dgx-h100");
+  const DeviceRates boost = device_rates(h100.device, Precision::kBf16, EfficiencyDefaults{});
+  h100.device.sustained_clock_fraction = 0.8;
+  const DeviceRates held = device_rates(h100.device, Precision::kBf16, EfficiencyDefaults{});
+  // Peak and measured ceiling both at 0.8 of the benchmark clock: 989.5 -> 791.6 and
+  // 794.5 -> 635.6 TFLOP/s; bandwidth unchanged.
+  CHECK(held.gemm.peak_flops_per_s == Approx(791.6e12));
+  CHECK(held.gemm.ceiling_flops_per_s == Approx(635.6e12));
+  CHECK(held.matrix_flops_per_s == Approx(0.8 * boost.matrix_flops_per_s));
+  CHECK(held.memory_bytes_per_s == boost.memory_bytes_per_s);
+  // 4096^3 is compute-bound: everything but the fixed 5.5 us takes 1/0.8 as long.
+  const GemmShape x{4096, 4096, 4096, 1};
+  const double fast = gemm_time(x, boost.gemm).time_s;
+  const double slow = gemm_time(x, held.gemm).time_s;
+  CHECK(slow - 5.5e-6 == Approx((fast - 5.5e-6) / 0.8).epsilon(1e-12));
+  // fp32 runs on CUDA cores at its own clock; a CPU has no such field's effect.
+  CHECK(device_rates(h100.device, Precision::kFp32, EfficiencyDefaults{}).gemm.peak_flops_per_s ==
+        Approx(67.0e12));
+  // The field survives the JSON round trip and must be a fraction.
+  nlohmann::json j = profiles::cluster_to_json(h100);
+  CHECK(j["device"]["sustained_clock_fraction"] == 0.8);
+  CHECK(profiles::cluster_from_json(j, "test").device.sustained_clock_fraction == 0.8);
+  j["device"]["sustained_clock_fraction"] = 1.2;
+  CHECK_THROWS_AS(profiles::cluster_from_json(j, "test"), InputError);
 }
 
 TEST_CASE("sequence parallelism divides LayerNorm, dropout and residual work by tp", "[gemm]") {
