@@ -21,6 +21,7 @@ DeviceRates device_rates(const profiles::DeviceSpec& device, Precision precision
   const double matrix = device.matrix_efficiency.value_or(gpu ? d.gpu_matrix : d.cpu_matrix);
   // Tensor-core products run at the clock a long run sustains; fp32 (CUDA cores) and memory-bound
   // kernels draw less power and keep theirs.
+  // WIRE: sustained_clock_fraction per GPU cluster file, measured or fitted by the calibration.
   const double clock =
       gpu && precision != Precision::kFp32 ? device.sustained_clock_fraction.value_or(1) : 1;
   peak_tflops *= clock;
