@@ -19,10 +19,17 @@ DeviceRates device_rates(const profiles::DeviceSpec& device, Precision precision
   bool gpu = device.kind == profiles::DeviceKind::kGpu;
   DeviceRates r;
   const double matrix = device.matrix_efficiency.value_or(gpu ? d.gpu_matrix : d.cpu_matrix);
+  // Tensor-core products run at the clock a long run sustains; fp32 (CUDA cores) and memory-bound
+  // kernels draw less power and keep theirs.
+  // WIRE: sustained_clock_fraction per GPU cluster file, measured or fitted by the calibration.
+  const double clock =
+      gpu && precision != Precision::kFp32 ? device.sustained_clock_fraction.value_or(1) : 1;
+  peak_tflops *= clock;
   r.matrix_flops_per_s = peak_tflops * 1e12 * matrix;
   r.memory_bytes_per_s = device.memory_bandwidth_gbps * 1e9 *
                          device.memory_efficiency.value_or(gpu ? d.gpu_memory : d.cpu_memory);
   r.kernel_launch_s = gpu ? d.gpu_kernel_launch_s : 0;
+  r.gpu = gpu;
   r.gemm.peak_flops_per_s = peak_tflops * 1e12;
   r.gemm.memory_bytes_per_s = r.memory_bytes_per_s;
   r.gemm.element_bytes = precision == Precision::kBf16 || precision == Precision::kFp16 ? 2 : 4;
@@ -30,9 +37,13 @@ DeviceRates device_rates(const profiles::DeviceSpec& device, Precision precision
   const double ceiling_tflops = device.achievable_tflops.of(precision);
   if (gpu && device.sm_count > 0 && ceiling_tflops > 0) {
     r.gemm.sm_count = static_cast<int>(device.sm_count);
-    r.gemm.ceiling_flops_per_s = ceiling_tflops * 1e12;
+    r.gemm.ceiling_flops_per_s = ceiling_tflops * 1e12 * clock;
   }
   return r;
+}
+
+double causal_attention_time_scale(const profiles::ModelSpec& model) {
+  return model.family == profiles::Family::kDecoder ? 2.0 : 1.0;
 }
 
 namespace {
@@ -96,11 +107,15 @@ double attention_core(const profiles::ModelSpec& m, const LayerShape& x, const D
   const double heads = d.b * d.a / d.t;  // (sample, head) pairs on this rank
   const double head_dim = d.h / d.a;
   if (x.attention == Attention::kFlash) {
-    // 4 b s^2 h / t FLOPs forward, half for causal decoders (FlashAttention skips the masked
-    // blocks), 2.5x that backward; one thread block per 128 queries of each head.
-    p.fused_attention(attention_forward_flops(m, x.micro_batch, x.seq_len, x.attention) / d.t,
-                      attention_backward_flops(m, x.micro_batch, x.seq_len, x.attention) / d.t,
-                      heads * std::ceil(d.s / 128));
+    // 4 b s^2 h / t FLOPs forward, 2.5x that backward; one thread block per 128 queries of each
+    // head. A causal decoder does half the work (attention_forward_flops), but on GPUs its step
+    // time grows with s as the whole s x s grid at the kernel's rate (causal_attention_time_scale),
+    // so the time is that of the whole grid; the FLOPs counted for MFU stay half.
+    const double scale = p.rates.gpu ? causal_attention_time_scale(m) : 1;
+    p.fused_attention(
+        scale * attention_forward_flops(m, x.micro_batch, x.seq_len, x.attention) / d.t,
+        scale * attention_backward_flops(m, x.micro_batch, x.seq_len, x.attention) / d.t,
+        heads * std::ceil(d.s / 128));
     return 0;
   }
   const double scores = d.a * d.b * d.s * d.s / d.t;

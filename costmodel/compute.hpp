@@ -25,6 +25,7 @@ struct DeviceRates {
   // matrix_flops_per_s.
   GemmDevice gemm;
   double attention_efficiency = 0;  // fused attention's fraction of peak
+  bool gpu = false;                 // a GPU device (causal_attention_time_scale applies)
   bool shape_model() const { return gemm.sm_count > 0; }
 };
 
@@ -43,6 +44,16 @@ struct EfficiencyDefaults {
   // attention_efficiency replaces it (FlashAttention-2 reaches about 35 % of H100's peak).
   double flash_attention = 0.65;
 };
+
+// The fused attention kernel's time on a GPU, as a multiple of what its FLOPs
+// (attention_forward_flops, attention_backward_flops) take at the device's attention rate: 2 for
+// causal decoders, 1 otherwise. A causal kernel does half the work of the s x s grid, yet the
+// step times published for causal decoders (FlashAttention in llm-foundry, SDPA's FlashAttention-2
+// in torchtitan and fms-fsdp, on A100 and H100) grow with the sequence length at the rate of the
+// whole grid: over s = 4096..65536 the extra time per token is what the full grid takes at
+// 0.48-0.62 of A100's peak and 0.27-0.34 of H100's, the kernels' non-causal rates
+// (docs/cost-model.md). The FLOPs counted for MFU stay the causal half.
+double causal_attention_time_scale(const profiles::ModelSpec& model);
 
 // Throws InputError when the device has no rate for `precision`.
 DeviceRates device_rates(const profiles::DeviceSpec& device, Precision precision,

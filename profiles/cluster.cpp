@@ -186,6 +186,7 @@ Cluster cluster_from_json(const nlohmann::json& value, const std::string& source
       d.skip("achievable_tflops");
     }
     efficiency(d, "attention_efficiency", &c.device.attention_efficiency);
+    efficiency(d, "sustained_clock_fraction", &c.device.sustained_clock_fraction);
     d.finish();
   }
   c.intra_node = read_link_class(r.object("intra_node"));
@@ -251,6 +252,9 @@ nlohmann::json cluster_to_json(const Cluster& c) {
   if (c.device.sm_count > 0) d["sm_count"] = c.device.sm_count;
   if (c.device.sm_count > 0) d["achievable_tflops"] = rates_to_json(c.device.achievable_tflops);
   if (c.device.attention_efficiency) d["attention_efficiency"] = *c.device.attention_efficiency;
+  if (c.device.sustained_clock_fraction) {
+    d["sustained_clock_fraction"] = *c.device.sustained_clock_fraction;
+  }
   j["device"] = d;
   j["intra_node"] = link_class_to_json(c.intra_node);
   if (c.inter_node) j["inter_node"] = link_class_to_json(*c.inter_node);

@@ -48,6 +48,12 @@ struct DeviceSpec {
   // Fraction of peak the fused attention kernel (FlashAttention) reaches; absent = the cost
   // model's default. JSON "attention_efficiency".
   std::optional<double> attention_efficiency;
+  // GPUs: the clock a long training run sustains on tensor-core (bf16, fp16, tf32) matrix
+  // products as a fraction of the clock of the short benchmarks behind achievable_tflops and the
+  // GEMM fit (power and thermal limits lower it after seconds of dense load); measured, e.g. the
+  // mean of nvidia-smi's clocks.sm over a run over clocks.max.sm. Absent = 1. JSON
+  // "sustained_clock_fraction".
+  std::optional<double> sustained_clock_fraction;
   bool operator==(const DeviceSpec&) const = default;
 };
 

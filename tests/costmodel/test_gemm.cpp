@@ -1,9 +1,12 @@
 #include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
 
 #include "costmodel/compute.hpp"
 #include "costmodel/estimate.hpp"
 #include "costmodel/gemm.hpp"
 #include "costmodel/layers.hpp"
+#include "profiles/cluster.hpp"
+#include "profiles/errors.hpp"
 #include "profiles/loader.hpp"
 
 using namespace loom;
@@ -193,6 +196,67 @@ TEST_CASE("flash attention's time: waves of 128-query blocks at its efficiency",
   // 5 x (8.59e9 / 512) / (202.8e12 / 108) = 44.673 us, + 5.5 us fixed = 50.173 us.
   const GemmDevice d = r.gemm;
   CHECK(fused_attention_time_s(8589934592.0, 512, d, 0.65) == Approx(50.1731e-6).epsilon(1e-5));
+}
+
+TEST_CASE("a causal decoder's fused attention is timed over the whole score grid",
+          "[gemm][attention]") {
+  const profiles::ModelSpec gpt2 = profiles::load_model("gpt2");
+  CHECK(causal_attention_time_scale(gpt2) == 2);
+  CHECK(causal_attention_time_scale(profiles::load_model("bert-large")) == 1);
+  const DeviceRates r = device_rates(profiles::load_cluster("dgx-a100-80g").device,
+                                     Precision::kBf16, EfficiencyDefaults{});
+  REQUIRE(r.gpu);
+  // GPT-2 at b = 8, s = 1024: the causal kernel does 4 x 8 x 1024^2 x 768 / 2 = 1.2885e10 FLOPs
+  // forward but is timed as the whole grid, 2.5770e10, over 8 x 12 heads x 8 blocks of 128
+  // queries = 768 blocks, 8 waves on 108 SMs: 8 x (2.5770e10 / 768) / (0.65 x 312e12 / 108) =
+  // 8 x 17.869 us = 142.95 us, + 5.5 us fixed = 148.45 us.
+  const double causal_flops = attention_forward_flops(gpt2, 8, 1024, Attention::kFlash);
+  CHECK(causal_flops == Approx(1.2885e10).epsilon(1e-4));
+  CHECK(fused_attention_time_s(2 * causal_flops, 768, r.gemm, 0.65) ==
+        Approx(148.45e-6).epsilon(1e-4));
+  // So the decoder's layer takes exactly the time of the same layer without the causal mask
+  // (the encoder's kernel over the same grid), forward and backward.
+  profiles::ModelSpec encoder = gpt2;
+  encoder.family = profiles::Family::kEncoder;
+  LayerShape x{8, 1024, 1, 2, Recompute::kNone};
+  x.attention = Attention::kFlash;
+  const LayerTime dec = transformer_layer_time(gpt2, x, r);
+  const LayerTime enc = transformer_layer_time(encoder, x, r);
+  CHECK(dec.forward_s == Approx(enc.forward_s).epsilon(1e-12));
+  CHECK(dec.backward_s == Approx(enc.backward_s).epsilon(1e-12));
+  // CPUs keep the causal half: their fused attention runs at the FLOPs' own time.
+  const DeviceRates cpu = device_rates(profiles::load_cluster("local-cpu").device, Precision::kFp32,
+                                       EfficiencyDefaults{});
+  CHECK_FALSE(cpu.gpu);
+  CHECK(transformer_layer_time(gpt2, x, cpu).forward_s <
+        transformer_layer_time(encoder, x, cpu).forward_s);
+}
+
+TEST_CASE("a sustained clock slows tensor-core products only", "[gemm][clock]") {
+  profiles::Cluster h100 = profiles::load_cluster("dgx-h100");
+  const DeviceRates boost = device_rates(h100.device, Precision::kBf16, EfficiencyDefaults{});
+  h100.device.sustained_clock_fraction = 0.8;
+  const DeviceRates held = device_rates(h100.device, Precision::kBf16, EfficiencyDefaults{});
+  // Peak and measured ceiling both at 0.8 of the benchmark clock: 989.5 -> 791.6 and
+  // 794.5 -> 635.6 TFLOP/s; bandwidth unchanged.
+  CHECK(held.gemm.peak_flops_per_s == Approx(791.6e12));
+  CHECK(held.gemm.ceiling_flops_per_s == Approx(635.6e12));
+  CHECK(held.matrix_flops_per_s == Approx(0.8 * boost.matrix_flops_per_s));
+  CHECK(held.memory_bytes_per_s == boost.memory_bytes_per_s);
+  // 4096^3 is compute-bound: everything but the fixed 5.5 us takes 1/0.8 as long.
+  const GemmShape x{4096, 4096, 4096, 1};
+  const double fast = gemm_time(x, boost.gemm).time_s;
+  const double slow = gemm_time(x, held.gemm).time_s;
+  CHECK(slow - 5.5e-6 == Approx((fast - 5.5e-6) / 0.8).epsilon(1e-12));
+  // fp32 runs on CUDA cores at its own clock; a CPU has no such field's effect.
+  CHECK(device_rates(h100.device, Precision::kFp32, EfficiencyDefaults{}).gemm.peak_flops_per_s ==
+        Approx(67.0e12));
+  // The field survives the JSON round trip and must be a fraction.
+  nlohmann::json j = profiles::cluster_to_json(h100);
+  CHECK(j["device"]["sustained_clock_fraction"] == 0.8);
+  CHECK(profiles::cluster_from_json(j, "test").device.sustained_clock_fraction == 0.8);
+  j["device"]["sustained_clock_fraction"] = 1.2;
+  CHECK_THROWS_AS(profiles::cluster_from_json(j, "test"), InputError);
 }
 
 TEST_CASE("sequence parallelism divides LayerNorm, dropout and residual work by tp", "[gemm]") {
