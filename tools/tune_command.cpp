@@ -199,6 +199,7 @@ int run_tune(const TuneArgs& a) {
   }
   const PlanSearch search = search_plans(a.plan);
   const std::vector<planner::Plan>& plans = search.result.plans;
+  // WIRE: print the extrapolated profile points of the candidates (as loom plan does) here.
   const std::string setting = planner::tune_setting(plans.front(), steps);
   planner::TuneLog log;
   log.setting = setting;
