@@ -105,7 +105,7 @@ for row in "${SETTINGS[@]}"; do
     else
       slower=$(awk -v t="$(median "${tuneds[@]}")" -v f="$first_med" 'BEGIN {printf "%+.1f", 100*(t-f)/f}')
     fi
-    verdict=$(awk -v s="$slower" -v n="$noise" 'BEGIN {print (s > n ? "SLOWER" : "ok")}')
+    verdict=$(awk -v s="$slower" -v n="$noise" 'BEGIN {print (s > n ? "yes" : "no")}')
   fi
   runs=$(jq -r '[.tuned.candidates[] | "#\(.predicted_rank) \(if .measured_step_time_s then "\(.measured_step_time_s * 1000 | round) ms" else "failed" end)"] | join(", ")' tuned.json)
   regret_pct=$([ "$regret" = null ] && echo "-" || awk -v r="$regret" 'BEGIN {printf "%.1f", 100*r}')
