@@ -55,6 +55,7 @@ int run_child(const std::vector<std::string>& argv_text, const fs::path& out, co
     }
     std::vector<std::string> copy = argv_text;
     std::vector<char*> argv;
+    argv.reserve(copy.size() + 1);
     for (std::string& s : copy) argv.push_back(s.data());
     argv.push_back(nullptr);
     ::execv(argv[0], argv.data());
@@ -102,11 +103,17 @@ planner::TuneMeasurement measure(const planner::Plan& plan, int rank,
     m.failure = failure_line(err, status);
     return m;
   }
-  const nlohmann::json doc =
-      profiles::parse_json_text(profiles::read_text_file(out.string()), out.string());
-  const nlohmann::json& measured = doc.at("measured");
-  m.step_time_s = measured.at("step_time_s").get<double>();
-  m.peak_memory_bytes = measured.at("peak_memory_bytes").get<double>();
+  try {
+    const nlohmann::json doc =
+        profiles::parse_json_text(profiles::read_text_file(out.string()), out.string());
+    const nlohmann::json& measured = doc.at("measured");
+    m.step_time_s = measured.at("step_time_s").get<double>();
+    m.peak_memory_bytes = measured.at("peak_memory_bytes").get<double>();
+  } catch (const std::exception& e) {
+    m.step_time_s.reset();
+    m.failure = "unreadable output of loom validate: " + one_line(e.what());
+    return m;
+  }
   if (!(*m.step_time_s > 0)) {
     m.step_time_s.reset();
     m.failure = "loom validate measured no step time";
