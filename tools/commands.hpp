@@ -31,7 +31,7 @@ struct CommandInfo {
 };
 
 // Every subcommand, in the order `loom --help` lists them.
-inline constexpr std::array<CommandInfo, 11> kCommands{{
+inline constexpr std::array<CommandInfo, 12> kCommands{{
     {"plan", "Search parallel strategies; predict step time and memory of the best", false},
     {"demo", "Plan, simulate and train a small encoder on this machine", true},
     {"train", "Train as one rank of a plan", true},
@@ -46,6 +46,7 @@ inline constexpr std::array<CommandInfo, 11> kCommands{{
      false},
     {"logits", "A classifier's logits for given token ids, from a Hugging Face checkpoint", true},
     {"export", "Write a Hugging Face model folder from a checkpoint of loom train", true},
+    {"tune", "Run the best K plans here; write the measured fastest with both figures", false},
 }};
 
 // The kCommands entry named `name`; throws std::logic_error for another name.
@@ -75,6 +76,7 @@ Runner add_profile_command(CLI::App& app);
 Runner add_validate_command(CLI::App& app);
 Runner add_logits_command(CLI::App& app);
 Runner add_export_command(CLI::App& app);
+Runner add_tune_command(CLI::App& app);
 
 // Checks of numeric flags that say what a good value is ("--steps: expected a number > 0, found
 // 0"). CLI11's PositiveNumber and NonNegativeNumber print their range instead, as "0.000000 to "

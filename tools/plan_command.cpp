@@ -21,28 +21,10 @@
 #include "profiles/profile.hpp"
 #include "profiles/units.hpp"
 #include "tools/commands.hpp"
+#include "tools/plan_args.hpp"
 
 namespace loom::tools {
 namespace {
-
-struct PlanArgs {
-  std::string model;
-  std::string cluster;
-  std::int64_t global_batch = 0;
-  std::int64_t seq_len = 0;
-  std::optional<std::int64_t> nodes, gpus;
-  std::optional<std::string> precision;
-  std::optional<std::int64_t> num_labels;
-  std::vector<std::string> profile;
-  std::optional<int> tp, pp, dp, zero, virtual_stages;
-  std::optional<std::int64_t> micro_batch, micro_batch_per_device;
-  std::optional<std::string> schedule, recompute, stages, sp, attention, runtime;
-  double memory_margin = 0.9;
-  int top = 5;
-  std::string output;
-  bool json = false;
-  std::optional<std::string> emit;  // megatron | deepspeed | fsdp
-};
 
 using profiles::fixed_text;
 using profiles::Unit;
@@ -368,7 +350,9 @@ void print_table(std::ostream& out, const std::vector<planner::Plan>& plans, dou
   }
 }
 
-int run_plan(const PlanArgs& a) {
+}  // namespace
+
+PlanSearch search_plans(const PlanArgs& a) {
   auto start = std::chrono::steady_clock::now();
   const profiles::ModelSpec model =
       profiles::with_head(profiles::load_model(a.model), a.num_labels);
@@ -384,7 +368,8 @@ int run_plan(const PlanArgs& a) {
     }
     pinned.micro_batch = a.micro_batch_per_device;
   }
-  PlanTextOptions text;
+  PlanSearch out;
+  PlanTextOptions& text = out.text;
   costmodel::Job job = make_job(pinned, cluster, &text.precision_note);
   if (a.emit) {
     if (a.json) throw InputError("--emit", "", "--emit and --json both print: give one of them");
@@ -403,14 +388,25 @@ int run_plan(const PlanArgs& a) {
   }
   std::vector<std::string> notes;
   const costmodel::CostModel cost = planner::calibrated_cost_model(model, cluster, profile, &notes);
-  planner::SearchResult result = planner::search(cost, job, options);
+  planner::SearchResult& result = out.result;
+  result = planner::search(cost, job, options);
   if (!result.plans.empty()) {
     for (const std::string& note : notes) result.plans[0].why.push_back("profile: " + note);
   }
-  double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  out.elapsed_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (result.plans.empty()) {
     throw InputError(a.model + " on " + a.cluster, "", result.infeasible_reason);
   }
+  return out;
+}
+
+namespace {
+
+int run_plan(const PlanArgs& a) {
+  const PlanSearch search = search_plans(a);
+  const planner::SearchResult& result = search.result;
+  const PlanTextOptions& text = search.text;
+  const double elapsed = search.elapsed_s;
   if (!a.output.empty()) {
     profiles::write_file_atomically(a.output, plan_to_json(result.plans[0]).dump(2) + "\n");
   }
@@ -446,9 +442,7 @@ int run_plan(const PlanArgs& a) {
 
 }  // namespace
 
-Runner add_plan_command(CLI::App& app) {
-  auto args = std::make_shared<PlanArgs>();
-  CLI::App* cmd = add_subcommand(app, "plan");
+void add_plan_options(CLI::App* cmd, PlanArgs* args) {
   cmd->add_option("--model", args->model,
                   "built-in name, loom-model JSON, HF config.json or a checkpoint folder holding "
                   "one")
@@ -511,6 +505,12 @@ Runner add_plan_command(CLI::App& app) {
                   "per pipeline stage (0 = embedding, last = head), e.g. 0-0,1-13");
   cmd->add_option("--memory-margin", args->memory_margin,
                   "fraction of device memory a plan may use (default 0.9)");
+}
+
+Runner add_plan_command(CLI::App& app) {
+  auto args = std::make_shared<PlanArgs>();
+  CLI::App* cmd = add_subcommand(app, "plan");
+  add_plan_options(cmd, args.get());
   cmd->add_option("--top", args->top, "plans to show (default 5)")->check(kPositiveNumber);
   cmd->add_option("-o", args->output, "write the best plan (loom-plan/1) here");
   cmd->add_flag("--json", args->json, "print one JSON document instead of text");
