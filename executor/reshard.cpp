@@ -2,6 +2,7 @@
 
 #include <exception>
 #include <map>
+#include <optional>
 #include <thread>
 
 #include "executor/hf_export.hpp"
@@ -101,6 +102,9 @@ TrainingState read_many_rank_checkpoint(const fs::path& step, const nlohmann::js
   const CheckpointLayout l = read_layout(state, (step / kTrainerStateFile).string());
   check_rank_files(step, l);
   // ZeRO >= 1 keeps the moments of the ZeRO-3 parameter shard; ZeRO-0 of the whole buffer.
+  // WIRE: FlatParameters' promise (moments laid out as ZeRO-3's parameter shard for ZeRO >= 1,
+  // as the whole buffer for ZeRO-0); if the per-block ZeRO-3 engine changes it, change
+  // moment_zero here and in load_training_state.
   const int moment_zero = l.zero >= 1 ? 3 : 0;
   TrainingState full;
   run_layout_ranks(l, [&](ParallelGroups& groups) {
@@ -227,6 +231,14 @@ void check_plan_memory(const planner::Plan& plan, const std::string& source) {
                          " per device, more than the " + profiles::gib_text(limit) + " of " +
                          plan.cluster.name + "'s devices (re-plan with loom plan)");
   }
+}
+
+void check_resume_memory(const TrainOptions& options, const planner::Plan& plan,
+                         const std::string& source) {
+  if (!options.resume) return;
+  const std::optional<std::string> latest = latest_checkpoint(options.checkpoint_dir);
+  if (!latest) return;
+  if (needs_reshard(read_trainer_state(*latest), options)) check_plan_memory(plan, source);
 }
 
 LayoutRank build_layout_rank(const profiles::ModelSpec& model, const CheckpointLayout& l, int zero,

@@ -90,6 +90,10 @@ void restore_resharded_rng(const TrainingState& full, Device device, int device_
 // "$.strategy") naming the first pipeline stage whose predicted peak memory exceeds the memory of
 // the plan's device (planner::evaluate_strategy with the plan's cost model).
 void check_plan_memory(const planner::Plan& plan, const std::string& source);
+// Before a run of `plan` with `options` (loom train): when options.resume finds a checkpoint that
+// must be resharded into the plan's layout, check_plan_memory(plan, source).
+void check_resume_memory(const TrainOptions& options, const planner::Plan& plan,
+                         const std::string& source);
 
 // The machinery shared with `loom export`: one rank of a checkpoint's layout as training built
 // it, with dropout 0 on the CPU: its model chunks (global chunk k * pp + pp rank) and a
