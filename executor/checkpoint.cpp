@@ -61,8 +61,7 @@ nlohmann::json read_trainer_state(const fs::path& checkpoint) {
 
 void check_trainer_state(const nlohmann::json& state, const std::string& source,
                          const profiles::ModelSpec& spec, std::uint64_t seed,
-                         std::int64_t global_batch, std::int64_t train_count,
-                         const nlohmann::json* layout) {
+                         std::int64_t global_batch, std::int64_t train_count) {
   auto expect = [&](const char* key, const nlohmann::json& value, const std::string& what) {
     if (!state.contains(key) || state[key] != value) {
       throw InputError(source, std::string("$.") + key,
@@ -74,7 +73,47 @@ void check_trainer_state(const nlohmann::json& state, const std::string& source,
   expect("seed", seed, "the seed");
   expect("global_batch", global_batch, "the global batch");
   expect("train_examples", train_count, "the number of training examples");
-  if (layout != nullptr) expect("layout", *layout, "the parallel layout");
+}
+
+nlohmann::json layout_json(const TrainOptions& o) {
+  const std::vector<costmodel::StageRange> stages =
+      o.stages.empty() ? costmodel::even_partition(o.model, o.pp * o.virtual_stages) : o.stages;
+  nlohmann::json layout = {{"dp", o.dp},
+                           {"tp", o.tp},
+                           {"pp", o.pp},
+                           {"zero", o.zero},
+                           {"virtual_stages", o.virtual_stages},
+                           {"stages", nlohmann::json::array()}};
+  for (const costmodel::StageRange& r : stages) {
+    layout["stages"].push_back({r.first_layer, r.last_layer});
+  }
+  return layout;
+}
+
+CheckpointLayout read_layout(const nlohmann::json& state, const std::string& source) {
+  CheckpointLayout l;
+  try {
+    const nlohmann::json& j = state.at("layout");
+    l.dp = j.at("dp").get<int>();
+    l.tp = j.at("tp").get<int>();
+    l.pp = j.at("pp").get<int>();
+    l.zero = j.at("zero").get<int>();
+    l.virtual_stages = j.at("virtual_stages").get<int>();
+    for (const nlohmann::json& r : j.at("stages")) {
+      l.stages.push_back({r.at(0).get<int>(), r.at(1).get<int>()});
+    }
+  } catch (const nlohmann::json::exception& e) {
+    throw InputError(source, "$.layout",
+                     std::string("dp, tp, pp, zero, virtual_stages and stages (") + e.what() + ")");
+  }
+  const bool sizes =
+      l.dp >= 1 && l.tp >= 1 && l.pp >= 1 && l.virtual_stages >= 1 && l.zero >= 0 && l.zero <= 3;
+  if (!sizes || static_cast<int>(l.stages.size()) != l.pp * l.virtual_stages ||
+      state.value("world_size", 0) != l.world_size()) {
+    throw InputError(source, "$.layout",
+                     "a layout of world_size = dp * tp * pp ranks and pp * virtual_stages stages");
+  }
+  return l;
 }
 
 std::vector<torch::Tensor> capture_rng(Device device, int device_index) {

@@ -9,17 +9,18 @@
 // Many ranks: the folder holds trainer_state.json ({"format", "step", "epoch", "seed",
 // "global_batch", "total_steps", "train_examples", "world_size", "layout", "model"}; "layout" is
 // {"dp", "tp", "pp", "zero", "virtual_stages", "stages": [[first_layer, last_layer], ...]}) and
-// rank-R.pt per world rank R (FlatParameters::state(), then the RNG states); it resumes only with
-// the same layout. It holds no model.safetensors: gathering the full model at every checkpoint
-// would cost a pipeline-wide transfer (and a ZeRO-3 all-gather) and a second copy of the weights
-// on disk each time, while the rank files already hold every parameter; `loom export` builds the
-// Hugging Face folder from them when it is wanted (executor/hf_export.hpp).
-// Both also hold config.json and the tokenizer files (StepFolderExtras, written by world rank
-// 0), as the Hugging Face Trainer's checkpoint-N folders do, so a one-rank step folder is a
-// Hugging Face model folder as it stands.
-// Either is written into a temporary folder in checkpoint_dir and renamed into place; only after
-// that rename are older step folders removed, and only beyond the newest StepFolderExtras::keep
-// (0 keeps all), so a run killed mid-write leaves the previous checkpoint whole.
+// rank-R.pt per world rank R (FlatParameters::state(), then the RNG states). It holds no
+// model.safetensors: gathering the full model at every checkpoint would cost a pipeline-wide
+// transfer (and a ZeRO-3 all-gather) and a second copy of the weights on disk each time, while the
+// rank files already hold every parameter; `loom export` builds the Hugging Face folder from them
+// when it is wanted (executor/hf_export.hpp). Both also hold config.json and the tokenizer files
+// (StepFolderExtras, written by world rank 0), as the Hugging Face Trainer's checkpoint-N folders
+// do, so a one-rank step folder is a Hugging Face model folder as it stands. Either resumes in any
+// layout of the same model, seed and global batch: the same layout loads its own files, another one
+// (or one rank <-> many) goes through executor/reshard.hpp. Either is written into a temporary
+// folder in checkpoint_dir and renamed into place; only after that rename are older step folders
+// removed, and only beyond the newest StepFolderExtras::keep (0 keeps all), so a run killed
+// mid-write leaves the previous checkpoint whole.
 #pragma once
 
 #include <torch/torch.h>
@@ -48,13 +49,29 @@ std::int64_t folder_step(const std::string& name);
 
 // A checkpoint's trainer_state.json (InputError when unreadable or not JSON).
 nlohmann::json read_trainer_state(const std::filesystem::path& checkpoint);
-// trainer_state.json against this run: the same format, model, seed, global batch, training
-// examples and (many ranks, when `layout` is given) parallel layout, or an InputError naming the
-// field (source `source`).
+// trainer_state.json against this run: the same format, model, seed, global batch and training
+// examples, or an InputError naming the field (source `source`). The layout may differ.
 void check_trainer_state(const nlohmann::json& state, const std::string& source,
                          const profiles::ModelSpec& spec, std::uint64_t seed,
-                         std::int64_t global_batch, std::int64_t train_count,
-                         const nlohmann::json* layout);
+                         std::int64_t global_batch, std::int64_t train_count);
+
+// A many-rank checkpoint's parallel layout (trainer_state.json's "layout").
+struct CheckpointLayout {
+  int dp = 1;
+  int tp = 1;
+  int pp = 1;
+  int zero = 0;
+  int virtual_stages = 1;
+  std::vector<costmodel::StageRange> stages;  // pp * virtual_stages ranges, global chunk order
+  int world_size() const { return dp * tp * pp; }
+};
+
+// trainer_state.json's "layout" of a run with `options` (stages: the options', else the even
+// partition of pp * virtual_stages chunks).
+nlohmann::json layout_json(const TrainOptions& options);
+// The "layout" of a many-rank trainer_state.json; InputError (source `source`, "$.layout") when
+// it is missing, malformed, or not world_size = dp * tp * pp ranks of pp * virtual_stages stages.
+CheckpointLayout read_layout(const nlohmann::json& state, const std::string& source);
 
 // LibTorch's default generators' states: the CPU's, then (cuda) GPU device_index's.
 std::vector<torch::Tensor> capture_rng(Device device, int device_index);

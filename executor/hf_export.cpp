@@ -8,10 +8,10 @@
 #include <set>
 #include <stdexcept>
 #include <system_error>
-#include <thread>
 
 #include "executor/checkpoint.hpp"
 #include "executor/flat_adamw.hpp"
+#include "executor/reshard.hpp"
 #include "executor/safetensors.hpp"
 #include "executor/tokenizer_files.hpp"
 #include "profiles/errors.hpp"
@@ -166,112 +166,23 @@ std::vector<ParameterInfo> chunk_infos(const std::vector<ParameterInfo>& table,
   return out;
 }
 
-// A checkpoint's parallel layout (trainer_state.json's "layout").
-struct SavedLayout {
-  int dp = 1;
-  int tp = 1;
-  int pp = 1;
-  int zero = 0;
-  int virtual_stages = 1;
-  std::vector<costmodel::StageRange> stages;
-};
-
-SavedLayout read_layout(const nlohmann::json& state, const std::string& source) {
-  SavedLayout l;
-  try {
-    const nlohmann::json& j = state.at("layout");
-    l.dp = j.at("dp").get<int>();
-    l.tp = j.at("tp").get<int>();
-    l.pp = j.at("pp").get<int>();
-    l.zero = j.at("zero").get<int>();
-    l.virtual_stages = j.at("virtual_stages").get<int>();
-    for (const nlohmann::json& r : j.at("stages")) {
-      l.stages.push_back({r.at(0).get<int>(), r.at(1).get<int>()});
-    }
-  } catch (const nlohmann::json::exception& e) {
-    throw InputError(source, "$.layout",
-                     std::string("dp, tp, pp, zero, virtual_stages and stages (") + e.what() + ")");
-  }
-  const bool sizes =
-      l.dp >= 1 && l.tp >= 1 && l.pp >= 1 && l.virtual_stages >= 1 && l.zero >= 0 && l.zero <= 3;
-  if (!sizes || static_cast<int>(l.stages.size()) != l.pp * l.virtual_stages ||
-      state.value("world_size", 0) != l.dp * l.tp * l.pp) {
-    throw InputError(source, "$.layout",
-                     "a layout of world_size = dp * tp * pp ranks and pp * virtual_stages stages");
-  }
-  return l;
-}
-
-// One rank (a thread) of a many-rank checkpoint's export: the rank's chunks and flat parameters
-// as training built them, loaded from rank-R.pt. Every rank first learns whether every rank
-// loaded its state; a rank whose load failed rethrows its InputError, the others return.
-void export_rank(int rank, const fs::path& step, const SavedLayout& l, std::uint64_t seed,
-                 const HfFolder& folder, const fs::path& dir,
-                 const c10::intrusive_ptr<c10d::Store>& store) {
-  GroupOptions options;
-  ParallelGroups groups(store, rank, l.dp, l.tp, l.pp, options);
-  const RankCoordinates c = groups.coordinates();
-  ParallelContext context;
-  context.tp = std::make_shared<GroupTensorParallelComm>(groups.tp_group());
-  std::vector<std::unique_ptr<EncoderClassifier>> chunks;
-  for (int k = 0; k < l.virtual_stages; ++k) {
-    EncoderOptions model_options;
-    model_options.dropout = 0.0;
-    model_options.seed = seed;
-    const costmodel::StageRange& range = l.stages[static_cast<std::size_t>(k * l.pp + c.pp)];
-    model_options.first_layer = range.first_layer;
-    model_options.last_layer = range.last_layer;
-    chunks.push_back(std::make_unique<EncoderClassifier>(folder.model, model_options, context));
-  }
-  FlatOptions flat_options;
-  flat_options.zero = l.zero;
-  FlatParameters flat(flat_parameters_of(chunks, c.tp == 0), flat_options, groups, torch::kCPU);
-  std::exception_ptr load_error;
-  try {
-    const std::vector<torch::Tensor> saved = read_rank_state(step, rank, 4);
-    flat.load_state({saved.begin(), saved.begin() + 4},
-                    (step / ("rank-" + std::to_string(rank) + ".pt")).string());
-  } catch (const InputError&) {
-    load_error = std::current_exception();
-  }
-  torch::Tensor failed = torch::tensor({load_error ? 1.0 : 0.0}, torch::kDouble);
-  groups.world().allreduce_sum(failed);
-  if (load_error) std::rethrow_exception(load_error);
-  if (failed.item<double>() != 0) return;
-  export_rank_model(dir, folder, chunks, l.stages, flat, groups);
-}
-
-// The ranks of a many-rank checkpoint as threads over Gloo on an in-process store.
+// The ranks of a many-rank checkpoint as threads: each loads its rank-R.pt into the engine
+// training used and joins the export.
 void export_rank_checkpoint(const fs::path& step, const nlohmann::json& state,
                             const HfFolder& folder, const fs::path& dir) {
-  const std::string source = (step / kTrainerStateFile).string();
-  const SavedLayout l = read_layout(state, source);
-  const int world = l.dp * l.tp * l.pp;
-  for (int r = 0; r < world; ++r) {
-    const fs::path file = step / ("rank-" + std::to_string(r) + ".pt");
-    if (!fs::is_regular_file(file)) {
-      throw InputError(file.string(), "",
-                       "rank " + std::to_string(r) + "'s state of the " + std::to_string(world) +
-                           " ranks this checkpoint was written by");
-    }
-  }
+  const CheckpointLayout l = read_layout(state, (step / kTrainerStateFile).string());
+  check_rank_files(step, l);
   const auto seed = state.value("seed", std::uint64_t{42});
-  const auto store = make_local_store();
-  std::vector<std::exception_ptr> errors(static_cast<std::size_t>(world));
-  std::vector<std::thread> threads;
-  for (int r = 0; r < world; ++r) {
-    threads.emplace_back([&, r] {
-      try {
-        export_rank(r, step, l, seed, folder, dir, store);
-      } catch (...) {
-        errors[static_cast<std::size_t>(r)] = std::current_exception();
-      }
+  run_layout_ranks(l, [&](ParallelGroups& groups) {
+    LayoutRank r = build_layout_rank(folder.model, l, l.zero, seed, groups);
+    const int rank = groups.world_rank();
+    const bool loaded = loaded_everywhere(groups, [&] {
+      const std::vector<torch::Tensor> saved = read_rank_state(step, rank, 4);
+      r.flat->load_state({saved.begin(), saved.begin() + 4},
+                         (step / ("rank-" + std::to_string(rank) + ".pt")).string());
     });
-  }
-  for (std::thread& t : threads) t.join();
-  for (const std::exception_ptr& e : errors) {
-    if (e) std::rethrow_exception(e);
-  }
+    if (loaded) export_rank_model(dir, folder, r.chunks, l.stages, *r.flat, groups);
+  });
 }
 
 }  // namespace
@@ -365,10 +276,10 @@ void write_hf_folder(const fs::path& dir, const HfFolder& folder,
   });
 }
 
-void export_rank_model(const fs::path& dir, const HfFolder& folder,
-                       const std::vector<std::unique_ptr<EncoderClassifier>>& chunks,
-                       const std::vector<costmodel::StageRange>& stages, FlatParameters& flat,
-                       ParallelGroups& groups) {
+std::vector<std::pair<std::string, torch::Tensor>> gather_full_state(
+    const std::vector<std::unique_ptr<EncoderClassifier>>& chunks,
+    const std::vector<costmodel::StageRange>& stages, FlatParameters& flat,
+    ParallelGroups& groups) {
   const torch::Device device = chunks.front()->local_parameters().front().second.device();
   flat.materialize();  // ZeRO-3: the full parameters from the dp shards
   std::vector<std::vector<std::pair<std::string, torch::Tensor>>> local;
@@ -380,7 +291,7 @@ void export_rank_model(const fs::path& dir, const HfFolder& folder,
   // The dp-0, tp-0 rank of each pipeline rank holds its stages in full; pipeline rank 0 of them
   // (world rank 0) receives the others', one global chunk at a time, in chunk order.
   if (c.dp == 0 && c.tp == 0) {
-    const std::vector<ParameterInfo> table = parameter_table(folder.model);
+    const std::vector<ParameterInfo> table = parameter_table(chunks.front()->spec());
     for (int g = 0; g < static_cast<int>(stages.size()); ++g) {
       const int owner = g % pp;
       auto& mine = local[static_cast<std::size_t>(g / pp)];
@@ -409,6 +320,15 @@ void export_rank_model(const fs::path& dir, const HfFolder& folder,
       }
     }
   }
+  return state;
+}
+
+void export_rank_model(const fs::path& dir, const HfFolder& folder,
+                       const std::vector<std::unique_ptr<EncoderClassifier>>& chunks,
+                       const std::vector<costmodel::StageRange>& stages, FlatParameters& flat,
+                       ParallelGroups& groups) {
+  const std::vector<std::pair<std::string, torch::Tensor>> state =
+      gather_full_state(chunks, stages, flat, groups);
   std::string error;
   if (groups.world_rank() == 0) {
     try {

@@ -27,7 +27,8 @@
 // (written by world rank 0), and a one-rank step folder holds model.safetensors: it is a Hugging
 // Face folder as it stands. A many-rank step folder holds each rank's flat state instead
 // (rank-R.pt); export_checkpoint builds the full tensors from them: the layout's ranks run as
-// threads of this process over Gloo, each loads its rank's state into the training engine's
+// threads of this process over Gloo (executor/reshard.hpp's run_layout_ranks, which resuming in
+// another layout uses too), each loads its rank's state into the training engine's
 // FlatParameters, and they call the same export as the end of training.
 #pragma once
 
@@ -85,10 +86,16 @@ void write_hf_files(const std::filesystem::path& dir, const HfFolder& folder);
 void write_hf_folder(const std::filesystem::path& dir, const HfFolder& folder,
                      const std::vector<std::pair<std::string, torch::Tensor>>& state);
 
-// Many ranks, collective over `groups`: the full model from every rank's `chunks` (this rank's
-// model chunks; global chunk g = k * pp + pp rank holds stages[g]) and `flat` (their flat
-// parameters), written to `dir` by world rank 0. Throws std::runtime_error on every rank when
-// rank 0's write failed.
+// Many ranks, collective over `groups`: every parameter as a full tensor (fp32, CPU, Hugging
+// Face names and order) on world rank 0, from every rank's `chunks` (this rank's model chunks;
+// global chunk g = k * pp + pp rank holds stages[g]) and `flat` (their flat parameters; ZeRO-3
+// gathers them first and releases them after); empty on the other ranks.
+std::vector<std::pair<std::string, torch::Tensor>> gather_full_state(
+    const std::vector<std::unique_ptr<EncoderClassifier>>& chunks,
+    const std::vector<costmodel::StageRange>& stages, FlatParameters& flat, ParallelGroups& groups);
+
+// Many ranks, collective over `groups`: the full model (gather_full_state) written to `dir` by
+// world rank 0. Throws std::runtime_error on every rank when rank 0's write failed.
 void export_rank_model(const std::filesystem::path& dir, const HfFolder& folder,
                        const std::vector<std::unique_ptr<EncoderClassifier>>& chunks,
                        const std::vector<costmodel::StageRange>& stages, FlatParameters& flat,

@@ -53,7 +53,8 @@
 // virtual_stages model chunks per pipeline rank, chunk g of the plan's pp * virtual_stages stages
 // on rank g % pp). The loss is computed on the last stage and reported on every rank. Only world
 // rank 0 writes metrics (every rank with metrics_every_rank). Many ranks checkpoint and resume
-// (with the same layout); they refuse fp16 on cuda (no loss scaling) and --dump-batches.
+// (in any layout: executor/reshard.hpp); they refuse fp16 on cuda (no loss scaling) and
+// --dump-batches.
 //
 // Checkpoints: `checkpoint_dir/step-NNNNNNNN/` (executor/checkpoint.hpp lists the files of one
 // rank and of many). Each is written into a temporary folder in checkpoint_dir and renamed into
@@ -218,10 +219,11 @@ TrainSummary train_classifier(const TrainOptions& options,
 
 // As one rank of `groups` (whose dp, tp and pp sizes must equal the options'). Collective: every
 // rank calls it with the same options and data. Besides the refusals above, throws InputError
-// for what many ranks cannot do (fp16 on cuda, --dump-batches), a checkpoint of another layout,
-// ZeRO outside 0..3, stages that are not pp * virtual_stages, or an impossible
-// schedule (virtual stages without interleaving, interleaving with pp < 2 or micro-batches not a
-// multiple of pp), and CollectiveError when a peer is lost or a collective times out.
+// for what many ranks cannot do (fp16 on cuda, --dump-batches), a checkpoint whose layout cannot
+// be read (executor/reshard.hpp), ZeRO outside 0..3, stages that are not pp * virtual_stages, or an
+// impossible schedule (virtual stages without interleaving, interleaving with pp < 2 or
+// micro-batches not a multiple of pp), and CollectiveError when a peer is lost or a collective
+// times out.
 TrainSummary train_classifier(const TrainOptions& options,
                               const std::vector<EncodedExample>& train_data,
                               const std::vector<EncodedExample>& validation_data,

@@ -17,6 +17,7 @@
 #include "executor/flat_parameters.hpp"
 #include "executor/hf_export.hpp"
 #include "executor/model.hpp"
+#include "executor/reshard.hpp"
 #include "executor/torch_compat.hpp"
 #include "executor/train_loop.hpp"
 #include "profiles/errors.hpp"
@@ -224,8 +225,15 @@ void ParallelRank::resume(const std::string& checkpoint) {
   const std::string source = (dir / kTrainerStateFile).string();
   const nlohmann::json state = read_trainer_state(dir);
   check_trainer_state(state, source, o_.model, o_.seed, size_.global_batch,
-                      static_cast<std::int64_t>(train_data_.size()), &layout_);
+                      static_cast<std::int64_t>(train_data_.size()));
   const std::int64_t start_step = state.value("step", std::int64_t{0});
+  if (needs_reshard(state, o_)) {  // another layout, or a one-rank checkpoint
+    const TrainingState full = read_training_state(dir, state);
+    load_training_state(full, chunks_, *flat_, o_.zero, groups_, source);
+    restore_resharded_rng(full, o_.device, o_.device_index);
+    resumed_from_ = start_step;
+    return;
+  }
   const int world_rank = groups_.world_rank();
   const std::vector<torch::Tensor> saved = read_rank_state(dir, world_rank, 5);
   const std::string mine = (dir / ("rank-" + std::to_string(world_rank) + ".pt")).string();

@@ -11,6 +11,7 @@
 #include "executor/flat_adamw.hpp"
 #include "executor/hf_export.hpp"
 #include "executor/model.hpp"
+#include "executor/reshard.hpp"
 #include "executor/torch_compat.hpp"
 #include "executor/train_loop.hpp"
 #include "profiles/errors.hpp"
@@ -149,7 +150,9 @@ class SingleRank final : public TrainRank {
         o.resume ? latest_checkpoint(o.checkpoint_dir) : std::nullopt;
     if (checkpoint) {
       load_trainer_state(*checkpoint);
-      model_.load_safetensors((fs::path(*checkpoint) / "model.safetensors").string());
+      if (!resharded_) {
+        model_.load_safetensors((fs::path(*checkpoint) / "model.safetensors").string());
+      }
     } else if (!o.init_weights.empty()) {
       model_.load_safetensors(o.init_weights);
     }
@@ -199,6 +202,9 @@ class SingleRank final : public TrainRank {
   LossScaler scaler_;
   std::optional<std::int64_t> resumed_from_;
   std::unique_ptr<JsonlWriter> batches_;
+  // A many-rank checkpoint's state as full tensors, from the trainer state to the optimizer's
+  // creation (executor/reshard.hpp).
+  std::unique_ptr<TrainingState> resharded_;
   HfFolder hf_;  // what step folders and the output folder say besides the weights
 };
 
@@ -207,7 +213,12 @@ void SingleRank::load_trainer_state(const std::string& checkpoint) {
   const nlohmann::json state = read_trainer_state(dir);
   const std::string source = (dir / kTrainerStateFile).string();
   check_trainer_state(state, source, o_.model, o_.seed, size_.global_batch,
-                      static_cast<std::int64_t>(train_data_.size()), nullptr);
+                      static_cast<std::int64_t>(train_data_.size()));
+  if (needs_reshard(state, o_)) {  // a many-rank checkpoint: no loss scale (no fp16 there)
+    resharded_ = std::make_unique<TrainingState>(read_training_state(dir, state));
+    resumed_from_ = state.value("step", std::int64_t{0});
+    return;
+  }
   try {
     resumed_from_ = state.at("step").get<std::int64_t>();
     scaler_.scale = state.at("loss_scale").get<double>();
@@ -218,6 +229,12 @@ void SingleRank::load_trainer_state(const std::string& checkpoint) {
 }
 
 void SingleRank::load_optimizer_and_rng(const std::string& checkpoint) {
+  if (resharded_) {
+    load_training_state(*resharded_, model_, *optimizer_, device_);
+    restore_resharded_rng(*resharded_, o_.device, o_.device_index);
+    resharded_.reset();
+    return;
+  }
   const fs::path dir(checkpoint);
   std::vector<torch::Tensor> rng;
   try {

@@ -21,6 +21,7 @@
 #include "executor/device_batch.hpp"
 #include "executor/distributed.hpp"
 #include "executor/model.hpp"
+#include "executor/reshard.hpp"
 #include "executor/tokenizer.hpp"
 #include "executor/tokenizer_files.hpp"
 #include "executor/train.hpp"
@@ -394,6 +395,7 @@ int run_train(const TrainArgs& a) {
   if (a.resume && a.checkpoint.empty()) {
     throw InputError("--resume", "", "--checkpoint DIR to resume from");
   }
+  executor::check_resume_memory(o, plan, a.plan);  // a checkpoint resharded into this layout
   if (!(a.validation_fraction > 0 && a.validation_fraction < 1)) {
     throw InputError("--validation-fraction", "", "a fraction in (0, 1)");
   }
