@@ -109,6 +109,10 @@ struct RowFigures {
 // parameters changed (sized as the row ran, result.mapping->sizing). Throws what estimate() throws.
 RowFigures predict_prepared(const PreparedRow& row, const profiles::Cluster& cluster_file);
 
+// Every training row of the file prepared (on `cluster` when given); InputError as predict_file.
+std::vector<PreparedRow> prepare_file(const nlohmann::json& document, const std::string& file,
+                                      const profiles::Cluster* cluster = nullptr);
+
 // Every training row of the file (its "rows" array); InputError naming the file when it has none.
 std::vector<RowResult> predict_file(const nlohmann::json& document, const std::string& file);
 

@@ -170,13 +170,20 @@ RowResult predict_row(const nlohmann::json& row, const std::string& file, const 
 }
 
 std::vector<RowResult> predict_file(const nlohmann::json& document, const std::string& file) {
+  std::vector<RowResult> out;
+  for (PreparedRow& r : prepare_file(document, file)) out.push_back(std::move(r.result));
+  return out;
+}
+
+std::vector<PreparedRow> prepare_file(const nlohmann::json& document, const std::string& file,
+                                      const profiles::Cluster* cluster) {
   auto rows = document.is_object() ? document.find("rows") : document.end();
   if (!document.is_object() || rows == document.end() || !rows->is_array() || rows->empty()) {
     throw InputError(file, "$.rows", "expected a non-empty array of training rows");
   }
-  std::vector<RowResult> out;
+  std::vector<PreparedRow> out;
   for (std::size_t i = 0; i < rows->size(); ++i) {
-    out.push_back(predict_row((*rows)[i], file, "$.rows[" + std::to_string(i) + "]"));
+    out.push_back(prepare_row((*rows)[i], file, "$.rows[" + std::to_string(i) + "]", cluster));
   }
   return out;
 }
