@@ -101,6 +101,10 @@ class Problem {
     }
   }
 
+  // The prior counts as one residual of the loss scale's size per parameter: a parameter moved by
+  // prior_sigma costs what one row off by loss_scale does.
+  double prior_weight() const { return options_.loss_scale * options_.loss_scale; }
+
   double weight(double r) const {
     const double f = options_.loss_scale;
     return 1 / std::sqrt(1 + (r / f) * (r / f));
@@ -113,7 +117,7 @@ class Problem {
     }
     for (std::size_t i = 0; i < u.size(); ++i) {
       const double d = (u[i] - to_u(i, parameters_[i].centre)) / options_.prior_sigma;
-      out += d * d;
+      out += prior_weight() * d * d;
     }
     return out;
   }
@@ -125,7 +129,7 @@ class Problem {
     const std::size_t n = size();
     h->assign(n, std::vector<double>(n, 0));
     g->assign(n, 0);
-    const double prior = 1 / (options_.prior_sigma * options_.prior_sigma);
+    const double prior = prior_weight() / (options_.prior_sigma * options_.prior_sigma);
     for (std::size_t k = 0; k < r.size(); ++k) {
       if (!active_[k]) continue;
       const double w = weight(r[k]);
@@ -276,7 +280,8 @@ FitResult calibrate(const profiles::Cluster& cluster, const std::vector<Prepared
   {
     Problem probe(cluster, rows, all, options);
     std::vector<double> u(all.size());
-    for (std::size_t i = 0; i < all.size(); ++i) u[i] = probe.clamp(i, probe.to_u(i, all[i].start));
+    for (std::size_t i = 0; i < all.size(); ++i)
+      u[i] = probe.clamp(i, probe.to_u(i, all[i].centre));
     const auto r0 = probe.residuals(u);
     const auto jac = probe.jacobian(u, r0);
     for (std::size_t i = 0; i < all.size(); ++i) {
@@ -290,7 +295,7 @@ FitResult calibrate(const profiles::Cluster& cluster, const std::vector<Prepared
   Problem p(cluster, rows, informed, options);
   std::vector<double> u(informed.size());
   for (std::size_t i = 0; i < informed.size(); ++i) {
-    u[i] = p.clamp(i, p.to_u(i, informed[i].start));
+    u[i] = p.clamp(i, p.to_u(i, informed[i].centre));
   }
   if (!informed.empty()) out.iterations = minimise(p, options, &u);
   out.cluster = p.cluster_at(u);
@@ -318,6 +323,7 @@ FitResult calibrate(const profiles::Cluster& cluster, const std::vector<Prepared
   std::size_t k = 0;
   for (std::size_t i = 0; i < all.size(); ++i) {
     ParameterFit f{all[i].name, all[i].centre, all[i].start, 0, is_informed[i]};
+    // Not informed: the cluster's value stays (a calibrated file keeps what it had).
     if (is_informed[i]) {
       f.value = p.to_value(k, u[k]);
       f.uncertainty = (f.value + informed[k].offset) * sigma_u[k];

@@ -10,11 +10,12 @@
 //   intra_node.bus_bandwidth_gbps, inter_node.bus_bandwidth_gbps   NCCL's ring ceilings
 //   intra_node.latency_us, inter_node.latency_us                   per-hop latencies
 //   collective_launch_us, overlap_slowdown                         (GPUs)
-// Each starts at the cluster's value (or the default the cost model uses without one), is held
-// in a box (fractions in (0, 1], ceilings up to the peak or the link's rate) and fitted as
-// log(value + offset), with a weak prior towards its datasheet value: the `start` of the
-// cluster's calibration record when it has one, else its start. A parameter no row's prediction
-// depends on is "not informed" and keeps its value.
+// Each has a datasheet value: the `start` of the cluster's calibration record when it has one,
+// else the cluster's value (or the default the cost model uses without one). The fit starts
+// there, so calibrating a calibrated file again gives the same result; it holds each parameter
+// in a box (fractions in (0, 1], ceilings up to the peak or the link's rate), works in
+// log(value + offset), and adds a weak prior towards the datasheet value. A parameter no row's
+// prediction depends on is "not informed" and keeps the cluster's value.
 //
 // Fit: robust least squares on relative error. Each measured row gives a throughput residual
 // log(predicted / measured) and, where it has one, a memory residual; the loss is soft-L1
@@ -52,9 +53,15 @@ profiles::Cluster with_parameters(const profiles::Cluster& cluster,
                                   const std::vector<ParameterSpec>& parameters,
                                   const std::vector<double>& values);
 
+// `cluster` with every free parameter at its datasheet value (ParameterSpec::centre): what rows
+// are prepared on, so that calibrating a calibrated file again maps them the same way.
+profiles::Cluster datasheet_cluster(const profiles::Cluster& cluster);
+
 struct FitOptions {
-  double loss_scale = 0.1;   // soft-L1 scale f, in log error (about 10 %)
-  double prior_sigma = 1.0;  // the prior's standard deviation, in log(value + offset)
+  double loss_scale = 0.1;  // soft-L1 scale f, in log error (about 10 %)
+  // The prior's standard deviation in log(value + offset), relative to a row off by loss_scale:
+  // moving a parameter by prior_sigma costs what one such row does.
+  double prior_sigma = 1.0;
   int max_iterations = 100;
   double step_tolerance = 1e-7;  // stop when no log-parameter moves more than this
   bool leave_one_out = true;
@@ -96,6 +103,26 @@ struct FitResult {
   std::optional<double> memory_median_error_pct;
   std::optional<double> loo_memory_median_error_pct;
 };
+
+// A row of RUNS that calibrate cannot use, and why: "fsdp_blog.json $.rows[3] (id): fp8 ...".
+struct SkippedRow {
+  std::string where;
+  std::string reason;
+};
+struct Runs {
+  std::vector<published::PreparedRow> rows;  // usable, prepared on the cluster
+  std::vector<SkippedRow> skipped;
+  std::vector<std::string> files;  // file names (without folders) with at least one usable row
+};
+// Reads measured runs for `cluster` from JSON or JSONL files: a published document ({"rows":
+// [...]}, bench/published/README.md), one published row (with "model"), an array of them, or a
+// `loom validate --json` document that carries its plan ("plan": loom-plan/1, "measured":
+// {"step_time_s", "peak_memory_bytes"}), predicted as runtime loom on `cluster` with the plan's
+// strategy, stages and rank mapping; JSONL: one such object per line. Rows that are not usable
+// (another GPU, dp x tp x pp not the GPU count, a runtime or setting Loom does not model, no
+// measurement, out of memory, doubtful, a malformed field) are skipped, each with its reason.
+// InputError only for a file that cannot be read.
+Runs read_runs(const std::vector<std::string>& paths, const profiles::Cluster& cluster);
 
 // Whether a prepared row gives a residual: expressible, not doubtful, not out of memory, with a
 // measured throughput or memory.
