@@ -87,8 +87,20 @@ void print_fit(const fit::FitResult& result, std::size_t throughput_rows, std::s
   std::cout << line;
 }
 
+// The cluster's JSON with its top-level keys in the order the shipped files use (the record
+// last), so that a calibrated file reads like the datasheet one it came from.
 void write_cluster(const std::string& path, const profiles::Cluster& cluster) {
-  profiles::write_file_atomically(path, profiles::cluster_to_json(cluster).dump(2) + "\n");
+  const nlohmann::json j = profiles::cluster_to_json(cluster);
+  nlohmann::ordered_json out;
+  for (const char* key :
+       {"format", "name", "nodes", "devices_per_node", "device", "intra_node", "inter_node",
+        "links", "collective_launch_us", "overlap_slowdown", "source", "calibration"}) {
+    if (j.contains(key)) out[key] = j.at(key);
+  }
+  for (const auto& [key, value] : j.items()) {
+    if (!out.contains(key)) out[key] = value;
+  }
+  profiles::write_file_atomically(path, out.dump(2) + "\n");
 }
 
 int run_calibrate(const CalibrateArgs& a) {
