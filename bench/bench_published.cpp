@@ -10,10 +10,12 @@
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
+#include "planner/fit.hpp"
 #include "planner/published_rows.hpp"
 #include "profiles/errors.hpp"
 #include "profiles/json_reader.hpp"
@@ -26,9 +28,38 @@ namespace {
 
 struct FileResult {
   std::string name;
+  std::vector<PreparedRow> prepared;
   std::vector<RowResult> rows;
   FileSummary summary;
+  std::vector<RowResult> loo_rows;  // each usable row predicted by a fit that did not see it
+  FileSummary loo_summary;
 };
+
+// Leave-one-out over every file: the usable rows of each cluster (all files together) fitted
+// with loom calibrate's fit, each row's prediction taken from the fit without it.
+void leave_one_out(std::vector<FileResult>* files) {
+  std::map<std::string, std::vector<std::pair<std::size_t, std::size_t>>> by_cluster;
+  for (std::size_t f = 0; f < files->size(); ++f) {
+    FileResult& file = (*files)[f];
+    file.loo_rows = file.rows;
+    for (std::size_t r = 0; r < file.prepared.size(); ++r) {
+      if (fit::usable(file.prepared[r])) {
+        by_cluster[file.prepared[r].result.mapping->cluster_file].emplace_back(f, r);
+      }
+    }
+  }
+  for (const auto& [name, members] : by_cluster) {
+    std::vector<PreparedRow> rows;
+    for (const auto& [f, r] : members) rows.push_back((*files)[f].prepared[r]);
+    const fit::FitResult result = fit::calibrate(profiles::load_cluster(name), rows);
+    for (std::size_t i = 0; i < members.size(); ++i) {
+      RowResult& out = (*files)[members[i].first].loo_rows[members[i].second];
+      out.predicted = result.rows[i].loo_predicted;
+      out.predicted_memory_gib = result.rows[i].loo_predicted_memory_gib;
+    }
+  }
+  for (FileResult& file : *files) file.loo_summary = summarize(file.name, file.loo_rows);
+}
 
 bool has_training_rows(const nlohmann::json& document) {
   if (!document.is_object()) return false;
@@ -113,6 +144,22 @@ void print_summary(const std::vector<FileResult>& files) {
                 static_cast<long long>(s.num_memory), abs_pct(s.median_memory_error_pct).c_str(),
                 share_text(s.ordering).c_str(), share_text(s.ordering_same_job).c_str());
   }
+  std::printf("\nleave-one-out (each row predicted by a fit of its cluster's other rows):\n");
+  std::printf("%-26s %10s %10s  %s\n", "file", "|err| thr", "|err| mem",
+              "ordering (pairs > 5 % apart): all; same job");
+  for (const FileResult& f : files) {
+    const FileSummary& s = f.loo_summary;
+    auto abs_pct = [](const std::optional<double>& v) {
+      if (!v) return std::string("-");
+      char text[32];
+      std::snprintf(text, sizeof text, "%.1f %%", *v);
+      return std::string(text);
+    };
+    std::printf("%-26s %10s %10s  %s; %s\n", s.file.c_str(),
+                abs_pct(s.median_throughput_error_pct).c_str(),
+                abs_pct(s.median_memory_error_pct).c_str(), share_text(s.ordering).c_str(),
+                share_text(s.ordering_same_job).c_str());
+  }
   std::printf(
       "(pred: rows predicted against a measured throughput; n/e: not expressible; oom(agr): rows "
       "published as out of memory (those the model also says do not fit); ran>mem: rows that ran "
@@ -138,11 +185,15 @@ int run(const std::string& dir, bool json, const std::string& explain) {
       skipped.push_back(name);
       continue;
     }
-    FileResult f{name, predict_file(document, name), {}};
+    FileResult f;
+    f.name = name;
+    f.prepared = prepare_file(document, name);
+    for (const PreparedRow& r : f.prepared) f.rows.push_back(r.result);
     f.summary = summarize(name, f.rows);
     files.push_back(std::move(f));
   }
   if (files.empty()) throw InputError(dir, "", "expected JSON files with training rows");
+  if (explain.empty()) leave_one_out(&files);
   if (!explain.empty()) {
     for (const FileResult& f : files) {
       for (const RowResult& r : f.rows) {
@@ -155,7 +206,9 @@ int run(const std::string& dir, bool json, const std::string& explain) {
   if (json) {
     nlohmann::json doc = {{"folder", dir}, {"skipped", skipped}};
     for (const FileResult& f : files) {
-      doc["files"].push_back(summary_to_json(f.summary));
+      nlohmann::json summary = summary_to_json(f.summary);
+      summary["leave_one_out"] = summary_to_json(f.loo_summary);
+      doc["files"].push_back(summary);
       for (const RowResult& r : f.rows) doc["rows"].push_back(row_to_json(r, true));
     }
     std::cout << doc.dump(2) << "\n";

@@ -5,7 +5,10 @@
 # compared with what was measured. Prints one line per row (throughput in the row's own unit and,
 # where published, memory, each with its error), the rows Loom cannot express with the reason,
 # and per file the median |error| and the share of pairs (measured more than 5 % apart) that the
-# prediction orders as measured.
+# prediction orders as measured; then the same figures leave-one-out: the usable rows of each
+# cluster (all files together) fitted as `loom calibrate` fits them, each row predicted by the
+# fit of the others (planner/fit.hpp), which is the error to expect on runs the calibration has
+# not seen.
 #
 # Usage: bench/published.sh [DIR] [--json] [--explain ID]
 #        BUILD=build-foo bench/published.sh

@@ -19,7 +19,7 @@ ProcessMemory process_memory(const profiles::DeviceSpec& device, const Strategy&
   // here, which the device files do not let us tell apart yet.
   out.workspace_bytes = kCublasHandles * kCublasWorkspaceBytes;
   out.nccl_buffer_bytes = nccl_connection_count(s) * kNcclChannels * kNcclConnectionBytes;
-  out.fragmentation_bytes = kFragmentationFraction * transient_bytes;
+  out.fragmentation_bytes = device.fragmentation.value_or(kFragmentationFraction) * transient_bytes;
   return out;
 }
 

@@ -8,7 +8,8 @@
 //   nccl_buffers    per communicator the rank joins: channels x peers x the buffers of NCCL's three
 //                   protocols (Simple: NCCL_BUFFSIZE 4 MiB; LL128 4.6875 MiB; LL 512 KiB)
 //   fragmentation   the caching allocator's reserved-but-unallocated memory, a fraction of the
-//                   step's transient bytes (activations and working buffers)
+//                   step's transient bytes (activations and working buffers): the device's
+//                   `fragmentation` (a calibrated cluster's), else kFragmentationFraction
 //
 // All zero on CPU devices: Loom's CPU ranks run without any of these, and the CPU validation
 // measures the allocator's own peak.

@@ -82,65 +82,73 @@ class Fields {
   std::string path_;
 };
 
-// The shipped cluster file for each GPU name the sources use, with what the choice assumes.
+// The shipped cluster file for each GPU name the sources use, its device's name, and what the
+// choice assumes.
 struct GpuEntry {
   const char* gpu;
   const char* cluster;
-  double memory_gib;  // 0: the cluster file's
+  const char* device;  // the cluster file's device.name
+  double memory_gib;   // 0: the cluster file's
   const char* assumption;
 };
 constexpr GpuEntry kGpus[] = {
-    {"A100-SXM4-80GB", "dgx-a100-80g", 0, nullptr},
-    {"A100-80GB", "dgx-a100-80g", 0, "A100 form factor not stated: SXM4 (DGX A100) assumed"},
-    {"A100-SXM4-40GB", "dgx-a100-40g", 0, nullptr},
-    {"A100-40GB", "dgx-a100-40g", 0, "A100 form factor not stated: SXM4 (DGX A100) assumed"},
-    {"H100-SXM5-80GB", "dgx-h100", 0, nullptr},
-    {"H100-80GB", "dgx-h100", 0, "H100 form factor not stated: SXM5 (DGX H100) assumed"},
-    {"H100-SXM-96GB-HBM2e (500 W power limit)", "h100-96g-hbm2e", 0,
+    {"A100-SXM4-80GB", "dgx-a100-80g", "A100-SXM4-80GB", 0, nullptr},
+    {"A100-80GB", "dgx-a100-80g", "A100-SXM4-80GB", 0,
+     "A100 form factor not stated: SXM4 (DGX A100) assumed"},
+    {"A100-SXM4-40GB", "dgx-a100-40g", "A100-SXM4-40GB", 0, nullptr},
+    {"A100-40GB", "dgx-a100-40g", "A100-SXM4-40GB", 0,
+     "A100 form factor not stated: SXM4 (DGX A100) assumed"},
+    {"H100-SXM5-80GB", "dgx-h100", "H100-SXM5-80GB", 0, nullptr},
+    {"H100-80GB", "dgx-h100", "H100-SXM5-80GB", 0,
+     "H100 form factor not stated: SXM5 (DGX H100) assumed"},
+    {"H100-SXM-96GB-HBM2e (500 W power limit)", "h100-96g-hbm2e", "H100-SXM-96GB-HBM2e", 0,
      "the 500 W power limit is not modelled (SXM peak rates)"},
-    {"H100-SXM-HBM2e 94/95GB (lower TDP)", "h100-96g-hbm2e", 94,
+    {"H100-SXM-HBM2e 94/95GB (lower TDP)", "h100-96g-hbm2e", "H100-SXM-96GB-HBM2e", 94,
      "the lower-TDP part is not modelled (SXM peak rates), 94 GiB of memory"},
-    {"V100-SXM2-16GB", "dgx1-v100-16g", 0, nullptr},
-    {"V100-SXM2-32GB", "dgx1-v100-32g", 0, nullptr},
-    {"V100", "dgx2-v100-32g", 0,
+    {"V100-SXM2-16GB", "dgx1-v100-16g", "V100-SXM2-16GB", 0, nullptr},
+    {"V100-SXM2-32GB", "dgx1-v100-32g", "V100-SXM2-32GB", 0, nullptr},
+    {"V100", "dgx2-v100-32g", "V100-SXM3-32GB", 0,
      "V100 memory and interconnect not stated: a DGX-2 (16 x V100 32GB, NVSwitch) assumed"},
 };
 
 constexpr double kGib = 1024.0 * 1024.0 * 1024.0;
 
-// The GPU's cluster sized as the row ran: its GPU count, GPUs per node and inter-node rate.
+// The GPU's cluster (`given`, else the shipped file for the GPU) sized as the row ran: its GPU
+// count, GPUs per node and inter-node rate.
 std::variant<profiles::Cluster, std::string> row_cluster(const Fields& row, const std::string& file,
-                                                         std::vector<std::string>* assumptions) {
+                                                         const profiles::Cluster* given,
+                                                         RowMapping* out) {
   const std::string gpu = row.required_text("gpu");
   const GpuEntry* entry = nullptr;
   for (const GpuEntry& e : kGpus) {
     if (gpu == e.gpu) entry = &e;
   }
-  if (!entry) return "unknown GPU \"" + gpu + "\" (no cluster file for it)";
-  if (entry->assumption) assumptions->push_back(entry->assumption);
-  profiles::Cluster cluster = profiles::load_cluster(entry->cluster);
-  if (entry->memory_gib > 0) {
-    cluster.device.memory_bytes = static_cast<std::int64_t>(entry->memory_gib * kGib);
+  if (!entry && !(given && given->device.name == gpu)) {
+    return "unknown GPU \"" + gpu + "\" (no cluster file for it)";
   }
-  std::int64_t gpus = 1;
+  if (given && given->device.name != gpu && given->device.name != entry->device) {
+    return "GPU \"" + gpu + "\" is not the cluster's device (" + given->device.name + ")";
+  }
+  if (entry && entry->assumption) out->assumptions.push_back(entry->assumption);
+  out->cluster_file = given ? given->name : entry->cluster;
+  const profiles::Cluster base = given ? *given : profiles::load_cluster(entry->cluster);
+  ClusterSizing& sizing = out->sizing;
+  if (entry && entry->memory_gib > 0) sizing.memory_gib = entry->memory_gib;
   if (auto n = row.integer("gpus", 1)) {
-    gpus = *n;
+    sizing.gpus = *n;
   } else {
-    assumptions->push_back("GPU count not stated: one GPU (the limit applies per GPU)");
+    out->assumptions.push_back("GPU count not stated: one GPU (the limit applies per GPU)");
   }
-  if (auto per_node = row.integer("gpus_per_node", 1); per_node && cluster.links.empty()) {
-    cluster.devices_per_node = *per_node;
+  sizing.gpus_per_node = row.integer("gpus_per_node", 1);
+  if (row.has("interconnect")) {
+    auto rate = row.object("interconnect").number("inter_node_gbps");
+    if (rate && *rate > 0) sizing.inter_node_gbps = *rate;
   }
   try {
-    cluster = profiles::with_devices(cluster, gpus, file);
+    return sized_cluster(base, sizing, file);
   } catch (const InputError& e) {
     return std::string("GPU count does not fit the cluster: ") + e.what();
   }
-  if (row.has("interconnect")) {
-    auto rate = row.object("interconnect").number("inter_node_gbps");
-    if (rate && *rate > 0 && cluster.inter_node) cluster.inter_node->bandwidth_gbps = *rate;
-  }
-  return cluster;
 }
 
 // The Llama key/value heads the row's model object leaves out: 8 for Llama 3 and for Llama 2's
@@ -313,12 +321,34 @@ std::optional<std::string> row_job_strategy(const Fields& row, RowMapping* out) 
 
 }  // namespace
 
-MappedRow map_row(const nlohmann::json& row_json, const std::string& file,
-                  const std::string& path) {
+profiles::Cluster sized_cluster(const profiles::Cluster& base, const ClusterSizing& sizing,
+                                const std::string& file) {
+  profiles::Cluster cluster = base;
+  if (sizing.memory_gib) {
+    cluster.device.memory_bytes = static_cast<std::int64_t>(*sizing.memory_gib * kGib);
+  }
+  if (sizing.gpus_per_node && cluster.links.empty()) {
+    cluster.devices_per_node = *sizing.gpus_per_node;
+  }
+  cluster = profiles::with_devices(cluster, sizing.gpus, file);
+  if (sizing.inter_node_gbps && cluster.inter_node) {
+    // The bus-bandwidth ceiling is a share of the link's rate: it scales with the row's rate.
+    profiles::LinkClass& link = *cluster.inter_node;
+    if (link.bus_bandwidth_gbps) {
+      link.bus_bandwidth_gbps =
+          *link.bus_bandwidth_gbps * *sizing.inter_node_gbps / link.bandwidth_gbps;
+    }
+    link.bandwidth_gbps = *sizing.inter_node_gbps;
+  }
+  return cluster;
+}
+
+MappedRow map_row(const nlohmann::json& row_json, const std::string& file, const std::string& path,
+                  const profiles::Cluster* cluster_file) {
   const Fields row(row_json, file, path);
   RowMapping out;
   out.model = row_model(row, file, path, &out.assumptions);
-  auto cluster = row_cluster(row, file, &out.assumptions);
+  auto cluster = row_cluster(row, file, cluster_file, &out);
   if (auto* why = std::get_if<std::string>(&cluster)) return *why;
   out.cluster = std::get<profiles::Cluster>(std::move(cluster));
   if (auto why = row_job_strategy(row, &out)) return *why;

@@ -21,6 +21,18 @@
 
 namespace loom::published {
 
+// How a row's cluster is made from a cluster file: that many GPUs (with_devices), the row's GPUs
+// per node, inter-node rate (the bus-bandwidth ceiling scaled with it) and device memory.
+struct ClusterSizing {
+  std::int64_t gpus = 1;
+  std::optional<std::int64_t> gpus_per_node;
+  std::optional<double> inter_node_gbps;
+  std::optional<double> memory_gib;
+};
+// Throws InputError (naming `file`) when the GPU count does not fit the cluster.
+profiles::Cluster sized_cluster(const profiles::Cluster& base, const ClusterSizing& sizing,
+                                const std::string& file);
+
 // A row in Loom's terms. `assumptions` lists what the mapping had to assume or leave out
 // ("biases not modelled", "a DGX-2 assumed for an unstated V100 node"), in words.
 struct RowMapping {
@@ -30,12 +42,17 @@ struct RowMapping {
   costmodel::Strategy strategy;
   costmodel::CostOptions options;
   std::vector<std::string> assumptions;
+  std::string cluster_file;  // the cluster the row was sized from (its name)
+  ClusterSizing sizing;      // cluster = sized_cluster(that cluster, sizing)
 };
 
 // The mapping, or the reason the row cannot be expressed. Throws InputError (naming `file` and
-// the row's JSON path) when a field has the wrong type or a required one is missing.
+// the row's JSON path) when a field has the wrong type or a required one is missing. The cluster
+// is the shipped file for the row's GPU, or `cluster` when given (the row's GPU must be its
+// device, else that is the reason).
 using MappedRow = std::variant<RowMapping, std::string>;
-MappedRow map_row(const nlohmann::json& row, const std::string& file, const std::string& path);
+MappedRow map_row(const nlohmann::json& row, const std::string& file, const std::string& path,
+                  const profiles::Cluster* cluster = nullptr);
 
 // One row's outcome. Throughput is in `unit`, the row's own: "tokens_per_s_per_gpu" (per GPU),
 // "samples_per_s" (the whole system) or "samples_per_s_per_gpu", the first the row measured.
@@ -66,8 +83,35 @@ struct RowResult {
 };
 
 // Maps and predicts `row` of `file` (the pipeline partition is the planner's balanced one for
-// pp > 1).
-RowResult predict_row(const nlohmann::json& row, const std::string& file, const std::string& path);
+// pp > 1) on the shipped cluster of its GPU, or on `cluster` (map_row()).
+RowResult predict_row(const nlohmann::json& row, const std::string& file, const std::string& path,
+                      const profiles::Cluster* cluster = nullptr);
+
+// A row mapped and predicted once (`result`), with what predicting it again on the same cluster
+// with other parameter values keeps: the rank-to-device mapping and the stage partition.
+struct PreparedRow {
+  RowResult result;  // mapping absent: not expressible (result.not_expressible says why)
+  std::vector<int> device_of_rank;
+  std::vector<costmodel::StageRange> stages;
+};
+PreparedRow prepare_row(const nlohmann::json& row, const std::string& file, const std::string& path,
+                        const profiles::Cluster* cluster = nullptr);
+
+// A prediction in the row's units: throughput in its `unit`, memory as its source read it (the
+// allocator's reserved bytes when memory_kind names the allocator, else the device's total).
+struct RowFigures {
+  double throughput = 0;
+  double memory_gib = 0;
+  bool fits = true;  // the predicted peak is within the device's memory
+  costmodel::Prediction prediction;
+};
+// Predicts a prepared, expressible row on `cluster_file`: the cluster it was mapped with, its
+// parameters changed (sized as the row ran, result.mapping->sizing). Throws what estimate() throws.
+RowFigures predict_prepared(const PreparedRow& row, const profiles::Cluster& cluster_file);
+
+// Every training row of the file prepared (on `cluster` when given); InputError as predict_file.
+std::vector<PreparedRow> prepare_file(const nlohmann::json& document, const std::string& file,
+                                      const profiles::Cluster* cluster = nullptr);
 
 // Every training row of the file (its "rows" array); InputError naming the file when it has none.
 std::vector<RowResult> predict_file(const nlohmann::json& document, const std::string& file);

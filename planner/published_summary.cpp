@@ -5,9 +5,9 @@
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 
-#include "planner/published_rows.hpp"
 #include "planner/mapping.hpp"
 #include "planner/partition.hpp"
+#include "planner/published_rows.hpp"
 #include "planner/search.hpp"
 #include "profiles/errors.hpp"
 #include "profiles/model_spec.hpp"
@@ -75,9 +75,48 @@ std::optional<double> RowResult::memory_error_pct() const {
   return (predicted_memory_gib - *measured_memory_gib) / *measured_memory_gib * 100;
 }
 
-RowResult predict_row(const nlohmann::json& row, const std::string& file, const std::string& path) {
+namespace {
+
+// `p` in the row's units: throughput, and the memory the row's source read (allocator or device).
+RowFigures figures_of(const RowResult& row, const costmodel::Prediction& p,
+                      const profiles::Cluster& cluster) {
+  RowFigures out;
+  out.throughput = predicted_in(row.unit, p, static_cast<double>(cluster.device_count()));
+  // What the caching allocator reserves is the tensors plus its fragmentation; what the device
+  // shows as used adds the CUDA context, workspaces and NCCL buffers (the plan's total).
+  double allocator_bytes = 0;
+  for (const costmodel::MemoryBreakdown& b : p.memory_by_stage) {
+    allocator_bytes = std::max(allocator_bytes, b.tensor_bytes() + b.fragmentation_bytes);
+  }
+  const bool allocator = row.memory_kind.find("allocator") != std::string::npos;
+  out.memory_gib = (allocator ? allocator_bytes : p.peak_memory_bytes) / kGib;
+  out.fits = p.peak_memory_bytes <= static_cast<double>(cluster.device.memory_bytes);
+  out.prediction = p;
+  return out;
+}
+
+void set_figures(const RowFigures& f, const profiles::Cluster& cluster, RowResult* out) {
+  out->predicted = f.throughput;
+  out->predicted_memory_gib = f.memory_gib;
+  out->device_memory_gib = static_cast<double>(cluster.device.memory_bytes) / kGib;
+  out->predicted_fits = f.fits;
+  out->prediction = f.prediction;
+}
+
+}  // namespace
+
+RowFigures predict_prepared(const PreparedRow& row, const profiles::Cluster& cluster_file) {
+  const RowMapping& m = *row.result.mapping;
+  const profiles::Cluster cluster = sized_cluster(cluster_file, m.sizing, row.result.file);
+  const costmodel::CostModel cost(m.model, cluster, m.options, row.device_of_rank);
+  return figures_of(row.result, cost.estimate(m.job, m.strategy, row.stages), cluster);
+}
+
+PreparedRow prepare_row(const nlohmann::json& row, const std::string& file, const std::string& path,
+                        const profiles::Cluster* cluster) {
   if (!row.is_object()) throw InputError(file, path, "expected an object");
-  RowResult out;
+  PreparedRow prepared;
+  RowResult& out = prepared.result;
   out.file = file;
   out.id = text_or(row, "id", path);
   if (auto model = row.find("model"); model != row.end() && model->is_object()) {
@@ -88,10 +127,10 @@ RowResult predict_row(const nlohmann::json& row, const std::string& file, const 
   out.oom = flag(row, "oom");
   out.doubtful = flag(row, "doubtful");
   read_measured(row, file, path, &out);
-  MappedRow mapped = map_row(row, file, path);
+  MappedRow mapped = map_row(row, file, path, cluster);
   if (auto* why = std::get_if<std::string>(&mapped)) {
     out.not_expressible = *why;
-    return out;
+    return prepared;
   }
   const RowMapping& m = std::get<RowMapping>(mapped);
   out.assumptions = m.assumptions;
@@ -102,45 +141,49 @@ RowResult predict_row(const nlohmann::json& row, const std::string& file, const 
     const costmodel::CostModel cost =
         base.with_mapping(planner::map_ranks(base.topology(), m.cluster, m.strategy));
     const double memory = static_cast<double>(m.cluster.device.memory_bytes);
-    costmodel::Prediction p = cost.estimate(
-        m.job, m.strategy,
-        costmodel::even_partition(m.model, m.strategy.pp * m.strategy.virtual_stages));
+    prepared.stages = costmodel::even_partition(m.model, m.strategy.pp * m.strategy.virtual_stages);
+    costmodel::Prediction p = cost.estimate(m.job, m.strategy, prepared.stages);
     if (m.strategy.pp > 1 && m.strategy.schedule != costmodel::Schedule::kInterleaved) {
       const double limit = planner::SearchOptions{}.memory_margin * memory;
       if (auto balanced = planner::balanced_partition(cost, m.job, m.strategy, limit)) {
         costmodel::Prediction q = cost.estimate(m.job, m.strategy, *balanced);
-        if (q.step_time_s < p.step_time_s) p = q;
+        if (q.step_time_s < p.step_time_s) {
+          p = q;
+          prepared.stages = *balanced;
+        }
       }
     }
-    out.predicted = predicted_in(out.unit, p, static_cast<double>(m.cluster.device_count()));
-    // What the caching allocator reserves is the tensors plus its fragmentation; what the device
-    // shows as used adds the CUDA context, workspaces and NCCL buffers (the plan's total).
-    double allocator_bytes = 0;
-    for (const costmodel::MemoryBreakdown& b : p.memory_by_stage) {
-      allocator_bytes = std::max(allocator_bytes, b.tensor_bytes() + b.fragmentation_bytes);
-    }
-    const bool allocator = out.memory_kind.find("allocator") != std::string::npos;
-    out.predicted_memory_gib = (allocator ? allocator_bytes : p.peak_memory_bytes) / kGib;
-    out.device_memory_gib = memory / kGib;
-    out.predicted_fits = p.peak_memory_bytes <= memory;
+    prepared.device_of_rank = cost.device_of_rank();
+    set_figures(figures_of(out, p, m.cluster), m.cluster, &out);
     out.mapping = m;
-    out.prediction = p;
   } catch (const std::invalid_argument& e) {
     out.not_expressible = e.what();
   } catch (const InputError& e) {
     out.not_expressible = e.what();
   }
-  return out;
+  return prepared;
+}
+
+RowResult predict_row(const nlohmann::json& row, const std::string& file, const std::string& path,
+                      const profiles::Cluster* cluster) {
+  return prepare_row(row, file, path, cluster).result;
 }
 
 std::vector<RowResult> predict_file(const nlohmann::json& document, const std::string& file) {
+  std::vector<RowResult> out;
+  for (PreparedRow& r : prepare_file(document, file)) out.push_back(std::move(r.result));
+  return out;
+}
+
+std::vector<PreparedRow> prepare_file(const nlohmann::json& document, const std::string& file,
+                                      const profiles::Cluster* cluster) {
   auto rows = document.is_object() ? document.find("rows") : document.end();
   if (!document.is_object() || rows == document.end() || !rows->is_array() || rows->empty()) {
     throw InputError(file, "$.rows", "expected a non-empty array of training rows");
   }
-  std::vector<RowResult> out;
+  std::vector<PreparedRow> out;
   for (std::size_t i = 0; i < rows->size(); ++i) {
-    out.push_back(predict_row((*rows)[i], file, "$.rows[" + std::to_string(i) + "]"));
+    out.push_back(prepare_row((*rows)[i], file, "$.rows[" + std::to_string(i) + "]", cluster));
   }
   return out;
 }

@@ -121,7 +121,73 @@ void validate_achievable(const DeviceSpec& d, const Bad& bad) {
   }
 }
 
+// device.fragmentation: a fraction in [0, 1].
+std::optional<double> read_fragmentation(ObjectReader& d) {
+  auto out = d.optional_number("fragmentation", 0, /*exclusive=*/false);
+  if (out && *out > 1) d.fail("fragmentation", "expected a fraction in [0, 1]");
+  return out;
+}
+
+CalibratedParameter read_calibrated_parameter(ObjectReader p, const std::string& name) {
+  CalibratedParameter out;
+  out.name = name;
+  out.start = p.number("start", 0, false);
+  out.value = p.number("value", 0, false);
+  out.uncertainty = p.optional_number("uncertainty", 0, /*exclusive=*/false);
+  out.informed = p.optional_boolean("informed").value_or(true);
+  p.finish();
+  return out;
+}
+
 }  // namespace
+
+nlohmann::json calibration_to_json(const CalibrationRecord& c) {
+  nlohmann::json j = {{"rows", c.rows}, {"files", c.files}, {"date", c.date}};
+  auto put = [&](const char* key, const std::optional<double>& v) {
+    if (v) j[key] = *v;
+  };
+  put("median_error_pct", c.median_error_pct);
+  put("loo_median_error_pct", c.loo_median_error_pct);
+  put("memory_median_error_pct", c.memory_median_error_pct);
+  put("loo_memory_median_error_pct", c.loo_memory_median_error_pct);
+  if (!c.transferred_from.empty()) j["transferred_from"] = c.transferred_from;
+  nlohmann::json parameters = nlohmann::json::object();
+  for (const CalibratedParameter& p : c.parameters) {
+    nlohmann::json q = {{"start", p.start}, {"value", p.value}};
+    if (p.uncertainty) q["uncertainty"] = *p.uncertainty;
+    if (!p.informed) q["informed"] = false;
+    parameters[p.name] = q;
+  }
+  j["parameters"] = parameters;
+  return j;
+}
+
+CalibrationRecord calibration_from_json(const nlohmann::json& value, const std::string& source) {
+  ObjectReader r(value, source, "$.calibration");
+  CalibrationRecord c;
+  c.rows = r.integer("rows", 0);
+  const nlohmann::json& files = r.array("files");
+  for (std::size_t i = 0; i < files.size(); ++i) {
+    if (!files[i].is_string()) {
+      throw InputError(source, r.element_path("files", i), "expected a file name (a string)");
+    }
+    c.files.push_back(files[i].get<std::string>());
+  }
+  c.date = r.string("date");
+  c.median_error_pct = r.optional_number("median_error_pct", 0, false);
+  c.loo_median_error_pct = r.optional_number("loo_median_error_pct", 0, false);
+  c.memory_median_error_pct = r.optional_number("memory_median_error_pct", 0, false);
+  c.loo_memory_median_error_pct = r.optional_number("loo_memory_median_error_pct", 0, false);
+  c.transferred_from = r.optional_string("transferred_from").value_or("");
+  ObjectReader parameters = r.object("parameters");
+  const nlohmann::json& object = value.at("parameters");
+  for (auto it = object.begin(); it != object.end(); ++it) {
+    c.parameters.push_back(read_calibrated_parameter(parameters.object(it.key()), it.key()));
+  }
+  parameters.finish();
+  r.finish();
+  return c;
+}
 
 void validate_cluster(const Cluster& c, const std::string& source) {
   auto bad = [&](const std::string& field, const std::string& expectation) {
@@ -187,6 +253,7 @@ Cluster cluster_from_json(const nlohmann::json& value, const std::string& source
     }
     efficiency(d, "attention_efficiency", &c.device.attention_efficiency);
     efficiency(d, "sustained_clock_fraction", &c.device.sustained_clock_fraction);
+    c.device.fragmentation = read_fragmentation(d);
     d.finish();
   }
   c.intra_node = read_link_class(r.object("intra_node"));
@@ -224,6 +291,12 @@ Cluster cluster_from_json(const nlohmann::json& value, const std::string& source
   if (c.overlap_slowdown && *c.overlap_slowdown >= 1) {
     r.fail("overlap_slowdown", "expected a fraction in [0, 1)");
   }
+  if (r.has("calibration")) {
+    r.object("calibration");  // marks the key known; the record has its own reader
+    c.calibration = calibration_from_json(value.at("calibration"), source);
+  } else {
+    r.skip("calibration");
+  }
   r.finish();
   validate_cluster(c, source);
   return c;
@@ -255,6 +328,7 @@ nlohmann::json cluster_to_json(const Cluster& c) {
   if (c.device.sustained_clock_fraction) {
     d["sustained_clock_fraction"] = *c.device.sustained_clock_fraction;
   }
+  if (c.device.fragmentation) d["fragmentation"] = *c.device.fragmentation;
   j["device"] = d;
   j["intra_node"] = link_class_to_json(c.intra_node);
   if (c.inter_node) j["inter_node"] = link_class_to_json(*c.inter_node);
@@ -269,6 +343,7 @@ nlohmann::json cluster_to_json(const Cluster& c) {
   if (!c.source.empty()) j["source"] = c.source;
   if (c.collective_launch_us) j["collective_launch_us"] = *c.collective_launch_us;
   if (c.overlap_slowdown) j["overlap_slowdown"] = *c.overlap_slowdown;
+  if (c.calibration) j["calibration"] = calibration_to_json(*c.calibration);
   return j;
 }
 

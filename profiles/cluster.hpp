@@ -54,6 +54,10 @@ struct DeviceSpec {
   // mean of nvidia-smi's clocks.sm over a run over clocks.max.sm. Absent = 1. JSON
   // "sustained_clock_fraction".
   std::optional<double> sustained_clock_fraction;
+  // GPUs: the caching allocator's reserved-but-unallocated memory as a fraction of the step's
+  // transient bytes (process_memory.hpp); absent = kFragmentationFraction there. JSON
+  // "fragmentation".
+  std::optional<double> fragmentation;
   bool operator==(const DeviceSpec&) const = default;
 };
 
@@ -81,6 +85,33 @@ struct ExplicitLink {
   bool operator==(const ExplicitLink&) const = default;
 };
 
+// What `loom calibrate` fitted into a cluster file (JSON "calibration"): the measured rows it used,
+// from which files and when, the median |error| of its predictions in sample and leave-one-out,
+// and each free parameter with its starting (datasheet) value, fitted value and uncertainty.
+struct CalibratedParameter {
+  std::string name;  // "device.achievable_tflops.bf16", "inter_node.latency_us", ...
+  double start = 0;  // the value before any calibration (the prior's centre on a re-fit)
+  double value = 0;
+  std::optional<double> uncertainty;  // one standard deviation; absent when not informed
+  bool informed = true;               // false: no row depends on it, so it kept its start
+  bool operator==(const CalibratedParameter&) const = default;
+};
+struct CalibrationRecord {
+  std::int64_t rows = 0;
+  std::vector<std::string> files;
+  std::string date;                            // YYYY-MM-DD
+  std::optional<double> median_error_pct;      // throughput, |error|, in sample
+  std::optional<double> loo_median_error_pct;  // throughput, leave-one-out
+  std::optional<double> memory_median_error_pct;
+  std::optional<double> loo_memory_median_error_pct;
+  std::string transferred_from;  // set when the device parameters come from another cluster's fit
+  std::vector<CalibratedParameter> parameters;
+  bool operator==(const CalibrationRecord&) const = default;
+};
+nlohmann::json calibration_to_json(const CalibrationRecord& record);
+// Reads a "calibration" object; InputError naming `source` and the field otherwise.
+CalibrationRecord calibration_from_json(const nlohmann::json& value, const std::string& source);
+
 struct Cluster {
   std::string name;
   std::int64_t nodes = 1;
@@ -95,6 +126,7 @@ struct Cluster {
   // beside it (comm.hpp overlapped_time_s); absent = 0 and kDefaultOverlapSlowdown.
   std::optional<double> collective_launch_us;
   std::optional<double> overlap_slowdown;
+  std::optional<CalibrationRecord> calibration;  // set by `loom calibrate`
 
   std::int64_t device_count() const { return nodes * devices_per_node; }
   bool operator==(const Cluster&) const = default;

@@ -31,7 +31,7 @@ struct CommandInfo {
 };
 
 // Every subcommand, in the order `loom --help` lists them.
-inline constexpr std::array<CommandInfo, 12> kCommands{{
+inline constexpr std::array<CommandInfo, 13> kCommands{{
     {"plan", "Search parallel strategies; predict step time and memory of the best", false},
     {"demo", "Plan, simulate and train a small encoder on this machine", true},
     {"train", "Train as one rank of a plan", true},
@@ -43,6 +43,8 @@ inline constexpr std::array<CommandInfo, 12> kCommands{{
     {"profile", "Measure the model's layers on this device, or the links of a launched group",
      true},
     {"validate", "Run a plan for N steps here; print predicted vs measured step time and memory",
+     false},
+    {"calibrate", "Fit a cluster's parameters to measured runs; write the calibrated cluster",
      false},
     {"logits", "A classifier's logits for given token ids, from a Hugging Face checkpoint", true},
     {"export", "Write a Hugging Face model folder from a checkpoint of loom train", true},
@@ -74,6 +76,7 @@ Runner add_launch_command(CLI::App& app);
 Runner add_slurm_command(CLI::App& app);
 Runner add_profile_command(CLI::App& app);
 Runner add_validate_command(CLI::App& app);
+Runner add_calibrate_command(CLI::App& app);
 Runner add_logits_command(CLI::App& app);
 Runner add_export_command(CLI::App& app);
 Runner add_tune_command(CLI::App& app);

@@ -1,7 +1,7 @@
 // loom: plan, simulate and run parallel training of transformer models. See spec/cli.md.
 //
 // This binary runs the commands that need no LibTorch (plan, simulate, report, launch, slurm,
-// validate, tune) and hands the others to loom-torch, built next to it (tools/cli.hpp).
+// validate, tune, calibrate) and hands the others to loom-torch, built next to it (tools/cli.hpp).
 #include <csignal>
 #include <map>
 #include <string>
@@ -18,9 +18,13 @@ int main(int argc, char** argv) {
   std::signal(SIGPIPE, SIG_IGN);
   using loom::tools::CommandAdder;
   const std::map<std::string, CommandAdder> commands = {
-      {"plan", loom::tools::add_plan_command},     {"simulate", loom::tools::add_simulate_command},
-      {"report", loom::tools::add_report_command}, {"launch", loom::tools::add_launch_command},
-      {"slurm", loom::tools::add_slurm_command},   {"validate", loom::tools::add_validate_command},
+      {"plan", loom::tools::add_plan_command},
+      {"simulate", loom::tools::add_simulate_command},
+      {"report", loom::tools::add_report_command},
+      {"launch", loom::tools::add_launch_command},
+      {"slurm", loom::tools::add_slurm_command},
+      {"validate", loom::tools::add_validate_command},
+      {"calibrate", loom::tools::add_calibrate_command},
       {"tune", loom::tools::add_tune_command},
   };
   return loom::tools::run_command_line(argc, argv, commands, "loom-torch");

@@ -12,8 +12,23 @@ using loom::profiles::PathMetrics;
 using loom::profiles::Topology;
 
 namespace {
+// The shipped cluster with its links at their datasheet values (the `start` of each link
+// parameter in its calibration record): the figures below are derived from the datasheets.
+loom::profiles::Cluster datasheet_links(loom::profiles::Cluster c) {
+  if (!c.calibration) return c;
+  for (const auto& p : c.calibration->parameters) {
+    if (p.name == "intra_node.bus_bandwidth_gbps") c.intra_node.bus_bandwidth_gbps = p.start;
+    if (p.name == "intra_node.latency_us") c.intra_node.latency_us = p.start;
+    if (p.name == "inter_node.bus_bandwidth_gbps" && c.inter_node) {
+      c.inter_node->bus_bandwidth_gbps = p.start;
+    }
+    if (p.name == "inter_node.latency_us" && c.inter_node) c.inter_node->latency_us = p.start;
+    if (p.name == "collective_launch_us") c.collective_launch_us = p.start;
+  }
+  return c;
+}
 Topology topology_of(const std::string& name) {
-  return Topology(loom::profiles::load_cluster(name));
+  return Topology(datasheet_links(loom::profiles::load_cluster(name)));
 }
 }  // namespace
 

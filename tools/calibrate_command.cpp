@@ -1,0 +1,171 @@
+// loom calibrate: fits a cluster's free parameters to measured runs and writes the calibrated
+// cluster (docs/calibrate.md).
+#include <chrono>
+#include <cstdio>
+#include <ctime>
+#include <filesystem>
+#include <iostream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "planner/fit.hpp"
+#include "profiles/errors.hpp"
+#include "profiles/loader.hpp"
+#include "tools/commands.hpp"
+
+namespace loom::tools {
+
+namespace {
+
+struct CalibrateArgs {
+  std::vector<std::string> runs;
+  std::string cluster;
+  std::string output;
+  std::string date;
+  std::vector<std::string> apply_to;
+};
+
+std::string today() {
+  const std::time_t now = std::time(nullptr);
+  std::tm utc{};
+  gmtime_r(&now, &utc);
+  char text[16];
+  std::strftime(text, sizeof text, "%Y-%m-%d", &utc);
+  return text;
+}
+
+bool is_date(const std::string& text) {
+  if (text.size() != 10 || text[4] != '-' || text[7] != '-') return false;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    if (i != 4 && i != 7 && (text[i] < '0' || text[i] > '9')) return false;
+  }
+  return true;
+}
+
+std::string number(double value) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.4g", value);
+  return text;
+}
+
+std::string pct(const std::optional<double>& v) {
+  if (!v) return "-";
+  char text[32];
+  std::snprintf(text, sizeof text, "%.1f %%", *v);
+  return text;
+}
+
+void print_fit(const fit::FitResult& result, std::size_t throughput_rows, std::size_t memory_rows) {
+  char line[256];
+  std::snprintf(line, sizeof line, "%-34s %10s %10s %12s\n", "parameter", "start", "fitted",
+                "uncertainty");
+  std::cout << line;
+  for (const fit::ParameterFit& p : result.parameters) {
+    if (p.informed) {
+      std::snprintf(line, sizeof line, "%-34s %10s %10s %12s\n", p.name.c_str(),
+                    number(p.start).c_str(), number(p.value).c_str(),
+                    ("+/- " + number(p.uncertainty)).c_str());
+    } else {
+      std::snprintf(line, sizeof line, "%-34s %10s %10s %12s\n", p.name.c_str(),
+                    number(p.start).c_str(), "-", "not informed");
+    }
+    std::cout << line;
+  }
+  std::snprintf(line, sizeof line, "\n%-24s %10s %14s\n", "median |error|", "in sample",
+                "leave-one-out");
+  std::cout << line;
+  std::snprintf(line, sizeof line, "%-24s %10s %14s\n",
+                ("throughput (" + std::to_string(throughput_rows) + " rows)").c_str(),
+                pct(result.median_error_pct).c_str(), pct(result.loo_median_error_pct).c_str());
+  std::cout << line;
+  std::snprintf(line, sizeof line, "%-24s %10s %14s\n",
+                ("memory (" + std::to_string(memory_rows) + " rows)").c_str(),
+                pct(result.memory_median_error_pct).c_str(),
+                pct(result.loo_memory_median_error_pct).c_str());
+  std::cout << line;
+}
+
+// The cluster's JSON with its top-level keys in the order the shipped files use (the record
+// last), so that a calibrated file reads like the datasheet one it came from.
+void write_cluster(const std::string& path, const profiles::Cluster& cluster) {
+  const nlohmann::json j = profiles::cluster_to_json(cluster);
+  nlohmann::ordered_json out;
+  for (const char* key :
+       {"format", "name", "nodes", "devices_per_node", "device", "intra_node", "inter_node",
+        "links", "collective_launch_us", "overlap_slowdown", "source", "calibration"}) {
+    if (j.contains(key)) out[key] = j.at(key);
+  }
+  for (const auto& [key, value] : j.items()) {
+    if (!out.contains(key)) out[key] = value;
+  }
+  profiles::write_file_atomically(path, out.dump(2) + "\n");
+}
+
+int run_calibrate(const CalibrateArgs& a) {
+  const std::string date = a.date.empty() ? today() : a.date;
+  if (!is_date(date)) throw InputError("--date", "", "expected YYYY-MM-DD, found " + a.date);
+  const profiles::Cluster cluster = profiles::load_cluster(a.cluster);
+  std::vector<profiles::Cluster> targets;
+  for (const std::string& path : a.apply_to) targets.push_back(profiles::load_cluster(path));
+  // Rows are mapped on the datasheet values, as on the first calibration of the file.
+  const fit::Runs runs = fit::read_runs(a.runs, fit::datasheet_cluster(cluster));
+  std::cout << "calibrating " << cluster.name << " (" << cluster.device.name << ") on "
+            << runs.rows.size() << " usable rows of " << a.runs.size() << " file"
+            << (a.runs.size() == 1 ? "" : "s") << "\n";
+  if (!runs.skipped.empty()) {
+    std::cout << "skipped " << runs.skipped.size() << " row"
+              << (runs.skipped.size() == 1 ? "" : "s") << ":\n";
+    for (const fit::SkippedRow& s : runs.skipped) {
+      std::cout << "  " << one_line(s.where + ": " + s.reason) << "\n";
+    }
+  }
+  if (runs.rows.empty()) {
+    std::string files;
+    for (const std::string& f : a.runs) files += (files.empty() ? "" : ", ") + f;
+    throw InputError(files, "",
+                     "expected at least one usable measured row for " + cluster.device.name + " (" +
+                         std::to_string(runs.skipped.size()) + " skipped, reasons above)");
+  }
+  std::size_t throughput_rows = 0;
+  std::size_t memory_rows = 0;
+  for (const auto& r : runs.rows) {
+    throughput_rows += r.result.measured > 0 && !r.result.oom ? 1 : 0;
+    memory_rows += r.result.measured_memory_gib ? 1 : 0;
+  }
+  const fit::FitResult result = fit::calibrate(cluster, runs.rows);
+  std::cout << "\n";
+  print_fit(result, throughput_rows, memory_rows);
+  write_cluster(a.output, fit::with_record(result, runs.files, date));
+  std::cout << "\nwrote " << a.output << "\n";
+  for (std::size_t i = 0; i < targets.size(); ++i) {
+    write_cluster(a.apply_to[i], fit::transfer_device_parameters(result, targets[i], cluster.name,
+                                                                 runs.files, date));
+    std::cout << "wrote " << a.apply_to[i] << " (the device parameters, as ratios to "
+              << cluster.name << "'s starting values)\n";
+  }
+  return 0;
+}
+
+}  // namespace
+
+Runner add_calibrate_command(CLI::App& app) {
+  auto args = std::make_shared<CalibrateArgs>();
+  CLI::App* cmd = add_subcommand(app, "calibrate");
+  cmd->add_option("runs", args->runs,
+                  "measured runs: JSON or JSONL (published rows, or loom validate --json records "
+                  "with their plan)")
+      ->required();
+  cmd->add_option("--cluster", args->cluster, "cluster to calibrate (name or loom-cluster JSON)")
+      ->required();
+  cmd->add_option("-o,--output", args->output, "where to write the calibrated cluster")->required();
+  cmd->add_option("--date", args->date, "date of the calibration record (default today, UTC)");
+  cmd->add_option("--apply-to", args->apply_to,
+                  "cluster file of the same GPU die to receive the fitted device parameters, in "
+                  "place (repeatable)")
+      ->allow_extra_args(false);
+  return [args]() { return run_calibrate(*args); };
+}
+
+}  // namespace loom::tools
