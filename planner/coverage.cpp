@@ -44,6 +44,7 @@ void add_link(std::vector<LinkQuery>& links, LinkQuery q) {
   links.push_back(std::move(q));
 }
 
+// WIRE: the collectives the merged cost model charges (runtime_loom.cpp, estimate.cpp).
 // The step's collectives, as the cost model charges them: the dp group's gradient buckets (and
 // the whole gradient), ZeRO's gathers of the updated parameters, the tp group's collectives of
 // every entry kind, the pipeline's transfers, and the scalar all-reduces after the optimizer.
@@ -113,6 +114,7 @@ PlanPoints plan_points(const Plan& plan) {
   out.flat = world > 1;
   // The queries of the cost model's compute terms (costmodel/estimate.cpp): one per entry kind,
   // all at the plan's shape.
+  // WIRE: the same queries as calibrate_entries() in costmodel/estimate.cpp after the merge.
   costmodel::LayerQuery q{profiles::LayerKind::kEmbedding,   s.micro_batch, plan.job.seq_len, s.tp,
                           costmodel::to_string(s.recompute), out.threads};
   out.layers.emplace_back("embedding", q);
