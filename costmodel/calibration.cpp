@@ -5,6 +5,8 @@
 #include <cstdlib>
 #include <tuple>
 
+#include "profiles/units.hpp"
+
 namespace loom::costmodel {
 
 using profiles::LayerKind;
@@ -91,16 +93,35 @@ double Calibration::collective_factor(Collective collective) const {
   return factors_[static_cast<int>(collective)];
 }
 
-std::optional<double> Calibration::optimizer_s_per_parameter(int threads, bool flat) const {
+namespace {
+
+// The optimizer measurement that serves `threads` and the loop `flat`: the same loop first, then
+// the nearest thread count, then the most parameters.
+const profiles::OptimizerMeasurement* nearest_optimizer(const profiles::Profile& profile,
+                                                        int threads, bool flat) {
   const profiles::OptimizerMeasurement* best = nullptr;
   auto key = [&](const profiles::OptimizerMeasurement& m) {
     return std::make_tuple(m.flat != flat, std::abs(m.threads - threads), -m.parameters);
   };
-  for (const profiles::OptimizerMeasurement& m : profile_.optimizer) {
+  for (const profiles::OptimizerMeasurement& m : profile.optimizer) {
     if (best == nullptr || key(m) < key(*best)) best = &m;
   }
+  return best;
+}
+
+}  // namespace
+
+std::optional<double> Calibration::optimizer_s_per_parameter(int threads, bool flat) const {
+  const profiles::OptimizerMeasurement* best = nearest_optimizer(profile_, threads, flat);
   if (best == nullptr) return std::nullopt;
   return best->time_s / static_cast<double>(best->parameters) * best->threads / threads;
+}
+
+OptimizerAnswer Calibration::optimizer(int threads, bool flat) const {
+  const profiles::OptimizerMeasurement* best = nearest_optimizer(profile_, threads, flat);
+  if (best == nullptr) return {};
+  const bool same = best->threads == threads && best->flat == flat;
+  return {same ? Calibrated::kMeasured : Calibrated::kScaled, best->threads, best->flat};
 }
 
 LayerAnswer Calibration::layer(const LayerQuery& q) const {
@@ -135,6 +156,7 @@ LayerAnswer Calibration::layer(const LayerQuery& q) const {
     out.how = Calibrated::kInterpolated;
     const double x = static_cast<double>(q.micro_batch);
     if (row.size() == 1) {
+      out.from_micro_batches = {row[0]->micro_batch};
       const double k = x / static_cast<double>(row[0]->micro_batch);
       out.forward_s = row[0]->forward_s * k;
       out.backward_s = row[0]->backward_s * k;
@@ -148,6 +170,7 @@ LayerAnswer Calibration::layer(const LayerQuery& q) const {
     const LayerMeasurement& b = *row[i];
     const double xa = static_cast<double>(a.micro_batch);
     const double xb = static_cast<double>(b.micro_batch);
+    out.from_micro_batches = {a.micro_batch, b.micro_batch};
     // Extrapolating below the smallest point never goes under a proportional share of it.
     auto value = [&](double ya, double yb) {
       double v = line(x, xa, ya, xb, yb);
@@ -278,6 +301,133 @@ profiles::Cluster calibrated_cluster(const profiles::Cluster& cluster,
                                         : cluster.source + "; links measured by loom profile";
   }
   return out;
+}
+
+std::string Extrapolation::text() const {
+  return what + " " + wanted + ": " + how + (from.empty() ? "" : " from " + from);
+}
+
+const char* profile_name(Collective collective) {
+  switch (collective) {
+    case Collective::kAllReduce:
+      return "allreduce";
+    case Collective::kReduceScatter:
+      return "reduce_scatter";
+    case Collective::kAllGather:
+      return "all_gather";
+    case Collective::kP2p:
+      return "p2p";
+  }
+  return "allreduce";
+}
+
+namespace {
+
+std::string shape_text(const LayerQuery& q) {
+  return "b=" + std::to_string(q.micro_batch) + " s=" + std::to_string(q.seq_len) +
+         " tp=" + std::to_string(q.tp) + " recompute=" + q.recompute +
+         " threads=" + std::to_string(q.threads);
+}
+
+std::string loop_text(bool flat) { return flat ? "flat loop" : "per-tensor loop"; }
+
+}  // namespace
+
+std::optional<Extrapolation> Calibration::describe_layer(const LayerQuery& q,
+                                                         const std::string& what) const {
+  const LayerAnswer a = layer(q);
+  Extrapolation e{what, shape_text(q), to_string(a.how), ""};
+  switch (a.how) {
+    case Calibrated::kMeasured:
+      return std::nullopt;
+    case Calibrated::kInterpolated: {
+      const std::vector<std::int64_t>& mb = a.from_micro_batches;
+      if (mb.size() == 1) {
+        e.from = "micro-batch " + std::to_string(mb[0]) + " (in proportion)";
+      } else {
+        const bool beyond = q.micro_batch < mb.front() || q.micro_batch > mb.back();
+        e.from = "micro-batches " + std::to_string(mb.front()) + " and " +
+                 std::to_string(mb.back()) + (beyond ? " (the line beyond them)" : "");
+      }
+      break;
+    }
+    case Calibrated::kScaled: {
+      // Recomputation changes transformer layers only: the embedding or head measured without
+      // it is the point itself (the roofline ratio is 1).
+      LayerQuery none = q;
+      none.recompute = a.at.recompute;
+      if (!is_layer(q.kind) && shape_text(none) == shape_text(a.at)) return std::nullopt;
+      LayerQuery other_threads = q;
+      other_threads.threads = a.at.threads;
+      const bool threads_only = shape_text(other_threads) == shape_text(a.at);
+      if (threads_only) e.how = "threads scaled";
+      e.from = shape_text(a.at) + " (times roofline here / roofline there)";
+      break;
+    }
+    case Calibrated::kRoofline:
+      e.from = "the device's rates (the profile has no " + what + " of this model)";
+      break;
+  }
+  return e;
+}
+
+std::optional<Extrapolation> Calibration::describe_optimizer(int threads, bool flat) const {
+  const OptimizerAnswer a = optimizer(threads, flat);
+  Extrapolation e{"optimizer", "threads=" + std::to_string(threads) + " " + loop_text(flat),
+                  to_string(a.how), ""};
+  switch (a.how) {
+    case Calibrated::kMeasured:
+      return std::nullopt;
+    case Calibrated::kScaled:
+      if (a.flat == flat) e.how = "threads scaled";
+      e.from = "threads=" + std::to_string(a.threads) + " " + loop_text(a.flat) + " (times " +
+               std::to_string(a.threads) + "/" + std::to_string(threads) + ")";
+      break;
+    default:
+      e.how = "roofline";
+      e.from = "the device's memory bandwidth (the profile has no optimizer measurement)";
+      break;
+  }
+  return e;
+}
+
+std::optional<Extrapolation> Calibration::describe_link(const LinkQuery& q) const {
+  const std::string name = profile_name(q.collective);
+  Extrapolation e{
+      name + " over " + q.group,
+      std::to_string(q.ranks) + " ranks " + profiles::bytes_text(q.bytes) + " " + q.scope, "", ""};
+  const double tolerance = std::max(0.01 * q.bytes, 4.0 * q.ranks);
+  int in_scope = 0;
+  double smallest = 0;
+  double largest = 0;
+  bool collective_seen = false;
+  for (const profiles::LinkMeasurement& l : profile_.links) {
+    if (l.scope != q.scope || l.collective == "p2p_loaded") continue;
+    if (l.collective == name && l.ranks == q.ranks && std::abs(l.bytes - q.bytes) <= tolerance) {
+      return std::nullopt;
+    }
+    ++in_scope;
+    if (l.ranks != q.ranks) continue;
+    collective_seen = collective_seen || l.collective == name;
+    smallest = smallest == 0 ? l.bytes : std::min(smallest, l.bytes);
+    largest = std::max(largest, l.bytes);
+  }
+  if (in_scope == 0) {
+    e.how = "cluster link";
+    e.from = "the cluster's " + q.scope + " link (the profile has no link measured there)";
+    return e;
+  }
+  const bool inside = smallest > 0 && q.bytes >= smallest && q.bytes <= largest;
+  e.how = inside && collective_seen ? "fitted" : "extrapolated";
+  e.from = "the " + q.scope + " fit of " + std::to_string(in_scope) + " link measurements";
+  if (smallest > 0) {
+    e.from += " (" + profiles::bytes_text(smallest) + " to " + profiles::bytes_text(largest) +
+              " over " + std::to_string(q.ranks) + " ranks" +
+              (collective_seen ? "" : ", no " + name) + ")";
+  } else {
+    e.from += " (none over " + std::to_string(q.ranks) + " ranks)";
+  }
+  return e;
 }
 
 }  // namespace loom::costmodel

@@ -24,6 +24,11 @@
 //
 // Optimizer: AdamW's step time per parameter from the profile's optimizer measurements (same
 // thread count, else the nearest scaled by threads), instead of the memory-bandwidth roofline.
+//
+// Coverage: describe_layer(), describe_optimizer() and describe_link() say, for one point a plan
+// needs, whether the profile measured it and otherwise from what the figure is derived (an
+// Extrapolation), without changing any figure: what `loom plan`, `simulate` and `validate` print
+// for the points a profile lacks, and what `loom profile --for` measures so that none are left.
 #pragma once
 
 #include <optional>
@@ -60,7 +65,43 @@ struct LayerAnswer {
   // The shape the figures belong to: the query for measured and interpolated answers, the
   // nearest measured shape for scaled ones (the caller scales by its roofline there).
   LayerQuery at;
+  // The micro-batches of the measured points an interpolated answer comes from (one or two).
+  std::vector<std::int64_t> from_micro_batches;
 };
+
+// How the optimizer step's time per parameter is found for a rank (optimizer_s_per_parameter()).
+struct OptimizerAnswer {
+  Calibrated how = Calibrated::kRoofline;  // measured, scaled (other threads or loop) or roofline
+  int threads = 0;                         // of the measurement used
+  bool flat = false;                       // its loop: the multi-rank (flat buffers) one
+};
+
+// One point a plan needs that its profile did not measure: which point (`what` at `wanted`) and
+// from what the cost model derives it (`how`, `from`). JSON: {"what", "wanted", "how", "from"}.
+struct Extrapolation {
+  std::string what;    // "encoder layer", "embedding", "head", "optimizer", "allreduce over dp"
+  std::string wanted;  // the point: "b=8 s=64 tp=1 recompute=none threads=1", "2 ranks, 4 MiB"
+  std::string how;     // "interpolated" | "scaled" | "threads scaled" | "roofline" (layers and
+                       // optimizer); "fitted" | "extrapolated" | "cluster link" (links)
+  std::string from;    // "micro-batches 4 and 16", "b=8 s=64 tp=1 recompute=none threads=2", ...
+  // "encoder layer b=8 ... threads=1: scaled from b=8 ... threads=2"
+  std::string text() const;
+  bool operator==(const Extrapolation&) const = default;
+};
+
+// A collective a plan's step runs over one of its groups (what describe_link() checks).
+struct LinkQuery {
+  std::string group;  // "dp", "tp", "pp", "world", or several joined by "+"
+  Collective collective = Collective::kAllReduce;
+  int ranks = 2;
+  double bytes = 0;
+  std::string scope = "intra_node";
+  bool operator==(const LinkQuery&) const = default;
+};
+
+// The name of a collective in loom-profile/1's links ("allreduce", "reduce_scatter",
+// "all_gather", "p2p").
+const char* profile_name(Collective collective);
 
 class Calibration {
  public:
@@ -78,6 +119,18 @@ class Calibration {
   // multi-rank loop (`flat`) or the one-rank loop, preferring measurements of that loop; nullopt
   // when the profile has no optimizer measurement.
   std::optional<double> optimizer_s_per_parameter(int threads, bool flat) const;
+  // Which measurement optimizer_s_per_parameter() uses.
+  OptimizerAnswer optimizer(int threads, bool flat) const;
+
+  // Coverage of one point (nullopt: measured). `what` names the layer kind in the line.
+  std::optional<Extrapolation> describe_layer(const LayerQuery& query,
+                                              const std::string& what) const;
+  std::optional<Extrapolation> describe_optimizer(int threads, bool flat) const;
+  // Measured: a link measurement of the same collective, rank count and scope whose message size
+  // is the query's within 1 % (or 4 bytes per rank, the rounding of loom profile --links);
+  // otherwise fitted (inside the measured sizes of that scope and rank count), extrapolated by
+  // the fit, or the cluster's link (no measurement of that scope).
+  std::optional<Extrapolation> describe_link(const LinkQuery& query) const;
 
  private:
   profiles::Profile profile_;

@@ -340,7 +340,7 @@ std::vector<profiles::OptimizerMeasurement> profile_optimizer(const ProfileOptio
   std::vector<profiles::OptimizerMeasurement> out;
   for (int threads : thread_counts) {
     at::set_num_threads(threads);
-    for (const bool is_flat : {false, true}) {
+    for (const bool is_flat : o.optimizer_loops) {
       std::vector<double> times;
       for (int i = 0; i < o.warmup + o.repeats; ++i) {
         const double elapsed_s = is_flat ? many_ranks() : one_rank();
@@ -446,10 +446,15 @@ std::vector<profiles::LinkMeasurement> profile_links(ProcessGroup& group, Device
     const double whole = static_cast<double>(count) * 4;
     torch::Tensor buffer = torch::ones({count}, options);
     torch::Tensor shard = torch::ones({per_rank}, options);
-    timed("allreduce", whole, [&] { group.allreduce_sum(buffer); });
-    timed("reduce_scatter", whole, [&] { group.reduce_scatter_sum(shard, buffer); });
-    timed("all_gather", whole, [&] { group.allgather(buffer, shard); });
-    if (n >= 2) {
+    auto wanted = [&](const char* name) {
+      return std::find(o.collectives.begin(), o.collectives.end(), name) != o.collectives.end();
+    };
+    if (wanted("allreduce")) timed("allreduce", whole, [&] { group.allreduce_sum(buffer); });
+    if (wanted("reduce_scatter")) {
+      timed("reduce_scatter", whole, [&] { group.reduce_scatter_sum(shard, buffer); });
+    }
+    if (wanted("all_gather")) timed("all_gather", whole, [&] { group.allgather(buffer, shard); });
+    if (n >= 2 && wanted("p2p")) {
       // Ping-pong between group ranks 0 and 1: half the round trip.
       torch::Tensor message = torch::ones({count}, options);
       std::vector<double> times;

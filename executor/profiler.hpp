@@ -46,6 +46,9 @@ struct ProfileOptions {
   std::vector<costmodel::Recompute> recompute = {costmodel::Recompute::kNone};
   std::vector<int> threads;  // CPU threads to measure with; empty = this machine's cores (what
                              // loom train gives a CPU rank that runs alone)
+  // The optimizer loops profile_optimizer() times: the one-rank loop (false) and the multi-rank
+  // loop over flat buffers (true).
+  std::vector<bool> optimizer_loops = {false, true};
   double dropout = 0.1;
   int warmup = 2;
   int repeats = 5;
@@ -60,8 +63,8 @@ std::vector<profiles::LayerMeasurement> profile_layers(const ProfileOptions& opt
 
 // The optimizer part of a step as loom train runs it (flat_adamw.hpp): zeroing the gradients, their
 // norm, clipping and AdamW over the whole model's parameters, per thread count of `options`
-// (median of repeats after warm-up), once as the one-rank loop does it (torch::optim::AdamW, per
-// tensor) and once as the multi-rank loop does (flat buffers; `flat`).
+// (median of repeats after warm-up), as the one-rank loop does it (torch::optim::AdamW, per
+// tensor) and as the multi-rank loop does (flat buffers; `flat`), each when in optimizer_loops.
 std::vector<profiles::OptimizerMeasurement> profile_optimizer(const ProfileOptions& options);
 
 // Collective over `group`: every rank passes its figures in the same order and gets, for each,
@@ -77,14 +80,17 @@ struct LinkProfileOptions {
   // pipeline's steady state on shared cores, where waking the receiver costs far more than the
   // idle ping-pong shows): the time it adds to a round of compute.
   std::vector<double> loaded_message_bytes = {65536, 1 << 20};
+  // The collectives to time, by their loom-profile/1 names ("allreduce", "reduce_scatter",
+  // "all_gather", "p2p").
+  std::vector<std::string> collectives = {"allreduce", "reduce_scatter", "all_gather", "p2p"};
   int warmup = 2;
   int repeats = 5;
   std::string scope = "intra_node";
 };
 
 // Collective: every rank of `group` calls it with the same options. Times allreduce,
-// reduce-scatter and all-gather over the group and p2p from group rank 0 to 1, on `device`, and
-// on CPU p2p_loaded (LinkProfileOptions).
+// reduce-scatter and all-gather over the group and p2p from group rank 0 to 1 (those of
+// `collectives`), on `device`, and on CPU p2p_loaded (LinkProfileOptions).
 std::vector<profiles::LinkMeasurement> profile_links(ProcessGroup& group, Device device,
                                                      int device_index,
                                                      const LinkProfileOptions& options);

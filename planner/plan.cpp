@@ -38,6 +38,14 @@ std::vector<RankPlacement> placement(const costmodel::Strategy& s, const profile
   return out;
 }
 
+nlohmann::json extrapolated_to_json(const Plan& plan) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const costmodel::Extrapolation& e : plan.extrapolated) {
+    out.push_back({{"what", e.what}, {"wanted", e.wanted}, {"how", e.how}, {"from", e.from}});
+  }
+  return out;
+}
+
 nlohmann::json plan_to_json(const Plan& plan) {
   nlohmann::json j;
   j["format"] = "loom-plan/1";
@@ -62,7 +70,10 @@ nlohmann::json plan_to_json(const Plan& plan) {
   j["predicted"] = costmodel::prediction_to_json(plan.predicted);
   j["why"] = plan.why;
   j["cost_model"] = costmodel::cost_options_to_json(plan.cost_options);
-  if (plan.profile) j["profile"] = profiles::profile_to_json(*plan.profile);
+  if (plan.profile) {
+    j["profile"] = profiles::profile_to_json(*plan.profile);
+    j["extrapolated"] = extrapolated_to_json(plan);
+  }
   return j;
 }
 
@@ -279,6 +290,15 @@ Plan plan_from_json(const nlohmann::json& value, const std::string& source) {
       return std::make_shared<const profiles::Profile>(
           profiles::profile_from_json(value.at("profile"), source));
     });
+  }
+  if (r.has("extrapolated")) {
+    const nlohmann::json& list = r.array("extrapolated");
+    for (std::size_t i = 0; i < list.size(); ++i) {
+      profiles::ObjectReader e(list[i], source, r.element_path("extrapolated", i));
+      plan.extrapolated.push_back(
+          {e.string("what"), e.string("wanted"), e.string("how"), e.string("from")});
+      e.finish();
+    }
   }
   r.finish();
   return plan;

@@ -39,6 +39,9 @@ struct Plan {
   // The measurements the prediction used (`loom plan --profile`), written as "profile" (an
   // extension of loom-plan/1); the cluster then already carries the fitted links.
   std::shared_ptr<const profiles::Profile> profile;
+  // The points the prediction needed that the profile did not measure, with what each was
+  // derived from (planner/coverage.hpp), written as "extrapolated" when the plan has a profile.
+  std::vector<costmodel::Extrapolation> extrapolated;
 };
 
 // Megatron-LM's rank order: tp varies fastest, then dp, then pp; rank r on device r.
@@ -50,13 +53,15 @@ std::vector<RankPlacement> placement(const costmodel::Strategy& strategy,
                                      const std::vector<int>& device_of_rank);
 
 nlohmann::json plan_to_json(const Plan& plan);
+// The plan's "extrapolated" array (one {"what", "wanted", "how", "from"} object per point).
+nlohmann::json extrapolated_to_json(const Plan& plan);
 
 // Reads a loom-plan/1 document (as written by plan_to_json). Checks what a plan must satisfy to
 // be run: the model and cluster are valid, the strategy fits the cluster and the job, the stages
 // partition the layer sequence, every rank appears once with coordinates matching Megatron's
 // order and a device of the cluster, and the plan's loom version is not newer than this one.
-// `predicted`, `why` and `cost_model` are read when present. Throws InputError naming `source`
-// and the JSON path.
+// `predicted`, `why`, `cost_model`, `profile` and `extrapolated` are read when present. Throws
+// InputError naming `source` and the JSON path.
 Plan plan_from_json(const nlohmann::json& value, const std::string& source);
 
 // The rank-to-device mapping a plan records (device indices of its cluster, by rank).

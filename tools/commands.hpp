@@ -167,4 +167,8 @@ struct PlanTextOptions {
 // there is a pipeline.
 void print_plan(std::ostream& out, const planner::Plan& plan, const PlanTextOptions& options = {});
 
+// One line "extrapolated: WHAT WANTED: HOW from FROM" per point of plan.extrapolated (what
+// `loom plan`, `simulate` and `validate` say on stderr when a profile lacks points).
+void print_extrapolated(std::ostream& out, const planner::Plan& plan);
+
 }  // namespace loom::tools

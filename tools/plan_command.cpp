@@ -12,6 +12,7 @@
 #include "costmodel/estimate.hpp"
 #include "costmodel/runtime.hpp"
 #include "costmodel/simulator.hpp"
+#include "planner/coverage.hpp"
 #include "planner/emit.hpp"
 #include "planner/partition.hpp"
 #include "planner/plan.hpp"
@@ -191,6 +192,12 @@ void print_stage_memory(std::ostream& out, const planner::Plan& plan, const Unit
 }
 
 }  // namespace
+
+void print_extrapolated(std::ostream& out, const planner::Plan& plan) {
+  for (const costmodel::Extrapolation& e : plan.extrapolated) {
+    out << "extrapolated: " << e.text() << "\n";
+  }
+}
 
 void print_plan(std::ostream& out, const planner::Plan& plan, const PlanTextOptions& options) {
   const Unit time = profiles::time_unit(plan.predicted.step_time_s);
@@ -393,6 +400,8 @@ PlanSearch search_plans(const PlanArgs& a) {
   if (!result.plans.empty()) {
     for (const std::string& note : notes) result.plans[0].why.push_back("profile: " + note);
   }
+  // The points the profile did not measure, recorded in each plan (docs/plan.md).
+  for (planner::Plan& p : result.plans) p.extrapolated = planner::extrapolated_points(p);
   out.elapsed_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (result.plans.empty()) {
     throw InputError(a.model + " on " + a.cluster, "", result.infeasible_reason);
@@ -407,6 +416,7 @@ int run_plan(const PlanArgs& a) {
   const planner::SearchResult& result = search.result;
   const PlanTextOptions& text = search.text;
   const double elapsed = search.elapsed_s;
+  print_extrapolated(std::cerr, result.plans[0]);  // said on stderr for the plan it writes
   if (!a.output.empty()) {
     profiles::write_file_atomically(a.output, plan_to_json(result.plans[0]).dump(2) + "\n");
   }

@@ -1,17 +1,31 @@
 // loom profile: measures the model's layers on this device, or with --links the collectives
-// between the ranks of a launched group, and writes loom-profile/1 (spec/cli.md, formats.md).
+// between the ranks of a launched group, or with --for exactly the points a plan's prediction
+// uses (planner/coverage.hpp), and writes loom-profile/1 (spec/cli.md, formats.md).
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <ctime>
+#include <filesystem>
 #include <iostream>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "executor/distributed.hpp"
 #include "executor/profiler.hpp"
+#include "planner/coverage.hpp"
+#include "planner/plan.hpp"
 #include "profiles/errors.hpp"
+#include "profiles/json_reader.hpp"
 #include "profiles/loader.hpp"
 #include "profiles/profile.hpp"
 #include "tools/commands.hpp"
@@ -24,7 +38,8 @@ constexpr double kMaxLinkBytes = 17179869184.0;  // 16 GiB: --link-bytes' larges
 
 struct ProfileArgs {
   std::string model;
-  std::string device = "cpu";
+  std::string for_plan;  // --for PLAN.json
+  std::string device;    // "" = cpu, or with --for the plan's device kind
   std::string precision;
   std::int64_t seq_len = 128;
   std::vector<std::int64_t> micro_batches = {1, 2, 4, 8};
@@ -48,9 +63,32 @@ std::string utc_now() {
   return text;
 }
 
+// Writes the profile to -o and prints it (--json) or a summary line.
+int write_profile(const ProfileArgs& a, const profiles::Profile& profile,
+                  std::chrono::steady_clock::time_point start) {
+  const nlohmann::json doc = profiles::profile_to_json(profile);
+  profiles::write_file_atomically(a.output, doc.dump(2) + "\n");
+  const double elapsed_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (a.json) {
+    std::cout << doc.dump(2) << "\n";
+    return 0;
+  }
+  char line[256];
+  std::snprintf(line, sizeof line, "%zu layer and %zu link measurements of %s in %.1f s -> %s\n",
+                profile.layers.size(), profile.links.size(), profile.device.c_str(), elapsed_s,
+                a.output.c_str());
+  std::cout << line;
+  return 0;
+}
+
+int run_profile_for(const ProfileArgs& a);
+
 int run_profile(const ProfileArgs& a) {
-  const auto device = executor::parse_device(a.device);
-  if (!device) throw InputError("--device", "", "cpu or cuda, found \"" + a.device + "\"");
+  if (!a.for_plan.empty()) return run_profile_for(a);
+  const std::string device_text = a.device.empty() ? "cpu" : a.device;
+  const auto device = executor::parse_device(device_text);
+  if (!device) throw InputError("--device", "", "cpu or cuda, found \"" + device_text + "\"");
   const std::string precision_text =
       a.precision.empty() ? (*device == executor::Device::kCpu ? "fp32" : "bf16") : a.precision;
   const auto precision = profiles::parse_precision(precision_text);
@@ -115,20 +153,156 @@ int run_profile(const ProfileArgs& a) {
     profile.optimizer = executor::profile_optimizer(o);
     if (rank != 0) return 0;
   }
-  const nlohmann::json doc = profiles::profile_to_json(profile);
-  profiles::write_file_atomically(a.output, doc.dump(2) + "\n");
-  const double elapsed_s =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  if (a.json) {
-    std::cout << doc.dump(2) << "\n";
-    return 0;
+  return write_profile(a, profile, start);
+}
+
+// A TCP port that was free a moment ago (the kernel's choice for port 0), for the rendezvous of
+// the ranks --for launches.
+int free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return 29500;
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  int port = 29500;
+  socklen_t length = sizeof address;
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0 &&
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) == 0) {
+    port = ntohs(address.sin_port);
   }
-  char line[256];
-  std::snprintf(line, sizeof line, "%zu layer and %zu link measurements of %s in %.1f s -> %s\n",
-                profile.layers.size(), profile.links.size(), profile.device.c_str(), elapsed_s,
-                a.output.c_str());
-  std::cout << line;
-  return 0;
+  ::close(fd);
+  return port;
+}
+
+// Replaces this process with `loom launch --nproc ranks -- loom profile --for ...` (the same
+// arguments), so that the plan's ranks measure side by side. Returns only on failure.
+void relaunch(const ProfileArgs& a, int ranks) {
+  namespace fs = std::filesystem;
+  std::error_code error;
+  const fs::path self = fs::read_symlink("/proc/self/exe", error);
+  const std::string loom = error ? "loom" : (self.parent_path() / "loom").string();
+  std::vector<std::string> argv_text = {loom,
+                                        "launch",
+                                        "--nproc",
+                                        std::to_string(ranks),
+                                        "--master-port",
+                                        std::to_string(free_port()),
+                                        "--",
+                                        "loom",
+                                        "profile",
+                                        "--for",
+                                        a.for_plan,
+                                        "-o",
+                                        a.output,
+                                        "--repeats",
+                                        std::to_string(a.repeats),
+                                        "--comm-timeout",
+                                        std::to_string(a.comm_timeout_s)};
+  if (!a.device.empty()) argv_text.insert(argv_text.end(), {"--device", a.device});
+  if (a.json) argv_text.emplace_back("--json");
+  std::vector<char*> argv;
+  for (std::string& text : argv_text) argv.push_back(text.data());
+  argv.push_back(nullptr);
+  std::cout.flush();
+  ::execv(argv[0], argv.data());
+  throw std::runtime_error("cannot run " + loom + ": " + std::strerror(errno));
+}
+
+// The LibTorch threads loom train gives each rank of `plan` on this machine (train_command.cpp):
+// a CPU cluster's share of a node's cores, else this machine's cores shared by the local ranks;
+// at most this machine's cores.
+int plan_cpu_threads(const planner::Plan& plan) {
+  const int cores = static_cast<int>(std::max(1U, std::thread::hardware_concurrency()));
+  const int threads = plan.cluster.device.kind == profiles::DeviceKind::kCpu
+                          ? costmodel::threads_per_rank(plan.cluster, plan.strategy.world_size())
+                          : local_cpu_threads();
+  return std::clamp(threads, 1, cores);
+}
+
+// loom profile --for PLAN.json: the plan's layer shapes at its threads per rank, its optimizer
+// loop, and (several ranks) its groups' collectives at their message sizes, measured by the
+// plan's ranks side by side (launched here when not inside a launched group).
+int run_profile_for(const ProfileArgs& a) {
+  const planner::Plan plan = planner::plan_from_json(
+      profiles::parse_json_text(profiles::read_text_file(a.for_plan), a.for_plan), a.for_plan);
+  if (a.output.empty()) throw InputError("-o", "", "the PROFILE.json to write");
+  const costmodel::Strategy& s = plan.strategy;
+  const int world = s.world_size();
+  const bool gpu_plan = plan.cluster.device.kind == profiles::DeviceKind::kGpu;
+  const std::string device_text = a.device.empty() ? (gpu_plan ? "cuda" : "cpu") : a.device;
+  const auto device = executor::parse_device(device_text);
+  if (!device) throw InputError("--device", "", "cpu or cuda, found \"" + device_text + "\"");
+  const executor::RankEnvironment env = executor::process_rank_environment();
+  if (world > 1 && env.world_size == 1) {
+    if (plan.cluster.nodes > 1) {
+      throw InputError("--for", "",
+                       "a launched group of the plan's " + std::to_string(world) +
+                           " ranks for a plan over several nodes (loom launch or srun on every "
+                           "node), found one process");
+    }
+    relaunch(a, world);
+  }
+  if (env.world_size != world) {
+    throw InputError("--for", "",
+                     "a group of the plan's " + std::to_string(world) + " ranks, found " +
+                         std::to_string(env.world_size) + " (" + env.source + ")");
+  }
+  const auto start = std::chrono::steady_clock::now();
+  const planner::PlanPoints points = planner::plan_points(plan);
+
+  profiles::Profile profile;
+  profile.device = executor::device_description(*device, 0);
+  profile.device_kind =
+      *device == executor::Device::kCpu ? profiles::DeviceKind::kCpu : profiles::DeviceKind::kGpu;
+  profile.torch_version = executor::torch_version();
+  profile.created = utc_now();
+  profile.precision = plan.job.precision;
+
+  executor::ProfileOptions o;
+  o.model = plan.model;
+  o.device = *device;
+  o.precision = plan.job.precision;
+  o.seq_len = plan.job.seq_len;
+  o.micro_batches = {s.micro_batch};
+  o.tp = {s.tp};
+  o.recompute = {s.recompute};
+  o.threads = {plan_cpu_threads(plan)};
+  o.optimizer_loops = {points.flat};
+  o.repeats = a.repeats;
+  const executor::JobGroup job = executor::join_job(*device, a.comm_timeout_s, "profile");
+  o.group = job.group;
+  o.device_index = job.local_rank;
+  if (!a.json && job.rank == 0) {
+    o.progress = [](const std::string& line) { std::cerr << line << "\n"; };
+  }
+  profile.layers = executor::profile_layers(o);
+  profile.optimizer = executor::profile_optimizer(o);
+  if (job.group != nullptr && !points.links.empty()) {
+    executor::LinkProfileOptions lo;
+    lo.message_bytes.clear();
+    lo.loaded_message_bytes.clear();
+    lo.collectives.clear();
+    for (const costmodel::LinkQuery& q : points.links) {
+      if (std::find(lo.message_bytes.begin(), lo.message_bytes.end(), q.bytes) ==
+          lo.message_bytes.end()) {
+        lo.message_bytes.push_back(q.bytes);
+      }
+      const std::string name = costmodel::profile_name(q.collective);
+      if (std::find(lo.collectives.begin(), lo.collectives.end(), name) == lo.collectives.end()) {
+        lo.collectives.push_back(name);
+      }
+      // A pipeline's messages between computing ranks (CPU): what sets p2p's factor there.
+      if (q.collective == costmodel::Collective::kP2p && *device == executor::Device::kCpu) {
+        lo.loaded_message_bytes.push_back(q.bytes);
+      }
+    }
+    std::sort(lo.message_bytes.begin(), lo.message_bytes.end());
+    lo.repeats = a.repeats;
+    lo.scope = job.one_node ? "intra_node" : "inter_node";
+    profile.links = executor::profile_links(*job.group, *device, job.local_rank, lo);
+  }
+  if (job.rank != 0) return 0;
+  return write_profile(a, profile, start);
 }
 
 }  // namespace
@@ -136,35 +310,53 @@ int run_profile(const ProfileArgs& a) {
 Runner add_profile_command(CLI::App& app) {
   auto args = std::make_shared<ProfileArgs>();
   CLI::App* cmd = add_subcommand(app, "profile");
-  cmd->add_option("--model", args->model, "built-in name, loom-model JSON or HF config.json");
-  cmd->add_option("--device", args->device, "cpu | cuda (default cpu)");
-  cmd->add_option("--precision", args->precision,
-                  "fp32 on cpu; bf16 (default) | fp16 | fp32 on cuda");
-  cmd->add_option("--seq-len", args->seq_len, "tokens per sample (default 128)")
-      ->check(kPositiveNumber);
-  cmd->add_option("--micro-batch", args->micro_batches, "micro-batch sizes (default 1 2 4 8)")
-      ->check(kPositiveNumber);
-  cmd->add_option("--tp", args->tp, "tensor-parallel degrees to measure a shard of (default 1)")
-      ->check(kPositiveNumber);
-  cmd->add_option("--recompute", args->recompute,
-                  "recomputation variants of the transformer layer (default none)")
-      ->check(CLI::IsMember({"none", "selective", "full"}));
-  cmd->add_option("--threads", args->threads,
-                  "CPU thread counts to measure with (default: this machine's cores shared by the "
-                  "launched ranks on it, as loom train runs them)")
-      ->check(kPositiveNumber);
+  CLI::Option* model =
+      cmd->add_option("--model", args->model, "built-in name, loom-model JSON or HF config.json");
+  CLI::Option* for_plan = cmd->add_option(
+      "--for", args->for_plan,
+      "PLAN.json (loom plan -o): measure exactly the points this plan's prediction uses");
+  cmd->add_option("--device", args->device,
+                  "cpu | cuda (default cpu; with --for the plan's: cuda for a GPU cluster)");
+  CLI::Option* precision = cmd->add_option("--precision", args->precision,
+                                           "fp32 on cpu; bf16 (default) | fp16 | fp32 on cuda");
+  CLI::Option* seq_len =
+      cmd->add_option("--seq-len", args->seq_len, "tokens per sample (default 128)")
+          ->check(kPositiveNumber);
+  CLI::Option* micro_batch =
+      cmd->add_option("--micro-batch", args->micro_batches, "micro-batch sizes (default 1 2 4 8)")
+          ->check(kPositiveNumber);
+  CLI::Option* tp =
+      cmd->add_option("--tp", args->tp, "tensor-parallel degrees to measure a shard of (default 1)")
+          ->check(kPositiveNumber);
+  CLI::Option* recompute =
+      cmd->add_option("--recompute", args->recompute,
+                      "recomputation variants of the transformer layer (default none)")
+          ->check(CLI::IsMember({"none", "selective", "full"}));
+  CLI::Option* threads =
+      cmd->add_option(
+             "--threads", args->threads,
+             "CPU thread counts to measure with (default: this machine's cores shared by the "
+             "launched ranks on it, as loom train runs them)")
+          ->check(kPositiveNumber);
   cmd->add_option("--repeats", args->repeats,
                   "timed runs per point, after 2 warm-up runs (default 10)")
       ->check(kPositiveNumber);
-  cmd->add_flag("--links", args->links,
-                "measure collectives between the ranks of a launched group instead of layers");
-  cmd->add_option("--link-bytes", args->link_bytes, "message sizes for --links")
-      ->check(kPositiveNumber);
+  CLI::Option* links =
+      cmd->add_flag("--links", args->links,
+                    "measure collectives between the ranks of a launched group instead of layers");
+  CLI::Option* link_bytes =
+      cmd->add_option("--link-bytes", args->link_bytes, "message sizes for --links")
+          ->check(kPositiveNumber);
   cmd->add_option("--comm-timeout", args->comm_timeout_s,
                   "seconds a collective may wait for a peer (default 300)")
       ->check(kPositiveNumber);
   cmd->add_option("-o", args->output, "PROFILE.json to write")->required();
   cmd->add_flag("--json", args->json, "print the profile instead of a summary");
+  // The plan says what to measure.
+  for (CLI::Option* what :
+       {model, precision, seq_len, micro_batch, tp, recompute, threads, links, link_bytes}) {
+    for_plan->excludes(what);
+  }
   return [args]() { return run_profile(*args); };
 }
 

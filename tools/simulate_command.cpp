@@ -9,6 +9,7 @@
 
 #include "costmodel/simulator.hpp"
 #include "costmodel/trace.hpp"
+#include "planner/coverage.hpp"
 #include "planner/plan.hpp"
 #include "profiles/json_reader.hpp"
 #include "profiles/loader.hpp"
@@ -35,6 +36,9 @@ int run_simulate(const SimulateArgs& a) {
   // Re-predict with these measurements: the plan's model, strategy and placement stay.
   if (!a.profile.empty()) planner::apply_profiles(&plan, a.profile);
   if (a.runtime) plan.job.runtime = *costmodel::parse_runtime(*a.runtime);
+  // The points the profile lacks (docs/simulate.md): said on stderr, and in --json.
+  plan.extrapolated = planner::extrapolated_points(plan);
+  print_extrapolated(std::cerr, plan);
   const costmodel::CostModel cost = planner::cost_model_of(plan);
   costmodel::SimulationOptions options;
   options.record_trace = !a.trace.empty();
@@ -46,7 +50,9 @@ int run_simulate(const SimulateArgs& a) {
     profiles::write_file_atomically(a.trace, costmodel::chrome_trace_json(sim));
   }
   if (a.json) {
-    std::cout << costmodel::prediction_to_json(sim.prediction).dump(2) << "\n";
+    nlohmann::json doc = costmodel::prediction_to_json(sim.prediction);
+    if (plan.profile) doc["extrapolated"] = planner::extrapolated_to_json(plan);
+    std::cout << doc.dump(2) << "\n";
     return 0;
   }
   const costmodel::Prediction recorded = plan.predicted;

@@ -206,7 +206,9 @@ int run_tune(const TuneArgs& a) {
   }
   const PlanSearch search = search_plans(a.plan);
   const std::vector<planner::Plan>& plans = search.result.plans;
-  // WIRE: print the extrapolated profile points of the candidates (as loom plan does) here.
+  // The points the profile lacks, as loom plan says them: the candidates' measurements settle
+  // the ranking, but the first plan's prediction is the one the regret judges.
+  print_extrapolated(std::cerr, plans.front());
   const std::string setting = planner::tune_setting(plans.front(), steps);
   planner::TuneLog log;
   log.setting = setting;

@@ -29,6 +29,7 @@
 #include "costmodel/simulator.hpp"
 #include "executor/dataset.hpp"
 #include "executor/metrics.hpp"
+#include "planner/coverage.hpp"
 #include "planner/plan.hpp"
 #include "planner/replan.hpp"
 #include "planner/report.hpp"
@@ -203,6 +204,9 @@ int run_validate(const ValidateArgs& a) {
   // The run is Loom's executor, so the prediction it is compared with is runtime loom's.
   const costmodel::Runtime planned_runtime = plan.job.runtime;
   plan.job.runtime = costmodel::Runtime::kLoom;
+  // The points the profile lacks (docs/validate.md): said on stderr, and in --json.
+  plan.extrapolated = planner::extrapolated_points(plan);
+  print_extrapolated(std::cerr, plan);
   const costmodel::SimulationResult simulation = planner::simulate_plan(plan);
   const costmodel::Prediction& predicted = simulation.prediction;
 
@@ -259,6 +263,7 @@ int run_validate(const ValidateArgs& a) {
                        {"ranks", ranks}};
     doc["relative_error"] = {{"step_time", time_error}, {"peak_memory", memory_error}};
     doc["calibration"] = plan.profile ? "profile" : "roofline";
+    if (plan.profile) doc["extrapolated"] = planner::extrapolated_to_json(plan);
     std::cout << doc.dump(2) << "\n";
     return 0;
   }

@@ -409,6 +409,15 @@ void add_plan_file_rows(std::vector<Row>& rows, const Plans& plans) {
       "report p.json -o report.html", {"p.json", "not valid JSON"});
   add("plan file: a cluster file given as a plan", {}, "simulate cluster-1.json",
       {"cluster-1.json", "$.format", "\"loom-plan/1\"", "\"loom-cluster/1\""});
+  add("plan file: an extrapolated point without its source",
+      {{"p.json", text(edited(plan,
+                              [](J j) {
+                                j["extrapolated"] = json::array(
+                                    {{{"what", "head"}, {"wanted", "b=1"}, {"how", "scaled"}}});
+                              }))}},
+      "simulate p.json", {"p.json", "$.extrapolated[0].from", "missing required field"});
+  add("profile --for: a plan file that is not a plan", {}, "profile --for cluster-1.json -o x.json",
+      {"cluster-1.json", "$.format", "\"loom-plan/1\""});
 
   // --- loom train: world size, plan against checkpoint ----------------------------------------
   add("train: world size not matching the plan", {},

@@ -1,0 +1,82 @@
+// A profile that covers the plan, end to end on this machine's CPU: loom plan, simulate and
+// validate say each point a profile lacks (here a dp=2 plan's one thread per rank against a
+// profile taken at two), and loom profile --for measures exactly the plan's points, after which
+// nothing is left to say.
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+
+#include "profiles/loader.hpp"
+#include "profiles/profile.hpp"
+#include "tests/tools/cli_sandbox.hpp"
+
+using Catch::Contains;
+using loom::test::CliResult;
+using loom::test::CliSandbox;
+using nlohmann::json;
+
+namespace {
+
+const char* const kDp2Plan =
+    "plan --model tiny-bert --cluster local-cpu --global-batch 8 --seq-len 16 --precision fp32 "
+    "--dp 2 --tp 1 --pp 1 --zero 0 --micro-batch 4";
+
+const char* const kLayerLine =
+    "extrapolated: encoder layer b=4 s=16 tp=1 recompute=none threads=1: threads scaled from "
+    "b=4 s=16 tp=1 recompute=none threads=2";
+
+}  // namespace
+
+TEST_CASE("plan, simulate and validate say the points a profile lacks; --for leaves none",
+          "[tools][profile][cover]") {
+  CliSandbox box("cover");
+  REQUIRE(box.loom("profile --model tiny-bert --seq-len 16 --micro-batch 4 --threads 2 "
+                   "--repeats 2 -o two-threads.json")
+              .exit_code == 0);
+  const CliResult planned =
+      box.loom(std::string(kDp2Plan) + " --profile two-threads.json -o p.json");
+  INFO(planned.err);
+  REQUIRE(planned.exit_code == 0);
+  CHECK_THAT(planned.err, Contains(kLayerLine));
+  // The embedding, the layer, the head, the optimizer's flat loop at one thread, and the two
+  // collectives on the cluster's link (no link measured).
+  const json plan = json::parse(box.read("p.json"));
+  REQUIRE(plan.at("extrapolated").size() == 6);
+  CHECK(plan.at("extrapolated")[1].at("how") == "threads scaled");
+  CHECK(plan.at("extrapolated")[3].at("what") == "optimizer");
+  CHECK(plan.at("extrapolated")[4].at("how") == "cluster link");
+
+  const CliResult simulated = box.loom("simulate p.json --profile two-threads.json --json");
+  REQUIRE(simulated.exit_code == 0);
+  CHECK_THAT(simulated.err, Contains(kLayerLine));
+  CHECK(json::parse(simulated.out).at("extrapolated") == plan.at("extrapolated"));
+
+  // Exactly the plan's points, measured by its two ranks side by side.
+  const CliResult profiled = box.loom("profile --for p.json --repeats 2 -o for.json");
+  INFO(profiled.err);
+  REQUIRE(profiled.exit_code == 0);
+  const loom::profiles::Profile p =
+      loom::profiles::load_profile((box.work() / "for.json").string());
+  REQUIRE(p.layers.size() == 3);  // embedding, layer, head at b=4 s=16 with 1 thread
+  for (const auto& m : p.layers) {
+    CHECK(m.micro_batch == 4);
+    CHECK(m.seq_len == 16);
+    CHECK(m.threads == 1);
+  }
+  REQUIRE(p.optimizer.size() == 1);  // the flat loop of several ranks
+  CHECK(p.optimizer[0].flat);
+  // The gradient's all-reduce and the step statistics' (520 bytes) over the two ranks.
+  REQUIRE(p.links.size() == 2);
+  CHECK(p.links[0].bytes == 520);
+  CHECK(p.links[0].collective == "allreduce");
+
+  const CliResult validated =
+      box.loom("validate p.json --profile for.json --steps 3 --warmup 1 --json");
+  INFO(validated.err);
+  REQUIRE(validated.exit_code == 0);
+  CHECK_THAT(validated.err, !Contains("extrapolated:"));
+  CHECK(json::parse(validated.out).at("extrapolated") == json::array());
+
+  // The options that choose points are the plan's to choose.
+  const CliResult both = box.loom("profile --for p.json --model tiny-bert -o x.json");
+  CHECK(both.exit_code == 2);
+}
