@@ -392,6 +392,8 @@ torch::Tensor contiguous_buffer(const torch::Tensor& tensor) {
 // Gloo's all-gather and the reduce-scatter fallback work in pieces of at most this many
 // elements per rank (4 MiB of fp32): their temporaries stay bounded by the piece, not the buffer.
 constexpr std::int64_t kGlooPieceElements = std::int64_t{1} << 20;
+// The ring reduce-scatter's two running buffers hold at most this many elements each (1 MiB).
+constexpr std::int64_t kRingPieceElements = std::int64_t{1} << 18;
 
 }  // namespace
 
@@ -565,7 +567,7 @@ void ProcessGroup::ring_reduce_scatter(torch::Tensor& flat_out, const torch::Ten
   const std::int64_t n = flat_out.numel();
   const int right = (rank_ + 1) % p;
   const int left = (rank_ + p - 1) % p;
-  const std::int64_t piece = std::min(n, kGlooPieceElements);
+  const std::int64_t piece = std::min(n, kRingPieceElements);
   torch::Tensor sending = torch::empty({piece}, flat_in.options());
   torch::Tensor receiving = torch::empty({piece}, flat_in.options());
   auto chunk = [&](int c, std::int64_t begin, std::int64_t length) {
@@ -585,11 +587,9 @@ void ProcessGroup::ring_reduce_scatter(torch::Tensor& flat_out, const torch::Ten
       if (rank_ % 2 == 1) sent.emplace(send(out, right, tag));
       const torch::Tensor own = chunk(rank_ - s - 2, begin, length);
       sent->wait();
-      if (s + 1 < p - 1) {
-        out.copy_(in).add_(own);
-      } else {
-        flat_out.narrow(0, begin, length).copy_(in).add_(own);
-      }
+      // The last round may write over `own` (an output that is this rank's chunk of the input).
+      in.add_(own);
+      (s + 1 < p - 1 ? out : flat_out.narrow(0, begin, length)).copy_(in);
     }
   }
 }

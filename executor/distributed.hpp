@@ -159,6 +159,7 @@ class ProcessGroup {
   std::vector<PendingOperation> allgather_async(torch::Tensor& output, const torch::Tensor& input);
   // output [n] = this rank's n-element chunk of the element-wise sum of every rank's input
   // [size * n]: NCCL's reduce-scatter; on Gloo a ring over point-to-point sends, piece by piece.
+  // The output may be this rank's chunk of the input (in place).
   void reduce_scatter_sum(torch::Tensor& output, const torch::Tensor& input);
   // In place: every rank gets root's tensor (root is a group rank).
   void broadcast(torch::Tensor& tensor, int root);

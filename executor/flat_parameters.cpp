@@ -104,7 +104,7 @@ FlatParameters::FlatParameters(const std::vector<std::vector<FlatParameter>>& ch
           std::max(piece, std::min(u.shard_numel, std::max<std::int64_t>(bucket_numel / dp, 1)));
     }
     staging_ = torch::empty({piece * dp}, options);
-    reduced_ = torch::empty({piece}, options);
+    staging_piece_ = piece;
   }
   if (zero_.shards_parameters) {
     std::vector<torch::Tensor> parts;
@@ -452,7 +452,8 @@ void FlatParameters::reduce_unit(std::size_t index) {
   const int dp = groups_.dp_size();
   torch::NoGradGuard no_grad;
   reduction_log_.emplace_back(unit.offset, unit.padded);
-  const std::int64_t piece = reduced_.numel();
+  const std::int64_t piece = staging_piece_;
+  const int rank = groups_.coordinates().dp;
   for (std::int64_t at = 0; at < unit.shard_numel; at += piece) {
     const std::int64_t length = std::min(piece, unit.shard_numel - at);
     torch::Tensor buffer = staging_.narrow(0, 0, length * dp);
@@ -470,7 +471,8 @@ void FlatParameters::reduce_unit(std::size_t index) {
             .copy_(g.reshape({numels_[i]}).narrow(0, from - offsets_[i], to - from));
       }
     }
-    torch::Tensor mine = reduced_.narrow(0, 0, length);
+    // In place: this rank's sum lands in its own slot of the staging buffer.
+    torch::Tensor mine = buffer.narrow(0, rank * length, length);
     groups_.dp().reduce_scatter_sum(mine, buffer);
     shard_grad_.narrow(0, unit.shard_offset + at, length).add_(mine);
   }

@@ -221,9 +221,9 @@ class FlatParameters {
   torch::Tensor grad_;   // all gradients (undefined with sharded gradients)
   torch::Tensor shard_;  // ZeRO-3: this rank's parameters
   bool sharded_gradients_ = false;
-  torch::Tensor shard_grad_;  // sharded gradients: this rank's summed gradient shard
-  torch::Tensor staging_;     // sharded gradients: the reduction buffer (at most a bucket)
-  torch::Tensor reduced_;     // sharded gradients: one piece of this rank's reduced chunk
+  torch::Tensor shard_grad_;        // sharded gradients: this rank's summed gradient shard
+  torch::Tensor staging_;           // sharded gradients: the reduction buffer (at most a bucket)
+  std::int64_t staging_piece_ = 0;  // elements of each rank's chunk the staging buffer holds
   // (start, length) ranges of the updated part where weight decay applies, and where the global
   // norm counts the elements.
   FlatRanges decay_ranges_;
