@@ -211,6 +211,8 @@ ParallelRank::ParallelRank(const TrainOptions& o, const RunSize& size,
     chunks_[static_cast<std::size_t>(k)]->set_layer_hooks(flat_->layer_hooks(k));
   }
   tasks_ = costmodel::pipeline_order(o.schedule, o.pp, c_.pp, o.num_micro_batches, v_);
+  // WIRE: the reshard work may add the flat layout's version here (ZeRO-2/3 rank-R.pt now hold
+  // per-block units, FlatParameters::shard_ranges) so that older ZeRO-2/3 checkpoints are refused.
   layout_ = {{"dp", o.dp},     {"tp", o.tp},           {"pp", o.pp},
              {"zero", o.zero}, {"virtual_stages", v_}, {"stages", nlohmann::json::array()}};
   for (const costmodel::StageRange& r : stages_) {
