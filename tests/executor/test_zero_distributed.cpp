@@ -59,6 +59,7 @@ TEST_CASE("Gloo's reduce-scatter is a ring that sums each rank's chunk", "[distr
       const auto store = loom::executor::make_local_store();
       constexpr std::int64_t kChunk = 5;
       std::vector<torch::Tensor> got(static_cast<std::size_t>(size));
+      std::vector<torch::Tensor> in_place(static_cast<std::size_t>(size));
       run_ranks(size, [&](int rank) {
         ParallelGroups groups(store, rank, size, 1, 1, quick(by_order));
         // Rank r's input: element i is (r + 1) * (i + 1), so the sum is (i + 1) * n (n + 1) / 2.
@@ -67,12 +68,18 @@ TEST_CASE("Gloo's reduce-scatter is a ring that sums each rank's chunk", "[distr
         torch::Tensor output = torch::empty({kChunk});
         groups.dp().reduce_scatter_sum(output, input);
         got[static_cast<std::size_t>(rank)] = output;
+        // In place: the output is this rank's chunk of the input.
+        torch::Tensor buffer = input.clone();
+        torch::Tensor mine = buffer.narrow(0, rank * kChunk, kChunk);
+        groups.dp().reduce_scatter_sum(mine, buffer);
+        in_place[static_cast<std::size_t>(rank)] = mine.clone();
       });
       const float ranks_sum = static_cast<float>(size * (size + 1) / 2);
       for (int r = 0; r < size; ++r) {
         const torch::Tensor want =
             torch::arange(r * kChunk + 1, (r + 1) * kChunk + 1, torch::kFloat) * ranks_sum;
         CHECK(torch::equal(got[static_cast<std::size_t>(r)], want));
+        CHECK(torch::equal(in_place[static_cast<std::size_t>(r)], want));
       }
     }
   }
