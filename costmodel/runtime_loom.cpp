@@ -28,41 +28,53 @@ RuntimeMemory loom_memory(const Job& job, const Strategy& s, const RankMemoryInp
   // contiguous buffer, or DDP's gradient_as_bucket_view). ZeRO-2/3 keep no full gradient buffer:
   // every backward pass's gradients go through one staging buffer of at most a bucket, and one
   // bucket's gradients are alive at the end of the backward pass, when the activations are gone.
-  // ZeRO-3 gathers the stage's parameters for the whole step (not layer by layer).
+  // ZeRO-3 gathers its parameters block by block: kZero3GatheredUnits fp32 blocks (the one
+  // computing and the next, in flight) besides the shard. At the activation peak (the start of
+  // the backward pass) they are the last layers' (a transformer layer bounds the head's block).
   double persistent = 0;
   double transient = optimizer_working;
+  double gathered = 0;
   if (s.dp > 1 && zero.reduces_every_micro_batch) {
     const double staging = std::min(in.bucket_bytes, out.states.gradient_bytes * s.dp);
     persistent += staging;
     transient = std::max(transient, staging);
-    if (zero.gathers_before_forward) persistent += out.states.parameter_bytes * s.dp;
+    if (zero.gathers_per_block) {
+      const double block = in.num_layers > 0 ? in.layer_num_parameters : in.num_parameters;
+      gathered = 4.0 * kZero3GatheredUnits * std::min(block, in.num_parameters);
+      persistent += gathered;
+    }
   }
   // The word embedding's backward (on the rank holding it, pipeline rank 0) makes a dense fp32
   // gradient of the whole table (of its vocabulary shard under tp) before adding it to the
   // parameter's: at the end of a micro-batch's backward, while the other micro-batches in flight
-  // keep their activations (a GPipe stage 0 holds all but one).
+  // keep their activations (a GPipe stage 0 holds all but one). Under ZeRO-3 the embeddings'
+  // gathered block (the table) is held then instead of the two layers counted above.
   double embedding_grad_extra = 0;
   if (in.embedding_table_num_parameters > 0) {
     embedding_grad_extra = 4.0 * in.embedding_table_num_parameters -
                            std::min(in.chunk_activation_bytes, in.activation_bytes);
+    if (gathered > 0) embedding_grad_extra += 4.0 * in.embedding_table_num_parameters - gathered;
   }
   out.buffer_bytes =
       persistent + std::max({recompute, transient - in.activation_bytes, embedding_grad_extra});
   return out;
 }
 
-// Loom's executor all-reduces gradient buckets at every ZeRO stage (each rank then keeps its
-// shard): ZeRO 0/1 once per step, during the last micro-batch's backward pass; ZeRO-2/3 during
-// every micro-batch's (the gradients cannot accumulate unsharded). ZeRO-1/2 all-gather the updated
-// shards after the optimizer step; ZeRO-3 gathers the stage's parameters before the step's first
-// forward pass.
+// Loom's executor reduces gradients at every ZeRO stage (each rank then keeps its shard):
+// ZeRO 0/1 all-reduce buckets once per step, during the last micro-batch's backward pass;
+// ZeRO-2/3 reduce-scatter each block during every micro-batch's (the gradients cannot accumulate
+// unsharded). ZeRO-1/2 all-gather the updated shards after the optimizer step; ZeRO-3 gathers
+// every block in every forward and backward pass, the next block's gather hidden behind the
+// current block's compute: the pass's first block is exposed, and what the pass cannot hide.
 DataParallelExposure loom_exposure(const Job&, const Strategy& s, const DataParallelInput& in) {
   const ZeroPolicy zero = zero_policy(s.zero);
   const double grads = in.num_parameters * in.element_bytes;
   const double bucket = std::min(in.bucket_bytes, grads);
-  const double ar = in.time_s(Collective::kAllReduce, grads);
-  const double last = exposed_after_window_s(
-      ar, in.backward_window_s, in.time_s(Collective::kAllReduce, bucket), in.overlap_slowdown);
+  const Collective reduce =
+      zero.reduce_scatters_gradients ? Collective::kReduceScatter : Collective::kAllReduce;
+  const double ar = in.time_s(reduce, grads);
+  const double last = exposed_after_window_s(ar, in.backward_window_s, in.time_s(reduce, bucket),
+                                             in.overlap_slowdown);
   DataParallelExposure out;
   out.gradient_s =
       zero.reduces_every_micro_batch
@@ -70,7 +82,16 @@ DataParallelExposure loom_exposure(const Job&, const Strategy& s, const DataPara
                     exposed_beyond_window_s(ar, in.backward_window_s, in.overlap_slowdown) +
                 last
           : last;
-  if (zero.gathers_after_step || zero.gathers_before_forward) {
+  if (zero.gathers_per_block) {
+    const double gather = in.time_s(Collective::kAllGather, grads);
+    const double block = in.layer_num_parameters > 0 ? in.layer_num_parameters : in.num_parameters;
+    const double first =
+        in.time_s(Collective::kAllGather, std::min(block, in.num_parameters) * in.element_bytes);
+    out.parameter_s =
+        static_cast<double>(in.num_micro_batches) *
+        (exposed_after_window_s(gather, in.forward_window_s, first, in.overlap_slowdown) +
+         exposed_after_window_s(gather, in.backward_window_s, first, in.overlap_slowdown));
+  } else if (zero.gathers_after_step) {
     out.parameter_s = in.time_s(Collective::kAllGather, grads);
   }
   return out;

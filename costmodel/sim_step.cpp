@@ -110,10 +110,31 @@ class StepBuilder {
     return task;
   }
 
+  // ZeRO-3 before a pass of chunk c: its first block's all-gather, which the pass waits for, and
+  // the other blocks' gathers on the zero stream beside the pass (each in flight while the block
+  // before it computes). Returns the task the pass follows.
+  int block_gathers(int r, const ChunkSpec& c, Phase pass, const std::string& what, int prev) {
+    const double blocks = std::max(1, c.range.last_layer - c.range.first_layer + 1);
+    const double first = c.gradient_bytes / blocks;
+    const int head = flow(r, Stream::kZero, pass,
+                          comms_->collective(Collective::kAllGather, Group::kData, r, first),
+                          "all-gather zero block " + what + " " + profiles::bytes_text(first));
+    engine_.depend(prev, head);
+    if (c.gradient_bytes > first) {
+      const double rest = c.gradient_bytes - first;
+      const int others = flow(r, Stream::kZero, pass,
+                              comms_->collective(Collective::kAllGather, Group::kData, r, rest),
+                              "all-gather zero blocks " + what + " " + profiles::bytes_text(rest));
+      engine_.depend(head >= 0 ? head : prev, others);
+    }
+    return head >= 0 ? head : prev;
+  }
+
   void build_rank(int r) {
     const int chunks = static_cast<int>(spec_.chunks.size());
     int prev = -1;  // the previous op's last task: the compute stream waits for it
-    if (comms_ && spec_.dp > 1 && spec_.zero.gathers_before_forward) {
+    if (comms_ && spec_.dp > 1 && spec_.zero.gathers_before_forward &&
+        !spec_.zero.gathers_per_block) {
       // ZeRO-3: the stage's parameters are gathered before the step's first forward pass.
       const double bytes = spec_.post_all_gather_bytes[static_cast<std::size_t>(r)];
       prev = flow(r, Stream::kZero, Phase::kOther,
@@ -142,6 +163,9 @@ class StepBuilder {
                        comms_->collective(Collective::kAllGather, Group::kTensor, r,
                                           spec_.p2p_all_gather_bytes),
                        "all-gather " + std::string(op.forward ? "act " : "grad ") + mb);
+      }
+      if (comms_ && spec_.dp > 1 && spec_.zero.gathers_per_block && c.gradient_bytes > 0) {
+        prev = block_gathers(r, c, pass, what, prev);
       }
       int last = -1;
       if (!op.forward && comms_ && spec_.dp > 1 && c.gradient_bytes > 0 &&

@@ -17,6 +17,8 @@ ZeroPolicy zero_policy(int stage) {
   p.gathers_after_step = stage == 1 || stage == 2;
   p.gathers_before_forward = stage == 3;
   p.reduces_norm_over_dp = stage >= 1;
+  p.gathers_per_block = stage == 3;
+  p.reduce_scatters_gradients = stage >= 2;
   return p;
 }
 

@@ -8,19 +8,26 @@
 //   shards_parameters          -    -    -    x   between steps a rank holds its 1/dp only
 //   reduces_every_micro_batch  -    -    x    x   gradients reduced after every backward pass
 //   gathers_after_step         -    x    x    -   updated shards all-gathered after AdamW
-//   gathers_before_forward     -    -    -    x   parameters gathered before the first forward
+//   gathers_before_forward     -    -    -    x   parameters all-gathered before forwards
 //   reduces_norm_over_dp       -    x    x    x   the gradient norm sums the ranks' shards
+//
+//   gathers_per_block          -    -    -    x   each block gathered before its forward and
+//                                                   again before its backward, freed after each
+//   reduce_scatters_gradients  -    -    x    x   gradients reduce-scattered (not all-reduced)
 //
 // What the executor does at each stage with dp > 1 (with dp = 1 every shard is the whole):
 // - 0 and 1: every micro-batch's gradients accumulate in one flat buffer of the rank's
 //   parameters, all-reduced once per step (in buckets from the step's last backward pass when
 //   that overlaps); stage 1 then updates only its shard of that buffer.
-// - 2 and 3: after every backward pass of a chunk its gradients are reduced bucket by bucket
-//   through one staging buffer and the rank's part added into its gradient shard.
+// - 2 and 3: the parameters are sharded block by block (a block: the embeddings, one transformer
+//   layer, the head); after every backward pass each block's gradients are reduce-scattered
+//   (a ring: (dp - 1) / dp of the block per rank) through one staging buffer of at most a bucket,
+//   and the rank's chunk added into its gradient shard.
 // - 1 and 2: after the optimizer step on its shard, each rank's updated shard is all-gathered into
 //   the full parameters.
-// - 3: the stage's parameters are all-gathered from the shards before the step's first forward
-//   pass, held for the whole step, and released after the optimizer step.
+// - 3: every forward and every backward pass of every micro-batch all-gathers each block just
+//   before it computes, with the next block's gather in flight meanwhile, and frees it after: a
+//   rank holds its shard plus kZero3GatheredUnits gathered blocks.
 #pragma once
 
 namespace loom::costmodel {
@@ -33,8 +40,18 @@ struct ZeroPolicy {
   bool gathers_after_step = false;
   bool gathers_before_forward = false;
   bool reduces_norm_over_dp = false;
+  bool gathers_per_block = false;
+  bool reduce_scatters_gradients = false;
   bool operator==(const ZeroPolicy&) const = default;
 };
+
+// ZeRO-3's gathered blocks held at once: the one computing and the next, whose gather is in
+// flight (fp32, the executor's master weights).
+inline constexpr int kZero3GatheredUnits = 2;
+
+// ZeRO-3's all-gathers in one micro-batch's forward and backward passes over `num_blocks` blocks:
+// each block once before its forward and once before its backward.
+inline int zero3_gathers_per_micro_batch(int num_blocks) { return 2 * num_blocks; }
 
 // The policy of ZeRO stage `stage` (0..3; check_strategy() refuses others). std::invalid_argument
 // for a stage outside 0..3.

@@ -5,6 +5,7 @@
 #include <deque>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <sstream>
 #include <thread>
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
@@ -281,6 +282,7 @@ struct ProcessGroup::Impl {
   int watch_world_size = 0;
   bool p2p_by_order = false;
   std::map<std::pair<bool, int>, int> p2p_counts;  // (send?, peer) -> operations so far
+  int ring_tag = 0;  // the tag of the Gloo reduce-scatter's next send (the same on every rank)
   // p2p_by_order: the thread that runs the point-to-point operations. Declared after the backend,
   // so joined before the backend goes.
   std::unique_ptr<P2pStream> stream;
@@ -390,6 +392,8 @@ torch::Tensor contiguous_buffer(const torch::Tensor& tensor) {
 // Gloo's all-gather and the reduce-scatter fallback work in pieces of at most this many
 // elements per rank (4 MiB of fp32): their temporaries stay bounded by the piece, not the buffer.
 constexpr std::int64_t kGlooPieceElements = std::int64_t{1} << 20;
+// The ring reduce-scatter's two running buffers hold at most this many elements each (1 MiB).
+constexpr std::int64_t kRingPieceElements = std::int64_t{1} << 18;
 
 }  // namespace
 
@@ -455,34 +459,68 @@ void ProcessGroup::allgather(torch::Tensor& output, const torch::Tensor& input) 
   }
   refuse_host_tensor("allgather", output);
   torch::Tensor flat_out = contiguous_buffer(output).view({size() * n});
-  c10d::AllgatherOptions options;
-  options.timeout = timeout_;
-  // NCCL gathers the whole flat buffer at once (input may be this rank's chunk of the output).
-  // Gloo's list all-gather stages its output in a temporary as large as the output, so it runs
-  // in pieces of at most kGlooPieceElements per rank: the temporary stays bounded.
-  const std::int64_t piece = impl_->kind == CommBackend::kNccl ? n : kGlooPieceElements;
-  for (std::int64_t begin = 0; begin < n; begin += piece) {
-    const std::int64_t length = std::min(piece, n - begin);
+  torch::Tensor output_buffer = flat_out;
+  for (PendingOperation& p : allgather_async(flat_out, flat_in)) p.wait();
+  if (!output_buffer.is_same(output) && output_buffer.data_ptr() != output.data_ptr()) {
+    output.copy_(output_buffer.view(output.sizes()));
+  }
+}
+
+// NCCL gathers the whole flat buffer at once. Gloo's list all-gather stages its output in a
+// temporary as large as the output, so it runs in pieces of at most kGlooPieceElements per rank:
+// the temporary stays bounded.
+std::vector<PendingOperation> ProcessGroup::allgather_async(torch::Tensor& output,
+                                                            const torch::Tensor& input) {
+  const std::int64_t n = input.numel();
+  if (output.numel() != n * size() || !output.is_contiguous() || !input.is_contiguous()) {
+    fail("allgather", "a contiguous output of " + std::to_string(n * size()) +
+                          " elements and a contiguous input (a bug)");
+  }
+  std::vector<PendingOperation> out;
+  torch::Tensor flat_in = input.view({n});
+  torch::Tensor flat_out = output.view({size() * n});
+  if (size() == 1) {
+    if (flat_out.data_ptr() != flat_in.data_ptr()) flat_out.copy_(flat_in);
+    return out;
+  }
+  refuse_host_tensor("allgather", output);
+  if (impl_->kind == CommBackend::kNccl) {
     auto impl = new_operation("allgather");
+    c10d::AllgatherOptions options;
+    options.timeout = timeout_;
     try {
-      if (impl_->kind == CommBackend::kNccl) {
-        impl->work = impl_->backend->_allgather_base(flat_out, flat_in, options);
-      } else {
-        std::vector<torch::Tensor> inputs{flat_in.narrow(0, begin, length)};
-        std::vector<std::vector<torch::Tensor>> outputs(1);
-        for (int r = 0; r < size(); ++r) {
-          outputs[0].push_back(flat_out.narrow(0, r * n + begin, length));
-        }
-        impl->work = impl_->backend->allgather(outputs, inputs, options);
-      }
+      impl->work = impl_->backend->_allgather_base(flat_out, flat_in, options);
     } catch (const std::exception& e) {
       fail("allgather", error_text(e));
     }
-    PendingOperation(std::move(impl)).wait();
+    impl->keep_alive = flat_out;
+    out.emplace_back(std::move(impl));
+    return out;
   }
-  if (!flat_out.is_same(output) && flat_out.data_ptr() != output.data_ptr()) {
-    output.copy_(flat_out.view(output.sizes()));
+  for (std::int64_t begin = 0; begin < n; begin += kGlooPieceElements) {
+    out.push_back(
+        start_allgather_piece(flat_out, flat_in, begin, std::min(kGlooPieceElements, n - begin)));
   }
+  return out;
+}
+
+PendingOperation ProcessGroup::start_allgather_piece(torch::Tensor& flat_out,
+                                                     const torch::Tensor& flat_in,
+                                                     std::int64_t begin, std::int64_t length) {
+  const std::int64_t n = flat_in.numel();
+  auto impl = new_operation("allgather");
+  c10d::AllgatherOptions options;
+  options.timeout = timeout_;
+  std::vector<torch::Tensor> inputs{flat_in.narrow(0, begin, length)};
+  std::vector<std::vector<torch::Tensor>> outputs(1);
+  for (int r = 0; r < size(); ++r) outputs[0].push_back(flat_out.narrow(0, r * n + begin, length));
+  try {
+    impl->work = impl_->backend->allgather(outputs, inputs, options);
+  } catch (const std::exception& e) {
+    fail("allgather", error_text(e));
+  }
+  impl->keep_alive = flat_out;
+  return PendingOperation(std::move(impl));
 }
 
 void ProcessGroup::reduce_scatter_sum(torch::Tensor& output, const torch::Tensor& input) {
@@ -511,21 +549,49 @@ void ProcessGroup::reduce_scatter_sum(torch::Tensor& output, const torch::Tensor
     if (flat_out.data_ptr() != output.data_ptr()) output.copy_(flat_out.view(output.sizes()));
     return;
   }
-  // Gloo: all-reduce a copy of this rank's chunk of every rank's input, piece by piece (the
-  // temporary stays bounded), and keep the sum of the chunk.
-  torch::Tensor flat_in = input.reshape({size() * n});
-  torch::Tensor flat_out = output.reshape({n});
-  const std::int64_t piece = std::max<std::int64_t>(kGlooPieceElements / size(), 1);
+  torch::Tensor flat_in = contiguous_buffer(input).view({size() * n});
+  torch::Tensor flat_out = contiguous_buffer(output).view({n});
+  ring_reduce_scatter(flat_out, flat_in);
+  if (flat_out.data_ptr() != output.data_ptr()) output.copy_(flat_out.view(output.sizes()));
+}
+
+// The ring of NCCL's reduce-scatter over Gloo's point-to-point sends: in round s = 0 .. size - 2
+// rank r sends its running sum of chunk (r - s - 1) mod size to rank r + 1 and receives rank
+// r - 1's running sum of chunk (r - s - 2) mod size, to which it adds its own; after the last
+// round it holds the whole sum of its chunk r. Every rank sends (size - 1) / size of the input.
+// Pieces of at most kGlooPieceElements elements bound the two running buffers. Odd ranks receive
+// before they send, so that under p2p_by_order (sends held until received, as on NCCL) the ring
+// has a rank that receives first and cannot wait on itself.
+void ProcessGroup::ring_reduce_scatter(torch::Tensor& flat_out, const torch::Tensor& flat_in) {
+  const int p = size();
+  const std::int64_t n = flat_out.numel();
+  const int right = (rank_ + 1) % p;
+  const int left = (rank_ + p - 1) % p;
+  const std::int64_t piece = std::min(n, kRingPieceElements);
+  torch::Tensor sending = torch::empty({piece}, flat_in.options());
+  torch::Tensor receiving = torch::empty({piece}, flat_in.options());
+  auto chunk = [&](int c, std::int64_t begin, std::int64_t length) {
+    return flat_in.narrow(0, ((c % p + p) % p) * n + begin, length);
+  };
   for (std::int64_t begin = 0; begin < n; begin += piece) {
     const std::int64_t length = std::min(piece, n - begin);
-    std::vector<torch::Tensor> parts;
-    parts.reserve(static_cast<std::size_t>(size()));
-    for (int r = 0; r < size(); ++r) parts.push_back(flat_in.narrow(0, r * n + begin, length));
-    torch::Tensor sum = torch::stack(parts);
-    allreduce_sum(sum);
-    flat_out.narrow(0, begin, length).copy_(sum.select(0, rank_));
+    torch::Tensor out = sending.narrow(0, 0, length);
+    torch::Tensor in = receiving.narrow(0, 0, length);
+    out.copy_(chunk(rank_ - 1, begin, length));
+    for (int s = 0; s < p - 1; ++s) {
+      const int tag = impl_->ring_tag;
+      impl_->ring_tag = (impl_->ring_tag + 1) % (1 << 24);
+      std::optional<PendingOperation> sent;
+      if (rank_ % 2 == 0) sent.emplace(send(out, right, tag));
+      recv(in, left, tag);
+      if (rank_ % 2 == 1) sent.emplace(send(out, right, tag));
+      const torch::Tensor own = chunk(rank_ - s - 2, begin, length);
+      sent->wait();
+      // The last round may write over `own` (an output that is this rank's chunk of the input).
+      in.add_(own);
+      (s + 1 < p - 1 ? out : flat_out.narrow(0, begin, length)).copy_(in);
+    }
   }
-  if (flat_out.data_ptr() != output.data_ptr()) output.copy_(flat_out.view(output.sizes()));
 }
 
 void ProcessGroup::broadcast(torch::Tensor& tensor, int root) {

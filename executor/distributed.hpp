@@ -14,9 +14,10 @@
 //   Gloo gets CPU tensors. On NCCL, allreduce_sum and broadcast also take CPU tensors (small
 //   control values: a stop flag, a loss, an evaluation's counts), staged through this rank's
 //   device; the other operations refuse a CPU tensor there (a bug). The reductions are sums (SUM
-//   then divide for averages: Gloo on 1.13 has no AVG, no reduce_scatter and no flat all-gather, so
-//   those go through all-reduce / list all-gather fallbacks, run in pieces so that their
-//   temporaries stay below ~8 MiB).
+//   then divide for averages: Gloo on 1.13 has no AVG, no reduce_scatter and no flat all-gather).
+//   On Gloo the all-gather is a list all-gather and the reduce-scatter a ring over point-to-point
+//   sends (each rank sends (size - 1) / size of the input, as NCCL's ring), both run in pieces so
+//   that their temporaries stay below ~8 MiB.
 // - Ranks are numbered as Megatron-LM does: rank = tp_rank + tp * (dp_rank + dp * pp_rank).
 #pragma once
 
@@ -152,8 +153,13 @@ class ProcessGroup {
   PendingOperation allreduce_sum_async(torch::Tensor& tensor);
   // output [size * n] = concatenation of every rank's input [n] (any shape, numel n), rank order.
   void allgather(torch::Tensor& output, const torch::Tensor& input);
+  // Starts allgather() of a contiguous output and input (the input may be this rank's chunk of
+  // the output); the output is complete after every returned operation's wait(). Both must stay
+  // alive until then.
+  std::vector<PendingOperation> allgather_async(torch::Tensor& output, const torch::Tensor& input);
   // output [n] = this rank's n-element chunk of the element-wise sum of every rank's input
-  // [size * n] (on Gloo: all-reduces of copies of every rank's chunk, piece by piece).
+  // [size * n]: NCCL's reduce-scatter; on Gloo a ring over point-to-point sends, piece by piece.
+  // The output may be this rank's chunk of the input (in place).
   void reduce_scatter_sum(torch::Tensor& output, const torch::Tensor& input);
   // In place: every rank gets root's tensor (root is a group rank).
   void broadcast(torch::Tensor& tensor, int root);
@@ -180,6 +186,11 @@ class ProcessGroup {
   std::string describe_p2p(bool send, int peer, int tag) const;
   // A pending operation of this group: its timeout, its failure naming `name`, Gloo or not.
   std::unique_ptr<PendingOperation::Impl> new_operation(std::string name) const;
+  // One piece of the Gloo all-gather: every rank's [begin, begin + length) of its n elements.
+  PendingOperation start_allgather_piece(torch::Tensor& flat_out, const torch::Tensor& flat_in,
+                                         std::int64_t begin, std::int64_t length);
+  // The Gloo reduce-scatter of contiguous flat tensors: a ring of size - 1 sends per piece.
+  void ring_reduce_scatter(torch::Tensor& flat_out, const torch::Tensor& flat_in);
 
   std::string name_;
   std::vector<int> members_;

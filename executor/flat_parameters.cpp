@@ -1,5 +1,7 @@
 #include "executor/flat_parameters.hpp"
 
+#include <c10/core/StorageImpl.h>
+
 #include <algorithm>
 
 #include "profiles/errors.hpp"
@@ -27,7 +29,56 @@ FlatRanges true_ranges(const torch::Tensor& mask) {
   return out;
 }
 
+// Frees the memory behind `buffer` and every view of it, keeping the tensors (autograd's saved
+// views of the parameters among them) valid for a later refill: FSDP's storage resize to zero.
+void free_storage(const torch::Tensor& buffer) {
+  c10::StorageImpl* storage = buffer.storage().unsafeGetStorageImpl();
+  storage->set_data_ptr_noswap(at::DataPtr(nullptr, buffer.device()));
+  storage->set_nbytes(0);
+}
+
+// Gives `buffer`'s storage memory again (its old size; contents undefined).
+void allocate_storage(const torch::Tensor& buffer, std::int64_t numel) {
+  c10::StorageImpl* storage = buffer.storage().unsafeGetStorageImpl();
+  const auto bytes = static_cast<std::size_t>(numel) * buffer.element_size();
+  storage->set_data_ptr_noswap(storage->allocator()->allocate(bytes));
+  storage->set_nbytes(bytes);
+}
+
 }  // namespace
+
+// The hooks chunk k's model calls around each layer.
+class FlatParameters::UnitHooks final : public LayerHooks {
+ public:
+  UnitHooks(FlatParameters& flat, int k) : flat_(flat), k_(k) {}
+  void before_forward(int layer) override { flat_.enter_forward(k_, layer); }
+  torch::Tensor after_forward(int layer, const torch::Tensor& output) override {
+    return flat_.exit_forward(k_, layer, output);
+  }
+
+ private:
+  FlatParameters& flat_;
+  int k_;
+};
+
+// The identity, whose backward gathers a unit before autograd runs that unit's backward (the
+// gradient of a unit's output is complete before any of the unit's own backward runs).
+class FlatParameters::GatherBeforeBackward
+    : public torch::autograd::Function<GatherBeforeBackward> {
+ public:
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x,
+                               FlatParameters* flat, std::int64_t unit) {
+    ctx->saved_data["flat"] = reinterpret_cast<std::int64_t>(flat);
+    ctx->saved_data["unit"] = unit;
+    return x.view_as(x);
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    auto* flat = reinterpret_cast<FlatParameters*>(ctx->saved_data["flat"].toInt());
+    flat->enter_backward(static_cast<std::size_t>(ctx->saved_data["unit"].toInt()));
+    return {grads[0], torch::Tensor(), torch::Tensor()};
+  }
+};
 
 FlatParameters::FlatParameters(const std::vector<std::vector<FlatParameter>>& chunks,
                                const FlatOptions& o, ParallelGroups& groups,
@@ -35,19 +86,8 @@ FlatParameters::FlatParameters(const std::vector<std::vector<FlatParameter>>& ch
     : zero_(costmodel::zero_policy(o.zero)), weight_decay_(o.weight_decay), groups_(groups) {
   const int dp = groups.dp_size();
   sharded_gradients_ = zero_.shards_gradients && dp > 1;
-  std::vector<std::size_t> chunk_ends;
-  for (const std::vector<FlatParameter>& chunk : chunks) {
-    for (const FlatParameter& entry : chunk) {
-      const torch::Tensor& parameter = entry.tensor;
-      parameters_.push_back(parameter);
-      offsets_.push_back(numel_);
-      numels_.push_back(parameter.numel());
-      shapes_.push_back(parameter.sizes().vec());
-      numel_ += parameter.numel();
-    }
-    chunk_ends.push_back(parameters_.size());
-  }
-  padded_ = (numel_ + dp - 1) / dp * dp;
+  per_block_ = zero_.gathers_per_block;
+  make_units(chunks, zero_.shards_gradients, dp);
   shard_numel_ = padded_ / dp;
   shard_offset_ = zero_.shards_optimizer_states ? groups.coordinates().dp * shard_numel_ : 0;
   const std::int64_t updated = zero_.shards_optimizer_states ? shard_numel_ : padded_;
@@ -55,32 +95,96 @@ FlatParameters::FlatParameters(const std::vector<std::vector<FlatParameter>>& ch
   copy_into_flat(chunks, options);
   const std::int64_t bucket_numel = std::max<std::int64_t>(o.bucket_bytes / 4, 1);
   if (sharded_gradients_) {
-    // Before ZeRO-3's release: a hooked gradient accumulator keeps the parameter's shape.
     shard_grad_ = torch::zeros({shard_numel_}, options);
-    make_shard_buckets(chunk_ends, bucket_numel);
-    std::int64_t largest = 1;
-    for (const ShardBucket& b : shard_buckets_) {
-      largest = std::max(largest, offsets_[b.last - 1] + numels_[b.last - 1] - offsets_[b.first]);
+    // Pieces of at most a bucket over the dp ranks: a piece is that many elements of every
+    // rank's chunk of a unit.
+    std::int64_t piece = 1;
+    for (const Unit& u : units_) {
+      piece =
+          std::max(piece, std::min(u.shard_numel, std::max<std::int64_t>(bucket_numel / dp, 1)));
     }
-    staging_ = torch::empty({std::min(largest, bucket_numel)}, options);
+    staging_ = torch::empty({piece * dp}, options);
+    staging_piece_ = piece;
   }
   if (zero_.shards_parameters) {
-    shard_ = flat_.narrow(0, shard_offset_, shard_numel_).clone();
-    release();
+    std::vector<torch::Tensor> parts;
+    for (const auto& [start, length] : shard_ranges_)
+      parts.push_back(flat_.narrow(0, start, length));
+    shard_ = torch::cat(parts);
+    torch::NoGradGuard no_grad;
+    if (!sharded_gradients_) grad_ = torch::zeros({padded_}, options);
+    for (Unit& u : units_) {
+      u.gathered = torch::empty({u.padded}, options);
+      for (std::size_t i = u.first; i < u.last; ++i) {
+        const std::int64_t at = offsets_[i] - u.offset;
+        parameters_[i].set_data(u.gathered.narrow(0, at, numels_[i]).view(shapes_[i]));
+        if (!sharded_gradients_) {
+          parameters_[i].mutable_grad() = grad_.narrow(0, offsets_[i], numels_[i]).view(shapes_[i]);
+        }
+      }
+      free_storage(u.gathered);
+    }
+    flat_ = torch::Tensor();
   } else {
     bind();
     if (o.overlap && dp > 1 && !zero_.reduces_every_micro_batch) make_buckets(bucket_numel);
   }
+  // After the parameters have their final tensors (a hooked accumulator keeps its parameter).
+  if (sharded_gradients_) make_unit_hooks();
   // After the parameters moved into the flat buffer (their first copies are freed by then).
   exp_avg_ = torch::zeros({updated}, options);
   exp_avg_sq_ = torch::zeros({updated}, options);
+}
+
+// Groups the parameters into units (one for all, or one per chunk and layer) and lays them out:
+// offsets, padding, this rank's chunk of each.
+void FlatParameters::make_units(const std::vector<std::vector<FlatParameter>>& chunks,
+                                bool per_layer, int dp) {
+  std::vector<std::int64_t> within;  // each parameter's offset within its unit
+  for (std::size_t k = 0; k < chunks.size(); ++k) {
+    ChunkUnits chunk;
+    chunk.begin = units_.size();
+    for (const FlatParameter& entry : chunks[k]) {
+      if (units_.empty() ||
+          (per_layer && (units_.size() == chunk.begin || units_.back().layer != entry.unit))) {
+        Unit u;
+        u.first = parameters_.size();
+        u.chunk = static_cast<int>(k);
+        u.layer = entry.unit;
+        units_.push_back(std::move(u));
+      }
+      Unit& u = units_.back();
+      parameters_.push_back(entry.tensor);
+      within.push_back(u.padded);  // the unit's unpadded numel so far
+      numels_.push_back(entry.tensor.numel());
+      shapes_.push_back(entry.tensor.sizes().vec());
+      numel_ += entry.tensor.numel();
+      u.padded += entry.tensor.numel();
+      u.last = parameters_.size();
+    }
+    chunk.end = units_.size();
+    chunk.next = chunk.end;
+    chunk_units_.push_back(chunk);
+  }
+  const int rank = groups_.coordinates().dp;
+  padded_ = 0;
+  std::int64_t shard_at = 0;
+  for (Unit& u : units_) {
+    u.padded = (u.padded + dp - 1) / dp * dp;
+    u.offset = padded_;
+    for (std::size_t i = u.first; i < u.last; ++i) offsets_.push_back(u.offset + within[i]);
+    u.shard_numel = u.padded / dp;
+    u.shard_offset = shard_at;
+    shard_ranges_.emplace_back(u.offset + rank * u.shard_numel, u.shard_numel);
+    shard_at += u.shard_numel;
+    padded_ += u.padded;
+  }
 }
 
 // Fills the flat buffer with the parameters' values and computes the decay and norm ranges of
 // the updated part (ranges, not per-element masks, which would cost another copy of it).
 void FlatParameters::copy_into_flat(const std::vector<std::vector<FlatParameter>>& chunks,
                                     const torch::TensorOptions& options) {
-  const std::int64_t updated = zero_.shards_optimizer_states ? shard_numel_ : padded_;
   torch::Tensor decay = torch::zeros({padded_}, options.dtype(torch::kBool));
   torch::Tensor counted = torch::zeros({padded_}, options.dtype(torch::kBool));
   flat_ = torch::zeros({padded_}, options);
@@ -97,8 +201,22 @@ void FlatParameters::copy_into_flat(const std::vector<std::vector<FlatParameter>
       }
     }
   }
-  decay_ranges_ = true_ranges(decay.narrow(0, shard_offset_, updated));
-  counted_ranges_ = true_ranges(counted.narrow(0, shard_offset_, updated));
+  // In the coordinates of what this rank updates: the full buffer, or its shard.
+  auto updated_part = [&](const torch::Tensor& mask) {
+    if (!zero_.shards_optimizer_states) return mask;
+    std::vector<torch::Tensor> parts;
+    for (const auto& [start, length] : shard_ranges_)
+      parts.push_back(mask.narrow(0, start, length));
+    return torch::cat(parts);
+  };
+  decay_ranges_ = true_ranges(updated_part(decay));
+  counted_ranges_ = true_ranges(updated_part(counted));
+  if (zero_.shards_optimizer_states) {
+    for (std::size_t u = 0; u < units_.size(); ++u) {
+      const auto& [start, length] = shard_ranges_[u];
+      units_[u].decay = true_ranges(decay.narrow(0, start, length));
+    }
+  }
 }
 
 void FlatParameters::arm() {
@@ -109,38 +227,107 @@ void FlatParameters::arm() {
   pending_.clear();
 }
 
+std::shared_ptr<LayerHooks> FlatParameters::layer_hooks(int k) {
+  if (!per_block_) return nullptr;
+  return std::make_shared<UnitHooks>(*this, k);
+}
+
 void FlatParameters::materialize() {
-  if (!zero_.gathers_before_forward || flat_.defined()) return;
-  flat_ = torch::empty({padded_}, shard_.options());
-  groups_.dp().allgather(flat_, shard_);
-  bind();
+  if (!per_block_ || materialized_) return;
+  for (std::size_t u = 0; u < units_.size(); ++u) start_gather(u);
+  for (std::size_t u = 0; u < units_.size(); ++u) gather(u);
+  materialized_ = true;
 }
 
 void FlatParameters::release() {
-  if (!zero_.shards_parameters) return;
-  torch::NoGradGuard no_grad;
-  for (torch::Tensor& p : parameters_) {
-    p.set_data(torch::empty({0}, shard_.options()));
-    p.mutable_grad() = torch::Tensor();
+  if (!per_block_) return;
+  materialized_ = false;
+  for (std::size_t u = 0; u < units_.size(); ++u) free_unit(u);
+  if (sharded_gradients_) {
+    for (torch::Tensor& p : parameters_) p.mutable_grad() = torch::Tensor();
   }
-  flat_ = torch::Tensor();
-  grad_ = torch::Tensor();
+}
+
+std::size_t FlatParameters::unit_of(int k, int layer) const {
+  const ChunkUnits& chunk = chunk_units_.at(static_cast<std::size_t>(k));
+  for (std::size_t u = chunk.begin; u < chunk.end; ++u) {
+    if (units_[u].layer == layer) return u;
+  }
+  throw std::logic_error("FlatParameters: chunk " + std::to_string(k) + " has no layer " +
+                         std::to_string(layer));
+}
+
+void FlatParameters::start_gather(std::size_t u) {
+  Unit& unit = units_[u];
+  if (unit.held || !unit.gathering.empty()) return;
+  allocate_storage(unit.gathered, unit.padded);
+  gathered_numel_ += unit.padded;
+  peak_gathered_ = std::max(peak_gathered_, gathered_numel_);
+  ++gather_count_;
+  torch::Tensor mine = shard_.narrow(0, unit.shard_offset, unit.shard_numel);
+  unit.gathering = groups_.dp().allgather_async(unit.gathered, mine);
+  if (unit.gathering.empty()) unit.held = true;  // a group of one copied at once
+}
+
+void FlatParameters::gather(std::size_t u) {
+  Unit& unit = units_[u];
+  start_gather(u);
+  for (PendingOperation& p : unit.gathering) p.wait();
+  unit.gathering.clear();
+  unit.held = true;
+}
+
+void FlatParameters::free_unit(std::size_t u) {
+  Unit& unit = units_[u];
+  if (materialized_) return;
+  for (PendingOperation& p : unit.gathering) p.wait();
+  unit.gathering.clear();
+  if (!unit.held) return;
+  unit.held = false;
+  free_storage(unit.gathered);
+  gathered_numel_ -= unit.padded;
+}
+
+void FlatParameters::enter_forward(int k, int layer) {
+  const std::size_t u = unit_of(k, layer);
+  gather(u);
+  // The next unit of the chunk gathers while this one computes.
+  if (u + 1 < chunk_units_[static_cast<std::size_t>(k)].end) start_gather(u + 1);
+}
+
+torch::Tensor FlatParameters::exit_forward(int k, int layer, const torch::Tensor& output) {
+  const std::size_t u = unit_of(k, layer);
+  free_unit(u);
+  if (!output.requires_grad() || !torch::GradMode::is_enabled()) return output;
+  return GatherBeforeBackward::apply(output, this, static_cast<std::int64_t>(u));
+}
+
+void FlatParameters::enter_backward(std::size_t u) {
+  gather(u);
+  const ChunkUnits& chunk = chunk_units_[static_cast<std::size_t>(units_[u].chunk)];
+  if (u > chunk.begin) start_gather(u - 1);
 }
 
 void FlatParameters::zero_grad() {
   if (grad_.defined()) grad_.zero_();
   if (shard_grad_.defined()) shard_grad_.zero_();
   reduction_log_.clear();
+  gather_count_ = 0;
+  peak_gathered_ = gathered_numel_;
 }
 
 void FlatParameters::finish_backward(int k) {
-  if (!sharded_gradients_) return;
-  ShardChunk& chunk = shard_chunks_[static_cast<std::size_t>(k)];
-  while (chunk.next < chunk.end) reduce_shard_bucket(chunk.next++);
-  for (std::size_t b = chunk.begin; b < chunk.end; ++b) {
-    shard_buckets_[b].remaining = shard_buckets_[b].last - shard_buckets_[b].first;
+  ChunkUnits& chunk = chunk_units_[static_cast<std::size_t>(k)];
+  if (sharded_gradients_) {
+    while (chunk.next > chunk.begin) reduce_unit(--chunk.next);
+    for (std::size_t u = chunk.begin; u < chunk.end; ++u) {
+      units_[u].remaining = units_[u].last - units_[u].first;
+    }
+    chunk.next = chunk.end;
   }
-  chunk.next = chunk.begin;
+  if (per_block_) {
+    for (std::size_t u = chunk.begin; u < chunk.end; ++u) free_unit(u);
+  }
 }
 
 std::vector<torch::Tensor> FlatParameters::state() const {
@@ -160,6 +347,11 @@ void FlatParameters::load_state(const std::vector<torch::Tensor>& state,
   exp_avg_.copy_(state[1]);
   exp_avg_sq_.copy_(state[2]);
   step_ = state[3].item<std::int64_t>();
+  if (materialized_) {  // the held units gather the loaded shard
+    materialized_ = false;
+    release();
+    materialize();
+  }
 }
 
 torch::Tensor FlatParameters::reduce_gradients() {
@@ -197,13 +389,29 @@ torch::Tensor FlatParameters::global_norm(const torch::Tensor& grad) {
 }
 
 void FlatParameters::step(const torch::Tensor& grad, double lr) {
-  torch::Tensor p = zero_.shards_parameters         ? shard_
-                    : zero_.shards_optimizer_states ? flat_.narrow(0, shard_offset_, shard_numel_)
-                                                    : flat_;
+  ++step_;
   // One temporary of the updated part's size (the cost model's optimizer working set).
-  flat_adamw_update(p, grad, exp_avg_, exp_avg_sq_, ++step_, lr, weight_decay_, decay_ranges_);
-  // In place: this rank's updated part is its chunk of the gathered buffer.
-  if (zero_.gathers_after_step) groups_.dp().allgather(flat_, p);
+  if (zero_.shards_parameters || !zero_.shards_optimizer_states) {
+    torch::Tensor p = zero_.shards_parameters ? shard_ : flat_;
+    flat_adamw_update(p, grad, exp_avg_, exp_avg_sq_, step_, lr, weight_decay_, decay_ranges_);
+    return;
+  }
+  // ZeRO-1/2: this rank's chunk of each unit of the full buffer, then the unit's all-gather (in
+  // place: the chunk is this rank's part of the gathered unit).
+  for (std::size_t u = 0; u < units_.size(); ++u) {
+    const Unit& unit = units_[u];
+    torch::Tensor p = flat_.narrow(0, shard_ranges_[u].first, unit.shard_numel);
+    torch::Tensor exp_avg = exp_avg_.narrow(0, unit.shard_offset, unit.shard_numel);
+    torch::Tensor exp_avg_sq = exp_avg_sq_.narrow(0, unit.shard_offset, unit.shard_numel);
+    flat_adamw_update(p, grad.narrow(0, unit.shard_offset, unit.shard_numel), exp_avg, exp_avg_sq,
+                      step_, lr, weight_decay_, unit.decay);
+  }
+  if (!zero_.gathers_after_step) return;
+  for (const Unit& unit : units_) {
+    torch::Tensor whole = flat_.narrow(0, unit.offset, unit.padded);
+    groups_.dp().allgather(
+        whole, whole.narrow(0, groups_.coordinates().dp * unit.shard_numel, unit.shard_numel));
+  }
 }
 
 void FlatParameters::bind() {
@@ -218,75 +426,59 @@ void FlatParameters::bind() {
   }
 }
 
-void FlatParameters::make_shard_buckets(const std::vector<std::size_t>& chunk_ends,
-                                        std::int64_t bucket_numel) {
-  std::vector<std::size_t> bucket_of(parameters_.size());
-  std::size_t chunk_begin = 0;
-  for (std::size_t chunk_end : chunk_ends) {
-    ShardChunk chunk;
-    chunk.begin = shard_buckets_.size();
-    std::int64_t filled = bucket_numel;
-    for (std::size_t k = chunk_end; k-- > chunk_begin;) {
-      if (filled >= bucket_numel) {
-        shard_buckets_.push_back({k, k + 1, 0});
-        filled = 0;
-      }
-      shard_buckets_.back().first = k;
-      filled += numels_[k];
-      bucket_of[k] = shard_buckets_.size() - 1;
+// Each parameter's gradient hook counts down its unit; the chunk's units reduce from its last, a
+// unit as soon as it and every unit after it in the chunk are complete.
+void FlatParameters::make_unit_hooks() {
+  for (Unit& u : units_) u.remaining = u.last - u.first;
+  for (std::size_t index = 0; index < units_.size(); ++index) {
+    const auto chunk_index = static_cast<std::size_t>(units_[index].chunk);
+    for (std::size_t k = units_[index].first; k < units_[index].last; ++k) {
+      accumulators_.push_back(
+          compat::add_gradient_ready_hook(parameters_[k], [this, index, chunk_index]() {
+            --units_[index].remaining;
+            ChunkUnits& chunk = chunk_units_[chunk_index];
+            while (chunk.next > chunk.begin && units_[chunk.next - 1].remaining == 0) {
+              reduce_unit(--chunk.next);
+            }
+          }));
     }
-    chunk.end = shard_buckets_.size();
-    chunk.next = chunk.begin;
-    shard_chunks_.push_back(chunk);
-    chunk_begin = chunk_end;
-  }
-  for (ShardBucket& b : shard_buckets_) b.remaining = b.last - b.first;
-  for (std::size_t k = 0; k < parameters_.size(); ++k) {
-    const std::size_t index = bucket_of[k];
-    std::size_t chunk_index = 0;
-    while (shard_chunks_[chunk_index].end <= index) ++chunk_index;
-    accumulators_.push_back(
-        compat::add_gradient_ready_hook(parameters_[k], [this, index, chunk_index]() {
-          --shard_buckets_[index].remaining;
-          ShardChunk& chunk = shard_chunks_[chunk_index];
-          while (chunk.next < chunk.end && shard_buckets_[chunk.next].remaining == 0) {
-            reduce_shard_bucket(chunk.next++);
-          }
-        }));
   }
 }
 
-void FlatParameters::reduce_shard_bucket(std::size_t index) {
-  const ShardBucket& b = shard_buckets_[index];
-  const std::int64_t begin = offsets_[b.first];
-  const std::int64_t end = offsets_[b.last - 1] + numels_[b.last - 1];
+// Reduce-scatters unit `index`'s gradients in pieces: piece j is elements [j, j + length) of
+// every rank's chunk of the unit, staged rank by rank; this rank's sum goes into its shard.
+void FlatParameters::reduce_unit(std::size_t index) {
+  Unit& unit = units_[index];
+  const int dp = groups_.dp_size();
   torch::NoGradGuard no_grad;
-  reduction_log_.emplace_back(begin, end - begin);
-  const std::int64_t piece = staging_.numel();
-  for (std::int64_t at = begin; at < end; at += piece) {
-    const std::int64_t length = std::min(piece, end - at);
-    torch::Tensor buffer = staging_.narrow(0, 0, length);
-    for (std::size_t i = b.first; i < b.last; ++i) {
-      const std::int64_t from = std::max(at, offsets_[i]);
-      const std::int64_t to = std::min(at + length, offsets_[i] + numels_[i]);
-      if (from >= to) continue;
-      torch::Tensor slice = buffer.narrow(0, from - at, to - from);
-      const torch::Tensor& g = parameters_[i].grad();
-      if (g.defined()) {
-        slice.copy_(g.reshape({numels_[i]}).narrow(0, from - offsets_[i], to - from));
-      } else {
-        slice.zero_();
+  reduction_log_.emplace_back(unit.offset, unit.padded);
+  const std::int64_t piece = staging_piece_;
+  const int rank = groups_.coordinates().dp;
+  for (std::int64_t at = 0; at < unit.shard_numel; at += piece) {
+    const std::int64_t length = std::min(piece, unit.shard_numel - at);
+    torch::Tensor buffer = staging_.narrow(0, 0, length * dp);
+    for (int r = 0; r < dp; ++r) {
+      // Elements [begin, begin + length) of the unit: rank r's chunk, from `at`.
+      const std::int64_t begin = unit.offset + r * unit.shard_numel + at;
+      torch::Tensor slot = buffer.narrow(0, r * length, length);
+      slot.zero_();
+      for (std::size_t i = unit.first; i < unit.last; ++i) {
+        const std::int64_t from = std::max(begin, offsets_[i]);
+        const std::int64_t to = std::min(begin + length, offsets_[i] + numels_[i]);
+        const torch::Tensor& g = parameters_[i].grad();
+        if (from >= to || !g.defined()) continue;
+        slot.narrow(0, from - begin, to - from)
+            .copy_(g.reshape({numels_[i]}).narrow(0, from - offsets_[i], to - from));
       }
     }
-    groups_.dp().allreduce_sum(buffer);
-    const std::int64_t from = std::max(at, shard_offset_);
-    const std::int64_t to = std::min(at + length, shard_offset_ + shard_numel_);
-    if (from < to) {
-      shard_grad_.narrow(0, from - shard_offset_, to - from)
-          .add_(buffer.narrow(0, from - at, to - from));
-    }
+    // In place: this rank's sum lands in its own slot of the staging buffer.
+    torch::Tensor mine = buffer.narrow(0, rank * length, length);
+    groups_.dp().reduce_scatter_sum(mine, buffer);
+    shard_grad_.narrow(0, unit.shard_offset + at, length).add_(mine);
   }
-  for (std::size_t i = b.first; i < b.last; ++i) parameters_[i].mutable_grad() = torch::Tensor();
+  for (std::size_t i = unit.first; i < unit.last; ++i)
+    parameters_[i].mutable_grad() = torch::Tensor();
+  if (per_block_) free_unit(index);
 }
 
 void FlatParameters::make_buckets(std::int64_t bucket_numel) {

@@ -355,8 +355,10 @@ std::vector<std::vector<FlatParameter>> flat_parameters_of(
     std::vector<FlatParameter> parameters;
     std::size_t i = 0;
     for (const auto& [name, tensor] : chunk->local_parameters()) {
-      const bool replicated = infos[i++].split == TensorParallelSplit::kReplicated;
-      parameters.push_back({tensor, weight_decay_applies(name), first_tp || !replicated});
+      const ParameterInfo& info = infos[i++];
+      const bool replicated = info.split == TensorParallelSplit::kReplicated;
+      parameters.push_back(
+          {tensor, weight_decay_applies(name), first_tp || !replicated, info.layer});
     }
     out.push_back(std::move(parameters));
   }

@@ -532,9 +532,17 @@ torch::Tensor EncoderClassifier::head(const torch::Tensor& x) const {
 }
 
 torch::Tensor EncoderClassifier::forward(const EncoderInputs& inputs, const torch::Tensor& hidden) {
+  // The layer hooks around entry `layer` of the layer sequence (ZeRO-3's per-block gathers).
+  auto before = [this](int layer) {
+    if (hooks_) hooks_->before_forward(layer);
+  };
+  auto after = [this](int layer, const torch::Tensor& out) {
+    return hooks_ ? hooks_->after_forward(layer, out) : out;
+  };
   torch::Tensor x;
   if (has_embeddings()) {
-    x = embed(inputs);
+    before(0);
+    x = after(0, embed(inputs));
   } else {
     TORCH_CHECK(hidden.defined(), "EncoderClassifier: a stage without embeddings needs hidden");
     x = hidden;
@@ -547,9 +555,11 @@ torch::Tensor EncoderClassifier::forward(const EncoderInputs& inputs, const torc
   // Checkpointing needs an input that requires grad, or no gradient would reach the weights.
   const bool full = recompute_ == costmodel::Recompute::kFull && is_training() &&
                     torch::GradMode::is_enabled() && x.requires_grad();
+  int index = std::max(first_layer_, 1);
   for (const LayerWeights& layer : layers_) {
+    before(index);
     if (!full) {
-      x = transformer_layer(layer, x, keep);
+      x = after(index++, transformer_layer(layer, x, keep));
       continue;
     }
     std::vector<torch::Tensor> inputs;
@@ -560,8 +570,12 @@ torch::Tensor EncoderClassifier::forward(const EncoderInputs& inputs, const torc
           return transformer_layer(layer, in[0], in.size() > 1 ? in[1] : torch::Tensor());
         },
         inputs);
+    x = after(index++, x);
   }
-  return has_head() ? head(x) : x;
+  if (!has_head()) return x;
+  const int head_layer = static_cast<int>(spec_.layers) + 1;
+  before(head_layer);
+  return after(head_layer, head(x));
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -154,6 +154,18 @@ double layer_norm_eps(profiles::ModelType type);
 // ---------------------------------------------------------------------------------------------
 // The model
 
+// What runs around each entry of the layer sequence a stage computes (ZeRO-3's per-block
+// parameter gathers, executor/flat_parameters.hpp). `layer` is the index in the layer sequence.
+class LayerHooks {
+ public:
+  virtual ~LayerHooks() = default;
+  // Before the layer's forward (its parameters must then be readable).
+  virtual void before_forward(int layer) = 0;
+  // After the layer's forward: returns what the stage continues with in place of `output` (the
+  // same values; it may carry an action for the backward pass).
+  virtual torch::Tensor after_forward(int layer, const torch::Tensor& output) = 0;
+};
+
 struct EncoderOptions {
   double dropout = 0.1;    // hidden, attention-probability and head dropout; 0 = none
   int first_layer = 0;     // inclusive range of the layer sequence this stage holds
@@ -221,6 +233,8 @@ class EncoderClassifier : public torch::nn::Module {
   bool has_embeddings() const { return first_layer_ == 0; }
   bool has_head() const { return last_layer_ == static_cast<int>(spec_.layers) + 1; }
   const ParallelContext& parallel() const { return parallel_; }
+  // Hooks the forward pass calls around each layer of this stage (null: none).
+  void set_layer_hooks(std::shared_ptr<LayerHooks> hooks) { hooks_ = std::move(hooks); }
 
   // This stage's parameters (tp shards), Hugging Face names, in Hugging Face order. The tensors
   // are the module's parameters (same storage, same autograd identity).
@@ -301,6 +315,7 @@ class EncoderClassifier : public torch::nn::Module {
   std::optional<EmbeddingWeights> embeddings_;
   std::vector<LayerWeights> layers_;  // the transformer layers of this stage, in order
   std::optional<HeadWeights> head_;
+  std::shared_ptr<LayerHooks> hooks_;
 };
 
 }  // namespace loom::executor

@@ -207,7 +207,13 @@ ParallelRank::ParallelRank(const TrainOptions& o, const RunSize& size,
   flat_options.overlap = v_ == 1;
   flat_ = std::make_unique<FlatParameters>(flat_parameters_of(chunks_, c_.tp == 0), flat_options,
                                            groups, device_);
+  // ZeRO-3: each chunk gathers its blocks around their forward and backward passes.
+  for (int k = 0; k < v_; ++k) {
+    chunks_[static_cast<std::size_t>(k)]->set_layer_hooks(flat_->layer_hooks(k));
+  }
   tasks_ = costmodel::pipeline_order(o.schedule, o.pp, c_.pp, o.num_micro_batches, v_);
+  // WIRE: the reshard work may add the flat layout's version here (ZeRO-2/3 rank-R.pt now hold
+  // per-block units, FlatParameters::shard_ranges) so that older ZeRO-2/3 checkpoints are refused.
   layout_ = {{"dp", o.dp},     {"tp", o.tp},           {"pp", o.pp},
              {"zero", o.zero}, {"virtual_stages", v_}, {"stages", nlohmann::json::array()}};
   for (const costmodel::StageRange& r : stages_) {
@@ -333,7 +339,6 @@ void ParallelRank::backward(StepState& s, int k, std::int64_t m) {
 
 double ParallelRank::train_step(std::int64_t step, const std::vector<std::int64_t>& order,
                                 std::int64_t offset, double lr, StepPhases& phases) {
-  flat_->materialize();
   flat_->zero_grad();
   StepState s;
   s.step = step;
@@ -433,7 +438,6 @@ void ParallelRank::evaluate_batch(const std::vector<std::int64_t>& all, std::int
 // every rank the result. nullopt when a stop signal (agreed by every rank every
 // kStopCheckRounds rounds) abandoned it.
 std::optional<Evaluation> ParallelRank::evaluate_pipeline() {
-  flat_->materialize();
   torch::NoGradGuard no_grad;
   for (auto& chunk : chunks_) chunk->eval();
   std::vector<std::int64_t> all(validation_data_.size());

@@ -330,6 +330,8 @@ TEST_CASE("Every parallel layout trains to the single-process losses", "[distrib
       {"dp2 zero1", 2, 1, 1, 1, Schedule::k1F1B, 2, 2},
       {"dp2 zero2", 2, 1, 1, 2, Schedule::k1F1B, 2, 2},
       {"dp2 zero3", 2, 1, 1, 3, Schedule::k1F1B, 2, 2},
+      {"dp4 zero3", 4, 1, 1, 3, Schedule::k1F1B, 1, 2},
+      {"dp4 zero2", 4, 1, 1, 2, Schedule::k1F1B, 1, 2},
       {"tp2", 1, 2, 1, 0, Schedule::k1F1B, 4, 2},
       {"pp2 gpipe", 1, 1, 2, 0, Schedule::kGpipe, 4, 2},
       {"pp2 1f1b", 1, 1, 2, 0, Schedule::k1F1B, 4, 2},
@@ -341,6 +343,8 @@ TEST_CASE("Every parallel layout trains to the single-process losses", "[distrib
       {"tp2 x pp2", 1, 2, 2, 0, Schedule::kGpipe, 4, 2},
       {"dp2 x tp2 zero3", 2, 2, 1, 3, Schedule::kGpipe, 2, 2},
       {"dp2 x pp2 zero2 interleaved v2", 2, 1, 2, 2, Schedule::kInterleaved, 4, 4, 2},
+      {"dp2 x pp2 zero2", 2, 1, 2, 2, Schedule::k1F1B, 2, 2},
+      {"dp2 x pp2 zero3", 2, 1, 2, 3, Schedule::k1F1B, 2, 2},
       // Sequence parallelism (12 tokens: 6 per tp rank; stages exchange the shards).
       {"tp2 sp", 1, 2, 1, 0, Schedule::k1F1B, 4, 2, 1, true},
       {"dp2 x tp2 sp", 2, 2, 1, 0, Schedule::k1F1B, 2, 2, 1, true},

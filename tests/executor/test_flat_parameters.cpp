@@ -35,8 +35,9 @@ GroupOptions quick() {
   return o;
 }
 
-// Two chunks of parameters (19 elements: padded for 2 and 4 ranks, not for 3), the same values
-// on every rank; every other parameter decays.
+// Two chunks of parameters (19 elements; ZeRO-2/3 units of 11 and 8), the same values on every
+// rank; every other parameter decays. Padded to 20 elements for 2 and 4 ranks and to 21 for 3,
+// whether as one unit (ZeRO-0/1) or per chunk (12 + 8, 12 + 8, 12 + 9).
 Chunks make_parameters() {
   const std::vector<std::vector<std::vector<std::int64_t>>> shapes = {{{5}, {3, 2}}, {{7}, {1}}};
   Chunks chunks;
@@ -80,18 +81,27 @@ void run_passes(FlatParameters& flat, const Chunks& chunks, float factor, int mi
   }
 }
 
-// The whole model's gradient as one padded flat vector: `scale` times every base input.
-torch::Tensor expected_gradient(const Chunks& chunks, std::int64_t padded, float scale) {
+// The whole model's gradient as one flat vector (each parameter at `offsets`, padding zero):
+// `scale` times every base input.
+torch::Tensor expected_gradient(const Chunks& chunks, std::int64_t padded,
+                                const std::vector<std::int64_t>& offsets, float scale) {
   torch::Tensor out = torch::zeros({padded});
-  std::int64_t at = 0;
-  int i = 0;
+  std::size_t i = 0;
   for (const auto& chunk : chunks) {
     for (const FlatParameter& p : chunk) {
-      out.narrow(0, at, p.tensor.numel()).copy_(base_input(p.tensor, i++).reshape({-1}) * scale);
-      at += p.tensor.numel();
+      out.narrow(0, offsets[i], p.tensor.numel())
+          .copy_(base_input(p.tensor, static_cast<int>(i)).reshape({-1}) * scale);
+      ++i;
     }
   }
   return out;
+}
+
+// The parts of `full` at `ranges`, concatenated (a rank's shard).
+torch::Tensor gather_ranges(const torch::Tensor& full, const FlatRanges& ranges) {
+  std::vector<torch::Tensor> parts;
+  for (const auto& [start, length] : ranges) parts.push_back(full.narrow(0, start, length));
+  return torch::cat(parts);
 }
 
 torch::Tensor full_parameters(FlatParameters& flat, const Chunks& chunks) {
@@ -150,8 +160,8 @@ TEST_CASE("FlatParameters: mean gradient, single-rank step, state and bucket ord
     const torch::Tensor reference_after_1 = full_parameters(reference, reference_chunks);
     train_step(reference, reference_chunks, mean_factor, kMicroBatches);
     const torch::Tensor reference_after_2 = full_parameters(reference, reference_chunks);
-    const torch::Tensor expected =
-        expected_gradient(reference_chunks, 19, mean_factor * kMicroBatches);
+    const torch::Tensor expected = expected_gradient(
+        reference_chunks, 19, reference.parameter_offsets(), mean_factor * kMicroBatches);
     CHECK(reference_step.grad.numel() == 19);  // a group of one pads nothing
 
     for (const int zero : {0, 1, 2, 3}) {
@@ -174,9 +184,10 @@ TEST_CASE("FlatParameters: mean gradient, single-rank step, state and bucket ord
         norms[r] = step.norm;
         padded[r] = flat.padded_numel();
         // (From fresh parameters: ZeRO-3 released these.)
-        wanted[r] =
-            expected_gradient(make_parameters(), flat.padded_numel(), mean_factor * kMicroBatches)
-                .narrow(0, flat.shard_offset(), step.grad.numel());
+        const torch::Tensor full =
+            expected_gradient(make_parameters(), flat.padded_numel(), flat.parameter_offsets(),
+                              mean_factor * kMicroBatches);
+        wanted[r] = zero == 0 ? full : gather_ranges(full, flat.shard_ranges());
         after_1[r] = full_parameters(flat, chunks);
         // A fresh engine over fresh parameters, loaded with this rank's state.
         const std::vector<torch::Tensor> saved = flat.state();
