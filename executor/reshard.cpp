@@ -94,6 +94,20 @@ TrainingState read_one_rank_checkpoint(const fs::path& step, const profiles::Mod
   return full;
 }
 
+// The ZeRO stage of an engine whose held parameters have the layout of a stage-`zero` rank's
+// moments: ZeRO-2/3 shard every block (ZeRO-3's parameter shard); ZeRO-0/1 keep one buffer,
+// whole in a ZeRO-0 engine (ZeRO-1's slice of it is cut or gathered around the engine).
+int moment_engine_zero(int zero) { return zero >= 2 ? 3 : 0; }
+
+// This rank's contiguous slice of a ZeRO-1 buffer, gathered over dp into the whole buffer.
+torch::Tensor gathered_over_dp(const torch::Tensor& slice, ParallelGroups& groups) {
+  const int dp = groups.dp().size();
+  if (dp == 1) return slice;
+  torch::Tensor whole = torch::empty({slice.numel() * dp}, slice.options());
+  groups.dp().allgather(whole, slice.contiguous());
+  return whole;
+}
+
 // A many-rank step folder: the layout's ranks as threads, each loading its rank-R.pt three
 // times (the parameters, then each moment in their place) and gathering the full tensors to
 // rank 0 (see the top of reshard.hpp).
@@ -101,11 +115,10 @@ TrainingState read_many_rank_checkpoint(const fs::path& step, const nlohmann::js
                                         const profiles::ModelSpec& spec, std::uint64_t seed) {
   const CheckpointLayout l = read_layout(state, (step / kTrainerStateFile).string());
   check_rank_files(step, l);
-  // ZeRO >= 1 keeps the moments of the ZeRO-3 parameter shard; ZeRO-0 of the whole buffer.
-  // WIRE: FlatParameters' promise (moments laid out as ZeRO-3's parameter shard for ZeRO >= 1,
-  // as the whole buffer for ZeRO-0); if the per-block ZeRO-3 engine changes it, change
-  // moment_zero here and in load_training_state.
-  const int moment_zero = l.zero >= 1 ? 3 : 0;
+  // The moments' layout (flat_parameters.hpp): ZeRO-2/3 keep them as ZeRO-3's parameter shard
+  // (this rank's piece of every block); ZeRO-1 as this rank's contiguous slice of the whole
+  // buffer, gathered over dp back into the whole buffer of a ZeRO-0 engine; ZeRO-0 whole.
+  const int moment_zero = moment_engine_zero(l.zero);
   TrainingState full;
   run_layout_ranks(l, [&](ParallelGroups& groups) {
     const int rank = groups.world_rank();
@@ -114,7 +127,8 @@ TrainingState read_many_rank_checkpoint(const fs::path& step, const nlohmann::js
     if (!loaded_everywhere(groups, [&] { saved = read_rank_state(step, rank, 5); })) return;
     for (int pass = 0; pass < 3; ++pass) {
       LayoutRank r = build_layout_rank(spec, l, pass == 0 ? l.zero : moment_zero, seed, groups);
-      const torch::Tensor& held = saved[static_cast<std::size_t>(pass)];
+      torch::Tensor held = saved[static_cast<std::size_t>(pass)];
+      if (pass > 0 && l.zero == 1) held = gathered_over_dp(held, groups);
       const std::vector<torch::Tensor> slots = {held, held, held, saved[3]};
       if (!loaded_everywhere(groups, [&] {
             r.flat->load_state(
@@ -173,7 +187,8 @@ void load_training_state(const TrainingState& full,
                            "a tensor of the model of this run, missing from the checkpoint");
         }
         torch::Tensor slice = tp_slice(found->second, info.split, tp_rank, tp);
-        list.push_back({slice.requires_grad_(true), weight_decay_applies(info.name), true});
+        list.push_back(
+            {slice.requires_grad_(true), weight_decay_applies(info.name), true, info.layer});
       }
       leaves.push_back(std::move(list));
     }
@@ -182,11 +197,16 @@ void load_training_state(const TrainingState& full,
     FlatParameters engine(leaves, options, groups, torch::kCPU);
     return engine.state()[0];
   };
-  const int moment_zero = zero >= 1 ? 3 : 0;
-  flat.load_state(
-      {held(full.parameters, zero), held(full.exp_avg, moment_zero),
-       held(full.exp_avg_sq, moment_zero), torch::tensor({full.optimizer_step}, torch::kLong)},
-      source);
+  // ZeRO-1's moments: this rank's contiguous slice of the whole buffer (see above).
+  const int moment_zero = moment_engine_zero(zero);
+  auto moment = [&](const NamedTensors& values) {
+    torch::Tensor whole = held(values, moment_zero);
+    if (zero != 1) return whole;
+    return whole.narrow(0, flat.shard_offset(), flat.shard_numel()).clone();
+  };
+  flat.load_state({held(full.parameters, zero), moment(full.exp_avg), moment(full.exp_avg_sq),
+                   torch::tensor({full.optimizer_step}, torch::kLong)},
+                  source);
 }
 
 void load_training_state(const TrainingState& full, EncoderClassifier& model,
