@@ -162,6 +162,45 @@ nlohmann::json calibration_to_json(const CalibrationRecord& c) {
   return j;
 }
 
+Cluster datasheet_cluster(const Cluster& cluster) {
+  Cluster c = cluster;
+  if (!c.calibration) return c;
+  const std::string ceilings = "device.achievable_tflops.";
+  for (const CalibratedParameter& p : c.calibration->parameters) {
+    const std::string& n = p.name;
+    if (n.rfind(ceilings, 0) == 0) {
+      if (auto precision = parse_precision(n.substr(ceilings.size()))) {
+        PeakTflops& t = c.device.achievable_tflops;
+        (*precision == Precision::kFp32   ? t.fp32
+         : *precision == Precision::kTf32 ? t.tf32
+         : *precision == Precision::kFp16 ? t.fp16
+                                          : t.bf16) = p.start;
+      }
+    } else if (n == "device.matrix_efficiency") {
+      c.device.matrix_efficiency = p.start;
+    } else if (n == "device.memory_efficiency") {
+      c.device.memory_efficiency = p.start;
+    } else if (n == "device.attention_efficiency") {
+      c.device.attention_efficiency = p.start;
+    } else if (n == "device.fragmentation") {
+      c.device.fragmentation = p.start;
+    } else if (n == "collective_launch_us") {
+      c.collective_launch_us = p.start;
+    } else if (n == "overlap_slowdown") {
+      c.overlap_slowdown = p.start;
+    } else {
+      for (auto [scope, link] : {std::pair<const char*, LinkClass*>{"intra_node", &c.intra_node},
+                                 {"inter_node", c.inter_node ? &*c.inter_node : nullptr}}) {
+        if (link == nullptr) continue;
+        if (n == std::string(scope) + ".bus_bandwidth_gbps") link->bus_bandwidth_gbps = p.start;
+        if (n == std::string(scope) + ".latency_us") link->latency_us = p.start;
+      }
+    }
+  }
+  c.calibration.reset();
+  return c;
+}
+
 CalibrationRecord calibration_from_json(const nlohmann::json& value, const std::string& source) {
   ObjectReader r(value, source, "$.calibration");
   CalibrationRecord c;

@@ -132,6 +132,11 @@ struct Cluster {
   bool operator==(const Cluster&) const = default;
 };
 
+// `cluster` as it was before `loom calibrate`: every parameter of its calibration record set back
+// to the record's `start` (the datasheet value), the record dropped; unchanged without a record.
+// What tests of closed-form GPU figures and the fit's prior start from.
+Cluster datasheet_cluster(const Cluster& cluster);
+
 // Lee et al., "Characterizing Compute-Communication Overlap in GPU-Accelerated Distributed Deep
 // Learning" (arXiv 2507.03114, 2025): compute overlapped with NCCL collectives on A100 and H100
 // runs 18.9 % slower on average (GPT and LLaMA layers, 4 GPUs).

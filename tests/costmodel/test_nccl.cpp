@@ -48,7 +48,7 @@ GroupLinks links_of(const profiles::Cluster& c) {
 }  // namespace
 
 TEST_CASE("a group's fabric: nodes, ranks per node and shared ceilings", "[nccl][comm]") {
-  profiles::Cluster c = profiles::load_cluster("dgx-a100-80g");  // 300 -> 235, 200 -> 186
+  profiles::Cluster c = profiles::datasheet_cluster(profiles::load_cluster("dgx-a100-80g"));  // 300 -> 235, 200 -> 186
   c.nodes = 2;
   GroupLinks links = links_of(c);
   // dp = 2 across the nodes with tp = 8: the 8 rings share each node's NICs, one rank per node.
@@ -161,14 +161,14 @@ TEST_CASE("compute overlapped with communication slows by the cluster's fraction
   CHECK(overlapped_time_s(0, 4, 0.25) == Approx(4));
   CHECK(overlapped_time_s(10, 0, 0.25) == Approx(10));
   // The cluster's figure on GPUs, the published default without one, none on CPUs.
-  CHECK(loom::costmodel::overlap_slowdown(profiles::load_cluster("dgx-a100-80g")) == 0.189);
+  CHECK(loom::costmodel::overlap_slowdown(profiles::datasheet_cluster(profiles::load_cluster("dgx-a100-80g"))) == 0.189);
   CHECK(loom::costmodel::overlap_slowdown(nvswitch_cluster(1)) ==
         profiles::kDefaultOverlapSlowdown);
   CHECK(loom::costmodel::overlap_slowdown(profiles::load_cluster("local-cpu")) == 0);
 }
 
 TEST_CASE("the NCCL link fields round-trip and are checked", "[nccl][cluster]") {
-  profiles::Cluster c = profiles::load_cluster("dgx-h100");
+  profiles::Cluster c = profiles::datasheet_cluster(profiles::load_cluster("dgx-h100"));
   CHECK(c.intra_node.bus_bandwidth_gbps == 366);
   CHECK(c.intra_node.nvls_bandwidth_gbps == 272);
   CHECK(c.inter_node->bus_bandwidth_gbps == 372);
