@@ -34,8 +34,6 @@ double positive(const json& object, const char* key, const std::string& file,
 
 // A `loom validate --json` record with its plan: Loom's executor ran the plan, so it is
 // predicted as runtime loom, on `cluster` sized to the plan's devices.
-// WIRE: loom validate --json to write "plan": planner::plan_to_json(plan) beside "measured"
-// (tools/validate_command.cpp, where doc["calibration"] is set), so its output is a RUNS row.
 PreparedRow validate_row(const json& doc, const std::string& file, const std::string& path,
                          const profiles::Cluster& cluster) {
   PreparedRow out;

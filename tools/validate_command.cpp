@@ -264,6 +264,7 @@ int run_validate(const ValidateArgs& a) {
     doc["relative_error"] = {{"step_time", time_error}, {"peak_memory", memory_error}};
     doc["calibration"] = plan.profile ? "profile" : "roofline";
     if (plan.profile) doc["extrapolated"] = planner::extrapolated_to_json(plan);
+    doc["plan"] = planner::plan_to_json(plan);  // what `loom calibrate` predicts the run with
     std::cout << doc.dump(2) << "\n";
     return 0;
   }
