@@ -202,7 +202,11 @@ void load_training_state(const TrainingState& full,
   auto moment = [&](const NamedTensors& values) {
     torch::Tensor whole = held(values, moment_zero);
     if (zero != 1) return whole;
-    return whole.narrow(0, flat.shard_offset(), flat.shard_numel()).clone();
+    std::vector<torch::Tensor> pieces;  // one range for ZeRO-1's single buffer
+    for (const auto& [start, length] : flat.shard_ranges()) {
+      pieces.push_back(whole.narrow(0, start, length));
+    }
+    return torch::cat(pieces).clone();
   };
   flat.load_state({held(full.parameters, zero), moment(full.exp_avg), moment(full.exp_avg_sq),
                    torch::tensor({full.optimizer_step}, torch::kLong)},
