@@ -85,7 +85,8 @@ TEST_CASE("the achievable ceiling and the memory roofline bound a GEMM", "[gemm]
 }
 
 TEST_CASE("tf32 jobs run matrix products at the device's tf32 ceiling", "[gemm][tf32]") {
-  const profiles::DeviceSpec h100 = profiles::datasheet_cluster(profiles::load_cluster("dgx-h100")).device;
+  const profiles::DeviceSpec h100 =
+      profiles::datasheet_cluster(profiles::load_cluster("dgx-h100")).device;
   const DeviceRates rates = device_rates(h100, Precision::kTf32, EfficiencyDefaults{});
   CHECK(rates.gemm.sm_count == 132);
   CHECK(rates.gemm.peak_flops_per_s == Approx(494.5e12));
@@ -109,7 +110,8 @@ TEST_CASE("devices without sm_count keep the roofline", "[gemm]") {
   // local-cpu: 0.1 TFLOP/s x 0.5, 10 GB/s x 0.5.
   CHECK(rates.matrix_flops_per_s == Approx(0.05e12));
   CHECK(rates.memory_bytes_per_s == Approx(5e9));
-  profiles::DeviceSpec gpu = profiles::datasheet_cluster(profiles::load_cluster("dgx-a100-80g")).device;
+  profiles::DeviceSpec gpu =
+      profiles::datasheet_cluster(profiles::load_cluster("dgx-a100-80g")).device;
   gpu.sm_count = 0;
   gpu.achievable_tflops = {};
   CHECK_FALSE(device_rates(gpu, Precision::kBf16, EfficiencyDefaults{}).shape_model());
@@ -118,8 +120,9 @@ TEST_CASE("devices without sm_count keep the roofline", "[gemm]") {
 TEST_CASE("the fit follows XLA's sm_90 matmul table and the measured ceilings", "[gemm][fit]") {
   // Measured TFLOP/s (gemm_efficiency.json's sm_90 points, bf16) and what the model gives on
   // dgx-h100's device; the model stays within 5 % of every point.
-  const DeviceRates h100 = device_rates(profiles::datasheet_cluster(profiles::load_cluster("dgx-h100")).device, Precision::kBf16,
-                                        EfficiencyDefaults{});
+  const DeviceRates h100 =
+      device_rates(profiles::datasheet_cluster(profiles::load_cluster("dgx-h100")).device,
+                   Precision::kBf16, EfficiencyDefaults{});
   struct Point {
     GemmShape shape;
     double measured_tflops;
@@ -136,15 +139,17 @@ TEST_CASE("the fit follows XLA's sm_90 matmul table and the measured ceilings", 
     CHECK(tflops == Approx(p.measured_tflops).epsilon(0.05));
   }
   // A100's best measured shape (271.2 TFLOP/s): 1024 x 10240 x 5120, within 5 %.
-  const DeviceRates a100 = device_rates(profiles::datasheet_cluster(profiles::load_cluster("dgx-a100-80g")).device,
-                                        Precision::kBf16, EfficiencyDefaults{});
+  const DeviceRates a100 =
+      device_rates(profiles::datasheet_cluster(profiles::load_cluster("dgx-a100-80g")).device,
+                   Precision::kBf16, EfficiencyDefaults{});
   const GemmShape best{1024, 10240, 5120, 1};
   CHECK(best.flops() / gemm_time(best, a100.gemm).time_s / 1e12 == Approx(271.2).epsilon(0.05));
 }
 
 TEST_CASE("small GEMMs lose efficiency", "[gemm]") {
-  const DeviceRates a100 = device_rates(profiles::datasheet_cluster(profiles::load_cluster("dgx-a100-80g")).device,
-                                        Precision::kBf16, EfficiencyDefaults{});
+  const DeviceRates a100 =
+      device_rates(profiles::datasheet_cluster(profiles::load_cluster("dgx-a100-80g")).device,
+                   Precision::kBf16, EfficiencyDefaults{});
   // One SM of A100: 312e12 x 0.89 / 108 = 2.5711e12 FLOP/s.
   // BERT-base's QKV at b = 32, s = 128 split over tp = 4: C[4096, 576], k = 768. Fastest tiles
   // 128 x 64 (small, x 0.8): 32 x 9 = 288 tiles, 3 waves of 2 x 128 x 64 x 928 / 2.0569e12 =
@@ -180,8 +185,9 @@ TEST_CASE("flash attention keeps no scores and recomputes them backward", "[gemm
 TEST_CASE("flash attention's time: waves of 128-query blocks at its efficiency",
           "[gemm][attention]") {
   const profiles::ModelSpec bert = profiles::load_model("bert-large");
-  DeviceRates r = device_rates(profiles::datasheet_cluster(profiles::load_cluster("dgx-a100-80g")).device, Precision::kBf16,
-                               EfficiencyDefaults{});
+  DeviceRates r =
+      device_rates(profiles::datasheet_cluster(profiles::load_cluster("dgx-a100-80g")).device,
+                   Precision::kBf16, EfficiencyDefaults{});
   LayerShape flash{8, 512, 1, 2, Recompute::kSelective};
   flash.attention = Attention::kFlash;
   LayerShape math = flash;
@@ -203,8 +209,9 @@ TEST_CASE("a causal decoder's fused attention is timed over the whole score grid
   const profiles::ModelSpec gpt2 = profiles::load_model("gpt2");
   CHECK(causal_attention_time_scale(gpt2) == 2);
   CHECK(causal_attention_time_scale(profiles::load_model("bert-large")) == 1);
-  const DeviceRates r = device_rates(profiles::datasheet_cluster(profiles::load_cluster("dgx-a100-80g")).device,
-                                     Precision::kBf16, EfficiencyDefaults{});
+  const DeviceRates r =
+      device_rates(profiles::datasheet_cluster(profiles::load_cluster("dgx-a100-80g")).device,
+                   Precision::kBf16, EfficiencyDefaults{});
   REQUIRE(r.gpu);
   // GPT-2 at b = 8, s = 1024: the causal kernel does 4 x 8 x 1024^2 x 768 / 2 = 1.2885e10 FLOPs
   // forward but is timed as the whole grid, 2.5770e10, over 8 x 12 heads x 8 blocks of 128
@@ -261,8 +268,9 @@ TEST_CASE("a sustained clock slows tensor-core products only", "[gemm][clock]") 
 
 TEST_CASE("sequence parallelism divides LayerNorm, dropout and residual work by tp", "[gemm]") {
   const profiles::ModelSpec gpt = profiles::load_model("gpt3-175b");
-  const DeviceRates r = device_rates(profiles::datasheet_cluster(profiles::load_cluster("dgx-a100-80g")).device,
-                                     Precision::kBf16, EfficiencyDefaults{});
+  const DeviceRates r =
+      device_rates(profiles::datasheet_cluster(profiles::load_cluster("dgx-a100-80g")).device,
+                   Precision::kBf16, EfficiencyDefaults{});
   LayerShape x{1, 2048, 8, 2, Recompute::kNone};
   LayerShape sp = x;
   sp.sequence_parallel = true;
@@ -278,8 +286,9 @@ TEST_CASE("sequence parallelism divides LayerNorm, dropout and residual work by 
 
 TEST_CASE("Megatron's fusions launch fewer elementwise kernels", "[gemm]") {
   const profiles::ModelSpec bert = profiles::load_model("bert-large");
-  const DeviceRates r = device_rates(profiles::datasheet_cluster(profiles::load_cluster("dgx-a100-80g")).device,
-                                     Precision::kBf16, EfficiencyDefaults{});
+  const DeviceRates r =
+      device_rates(profiles::datasheet_cluster(profiles::load_cluster("dgx-a100-80g")).device,
+                   Precision::kBf16, EfficiencyDefaults{});
   LayerShape loom{8, 512, 1, 2, Recompute::kNone};
   LayerShape megatron = loom;
   megatron.fusions = KernelFusions::megatron();
@@ -324,7 +333,8 @@ TEST_CASE("grouped-query attention and gated MLPs in FLOPs and activations", "[l
 }
 
 TEST_CASE("the plan's attention kernel drives the kept scores", "[gemm][attention]") {
-  const CostModel cost(profiles::load_model("bert-large"), profiles::datasheet_cluster(profiles::load_cluster("dgx-a100-80g")));
+  const CostModel cost(profiles::load_model("bert-large"),
+                       profiles::datasheet_cluster(profiles::load_cluster("dgx-a100-80g")));
   const Job job{64, 512, Precision::kBf16, "adamw"};
   Strategy math;
   math.dp = 8;
@@ -339,7 +349,8 @@ TEST_CASE("the plan's attention kernel drives the kept scores", "[gemm][attentio
   // The cost option that drops the scores still applies to math.
   CostOptions no_scores;
   no_scores.attention_scores = false;
-  const CostModel fused(profiles::load_model("bert-large"), profiles::datasheet_cluster(profiles::load_cluster("dgx-a100-80g")),
+  const CostModel fused(profiles::load_model("bert-large"),
+                        profiles::datasheet_cluster(profiles::load_cluster("dgx-a100-80g")),
                         no_scores);
   CHECK(fused.step_terms(job, math).costs.layer.activation_bytes ==
         Approx(cost.step_terms(job, flash).costs.layer.activation_bytes));

@@ -48,7 +48,8 @@ GroupLinks links_of(const profiles::Cluster& c) {
 }  // namespace
 
 TEST_CASE("a group's fabric: nodes, ranks per node and shared ceilings", "[nccl][comm]") {
-  profiles::Cluster c = profiles::datasheet_cluster(profiles::load_cluster("dgx-a100-80g"));  // 300 -> 235, 200 -> 186
+  profiles::Cluster c = profiles::datasheet_cluster(
+      profiles::load_cluster("dgx-a100-80g"));  // 300 -> 235, 200 -> 186
   c.nodes = 2;
   GroupLinks links = links_of(c);
   // dp = 2 across the nodes with tp = 8: the 8 rings share each node's NICs, one rank per node.
@@ -161,7 +162,8 @@ TEST_CASE("compute overlapped with communication slows by the cluster's fraction
   CHECK(overlapped_time_s(0, 4, 0.25) == Approx(4));
   CHECK(overlapped_time_s(10, 0, 0.25) == Approx(10));
   // The cluster's figure on GPUs, the published default without one, none on CPUs.
-  CHECK(loom::costmodel::overlap_slowdown(profiles::datasheet_cluster(profiles::load_cluster("dgx-a100-80g"))) == 0.189);
+  CHECK(loom::costmodel::overlap_slowdown(
+            profiles::datasheet_cluster(profiles::load_cluster("dgx-a100-80g"))) == 0.189);
   CHECK(loom::costmodel::overlap_slowdown(nvswitch_cluster(1)) ==
         profiles::kDefaultOverlapSlowdown);
   CHECK(loom::costmodel::overlap_slowdown(profiles::load_cluster("local-cpu")) == 0);

@@ -30,7 +30,8 @@ TEST_CASE("balanced partition: GPT-2's heavy LM head shares the last stage with 
   // A100's 108 SMs a layer's 1024 x 768 products run at about 30 % of peak (few tiles, small k)
   // where the head's 1024 x 50257 product runs at 70 %, so with its fp32 cross-entropy the head
   // takes about 2 layers of time (680 us against 332 us forward): 3 + 4 + 4 + (1 + head).
-  profiles::Cluster four = profiles::with_nodes(profiles::datasheet_cluster(profiles::load_cluster("dgx-a100-80g")), 1, "test");
+  profiles::Cluster four = profiles::with_nodes(
+      profiles::datasheet_cluster(profiles::load_cluster("dgx-a100-80g")), 1, "test");
   four.devices_per_node = 4;
   costmodel::CostModel cost(profiles::load_model("gpt2"), four);
   const costmodel::Job job{64, 1024, profiles::Precision::kBf16, "adamw"};
@@ -46,8 +47,9 @@ TEST_CASE("balanced partition: GPT-2's heavy LM head shares the last stage with 
 
 TEST_CASE("balanced partition: every stage within the memory limit, or none",
           "[planner][partition]") {
-  costmodel::CostModel cost(profiles::load_model("bert-large"),
-                            profiles::datasheet_cluster(profiles::load_cluster("v100-32g-2x-pcie")));
+  costmodel::CostModel cost(
+      profiles::load_model("bert-large"),
+      profiles::datasheet_cluster(profiles::load_cluster("v100-32g-2x-pcie")));
   const costmodel::Job job{64, 512, profiles::Precision::kFp16, "adamw"};
   // 1F1B: stage 0 keeps two micro-batches of activations, stage 1 one.
   Strategy s = pipeline(2, 64);
