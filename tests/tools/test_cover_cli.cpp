@@ -26,8 +26,10 @@ const char* const kLayerLine =
 
 }  // namespace
 
-TEST_CASE("plan, simulate and validate say the points a profile lacks; --for leaves none",
-          "[tools][profile][cover]") {
+TEST_CASE(
+    "plan, simulate and validate say the points a profile lacks, and a profile made with --for "
+    "none",
+    "[tools][profile][cover]") {
   CliSandbox box("cover");
   REQUIRE(box.loom("profile --model tiny-bert --seq-len 16 --micro-batch 4 --threads 2 "
                    "--repeats 2 -o two-threads.json")

@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "profiles/cluster.hpp"
+#include "profiles/loader.hpp"
 #include "tests/tools/cli_sandbox.hpp"
 
 using Catch::Contains;
@@ -56,7 +58,17 @@ void require_error(const CliResult& r, const std::string& line) {
 TEST_CASE("loom plan says what it planned: head, precision, idle share, layers, one unit",
           "[tools][cli]") {
   Sandbox box;
-  const CliResult r = box.loom(kNaiveSplit + " -o plan.json");
+  // The cluster at its datasheet values (the shipped file is calibrated), so that the figures
+  // below follow from the values the comments name.
+  const std::string datasheet = (box.work() / "v100-datasheet.json").string();
+  loom::profiles::write_file_atomically(
+      datasheet,
+      loom::profiles::cluster_to_json(
+          loom::profiles::datasheet_cluster(loom::profiles::load_cluster("v100-32g-2x-pcie")))
+          .dump(2));
+  std::string args = kNaiveSplit;
+  args.replace(args.find("v100-32g-2x-pcie"), std::string("v100-32g-2x-pcie").size(), datasheet);
+  const CliResult r = box.loom(args + " -o plan.json");
   INFO("stderr: " << r.err);
   REQUIRE(r.exit_code == 0);
   // The figures come from the GEMM shape model on V100's 80 SMs (its fp16 ceiling taken at
