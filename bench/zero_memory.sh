@@ -14,7 +14,7 @@
 # memory per rank is what counts; their step times are oversubscribed).
 #
 # Usage: bench/zero_memory.sh [STEPS]        (default 8 steps, the first 3 left out)
-#        MAIN=/work/main/build BUILD=build bench/zero_memory.sh
+#        MAIN=../loom-before/build BUILD=build bench/zero_memory.sh
 #        DPS="4" KEEP=1 bench/zero_memory.sh (only dp = 4, keeping the files of earlier runs)
 # Writes its files under ${OUT:-/tmp/loom-zero-memory}.
 set -euo pipefail
