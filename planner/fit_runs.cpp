@@ -201,7 +201,10 @@ Runs read_runs(const std::vector<std::string>& paths, const profiles::Cluster& c
       try {
         reader.value(profiles::parse_json_text(line, path), path, where);
       } catch (const InputError& e) {
-        out.skipped.push_back({path + " " + where, e.what()});
+        std::string at = path;
+        at += " ";
+        at += where;
+        out.skipped.push_back({at, e.what()});
       }
     }
   }
