@@ -53,10 +53,6 @@ profiles::Cluster with_parameters(const profiles::Cluster& cluster,
                                   const std::vector<ParameterSpec>& parameters,
                                   const std::vector<double>& values);
 
-// `cluster` with every free parameter at its datasheet value (ParameterSpec::centre): what rows
-// are prepared on, so that calibrating a calibrated file again maps them the same way.
-profiles::Cluster datasheet_cluster(const profiles::Cluster& cluster);
-
 struct FitOptions {
   double loss_scale = 0.1;  // soft-L1 scale f, in log error (about 10 %)
   // The prior's standard deviation in log(value + offset), relative to a row off by loss_scale:

@@ -153,16 +153,4 @@ Cluster with_parameters(const Cluster& cluster, const std::vector<ParameterSpec>
   return c;
 }
 
-Cluster datasheet_cluster(const Cluster& cluster) {
-  const std::vector<ParameterSpec> parameters = free_parameters(cluster);
-  std::vector<ParameterSpec> changed;
-  std::vector<double> values;
-  for (const ParameterSpec& p : parameters) {
-    if (p.centre == p.start) continue;
-    changed.push_back(p);
-    values.push_back(p.centre);
-  }
-  return with_parameters(cluster, changed, values);
-}
-
 }  // namespace loom::fit

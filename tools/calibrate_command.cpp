@@ -110,7 +110,9 @@ int run_calibrate(const CalibrateArgs& a) {
   std::vector<profiles::Cluster> targets;
   for (const std::string& path : a.apply_to) targets.push_back(profiles::load_cluster(path));
   // Rows are mapped on the datasheet values, as on the first calibration of the file.
-  const fit::Runs runs = fit::read_runs(a.runs, fit::datasheet_cluster(cluster));
+  // Rows are prepared on the datasheet values, so that calibrating a calibrated file again maps
+  // them the same way.
+  const fit::Runs runs = fit::read_runs(a.runs, profiles::datasheet_cluster(cluster));
   std::cout << "calibrating " << cluster.name << " (" << cluster.device.name << ") on "
             << runs.rows.size() << " usable rows of " << a.runs.size() << " file"
             << (a.runs.size() == 1 ? "" : "s") << "\n";

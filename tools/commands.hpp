@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <functional>
 #include <ostream>
 #include <stdexcept>
@@ -170,5 +171,20 @@ void print_plan(std::ostream& out, const planner::Plan& plan, const PlanTextOpti
 // One line "extrapolated: WHAT WANTED: HOW from FROM" per point of plan.extrapolated (what
 // `loom plan`, `simulate` and `validate` say on stderr when a profile lacks points).
 void print_extrapolated(std::ostream& out, const planner::Plan& plan);
+
+// A command's work folder: `keep` when given (kept afterwards), else a fresh folder
+// `prefix`-PID under the system's temporary directory, removed when this goes out of scope.
+class WorkFolder {
+ public:
+  WorkFolder(const std::string& keep, const std::string& prefix);
+  WorkFolder(const WorkFolder&) = delete;
+  WorkFolder& operator=(const WorkFolder&) = delete;
+  ~WorkFolder();
+  const std::filesystem::path& path() const { return path_; }
+
+ private:
+  std::filesystem::path path_;
+  bool keep_;
+};
 
 }  // namespace loom::tools

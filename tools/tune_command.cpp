@@ -6,7 +6,6 @@
 // loom-torch) for the plan's ranks.
 #include <fcntl.h>
 #include <sys/wait.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -218,18 +217,8 @@ int run_tune(const TuneArgs& a) {
     planner::check_tune_setting(log, setting, a.resume);
   }
 
-  const fs::path dir = a.keep.empty()
-                           ? fs::temp_directory_path() / ("loom-tune-" + std::to_string(::getpid()))
-                           : fs::path(a.keep);
-  fs::create_directories(dir);
-  struct Cleanup {
-    fs::path dir;
-    bool keep;
-    ~Cleanup() {
-      std::error_code ec;
-      if (!keep) fs::remove_all(dir, ec);
-    }
-  } cleanup{dir, !a.keep.empty()};
+  const WorkFolder work(a.keep, "loom-tune");
+  const fs::path& dir = work.path();
 
   const std::size_t count = plans.size();
   auto measure_one = [&](const planner::Plan& plan, int rank) {

@@ -41,6 +41,19 @@
 
 namespace loom::tools {
 
+WorkFolder::WorkFolder(const std::string& keep, const std::string& prefix)
+    : path_(keep.empty() ? std::filesystem::temp_directory_path() /
+                               (prefix + "-" + std::to_string(::getpid()))
+                         : std::filesystem::path(keep)),
+      keep_(!keep.empty()) {
+  std::filesystem::create_directories(path_);
+}
+
+WorkFolder::~WorkFolder() {
+  std::error_code ec;
+  if (!keep_) std::filesystem::remove_all(path_, ec);
+}
+
 namespace {
 
 namespace fs = std::filesystem;
@@ -212,18 +225,8 @@ int run_validate(const ValidateArgs& a) {
 
   // The run, in a temporary folder (or --keep).
   const int world = plan.strategy.world_size();
-  fs::path dir = a.keep.empty()
-                     ? fs::temp_directory_path() / ("loom-validate-" + std::to_string(::getpid()))
-                     : fs::path(a.keep);
-  fs::create_directories(dir);
-  struct Cleanup {
-    fs::path dir;
-    bool keep;
-    ~Cleanup() {
-      std::error_code ec;
-      if (!keep) fs::remove_all(dir, ec);
-    }
-  } cleanup{dir, !a.keep.empty()};
+  const WorkFolder work(a.keep, "loom-validate");
+  const fs::path& dir = work.path();
   run_training(a, plan, dir);
 
   // Per rank: the median step time after the warm-up and the peak memory.

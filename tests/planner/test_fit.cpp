@@ -22,7 +22,9 @@ namespace {
 const std::string kMpt = std::string(LOOM_SOURCE_DIR) + "/bench/published/mpt_llm_foundry.json";
 
 // The shipped DGX A100 80GB at its datasheet values (whether or not the file is calibrated).
-profiles::Cluster a100() { return fit::datasheet_cluster(profiles::load_cluster("dgx-a100-80g")); }
+profiles::Cluster a100() {
+  return profiles::datasheet_cluster(profiles::load_cluster("dgx-a100-80g"));
+}
 
 // The 8-GPU MPT rows on A100 80GB, prepared on `cluster`; at most `limit` of them.
 std::vector<PreparedRow> mpt_rows(const profiles::Cluster& cluster, std::size_t limit) {
@@ -163,7 +165,7 @@ TEST_CASE("the calibration record round-trips through the cluster file", "[fit]"
   const profiles::Cluster again = profiles::cluster_from_json(j, "calibrated.json");
   CHECK(profiles::cluster_to_json(again) == j);
   // Calibrating the calibrated file starts from its record's datasheet values again.
-  CHECK(fit::datasheet_cluster(again).device.achievable_tflops.bf16 == Approx(271.2));
+  CHECK(profiles::datasheet_cluster(again).device.achievable_tflops.bf16 == Approx(271.2));
 }
 
 TEST_CASE("bad rows of RUNS are skipped, one line each", "[fit]") {
