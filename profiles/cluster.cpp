@@ -167,6 +167,7 @@ Cluster datasheet_cluster(const Cluster& cluster) {
   if (!c.calibration) return c;
   const std::string ceilings = "device.achievable_tflops.";
   for (const CalibratedParameter& p : c.calibration->parameters) {
+    if (p.value == p.start) continue;  // kept as it was (an absent optional stays absent)
     const std::string& n = p.name;
     if (n.rfind(ceilings, 0) == 0) {
       if (auto precision = parse_precision(n.substr(ceilings.size()))) {
