@@ -22,7 +22,9 @@
 #               transformers on random ids. THROUGHPUT="bert-base-128 bert-large-512" runs some.
 #   profile     loom profile --device cuda of bert-base and bert-large at seq 128
 #               (profiles/measured/<gpu>-<model>.json)
-#   validate    loom validate of single-GPU plans (micro-batch and recompute variants) with them
+#   validate    loom validate of single-GPU plans (micro-batch and recompute variants) with them,
+#               beside the roofline's prediction of each; tensor and device memory
+#   tune        loom tune --top 3 of bert-base (global batch 64, seq 128) on this GPU
 # DEVICE=cpu runs the stages on the CPU (transformers' side too), e.g. inside tools/check-torch2.sh's
 # Debian sid root, which has transformers (that script clears the environment: set it after --run):
 #   TORCH2_SUITE=sid tools/check-torch2.sh --run env DEVICE=cpu bench/gpu.sh logits losses
@@ -31,6 +33,7 @@
 # e.g. DEVICE=cpu STEPS=3 B_BASE128=2 THROUGHPUT=bert-base-128 MODELS=tiny-bert MICRO_BATCHES="2 4"
 # VALIDATE_BATCHES="2 4" bench/gpu.sh throughput profile validate (profiles then go to $OUT/profiles,
 # not into the checkout).
+# COMPILE=0 leaves torch.compile out of the throughput stage; CMD_TIMEOUT (240) limits each command.
 # MODELS (default "bert-base bert-large"), MICRO_BATCHES ("4 8 16 32"), REPEATS (10),
 # VALIDATE_BATCHES ("8 32"), VALIDATE_STEPS (12) and VALIDATE_WARMUP (4) choose what profile and
 # validate run.
@@ -52,7 +55,7 @@ PRECISION=bf16
 [ "$DEVICE" = cpu ] && PRECISION=fp32
 REF="$ROOT/bench/hf_reference.py"
 STAGES=("$@")
-[ ${#STAGES[@]} -gt 0 ] || STAGES=(env build logits losses throughput profile validate)
+[ ${#STAGES[@]} -gt 0 ] || STAGES=(env build logits losses throughput profile validate tune)
 TABLE="$OUT/table.md"
 [ -f "$TABLE" ] || printf '| check | result | target | verdict |\n|---|---|---|---|\n' >"$TABLE"
 
@@ -76,6 +79,9 @@ cluster() {
 sps() { "$PY" -c "import json; print(round(json.load(open('$1'))['samples_per_s'], 1))" 2>/dev/null || echo failed; }
 # oom FILE: true when a run's stderr says it ran out of GPU memory.
 oom() { grep -qi "out of memory" "$1" 2>/dev/null; }
+# Every loom and transformers command runs under a time limit (CMD_TIMEOUT seconds, default 240),
+# so that one hang costs one row, not the machine call.
+t() { timeout --kill-after=10 "${CMD_TIMEOUT:-240}" "$@"; }
 need_loom() { [ -x "$LOOM" ] || { say "no $LOOM: run the build stage first"; return 1; }; }
 
 stage_env() {
@@ -134,13 +140,13 @@ stage_logits() {
       tolerance=1e-4
       [ "$precision" = bf16 ] && tolerance=2e-2
       rm -f "$dir/$model-$precision-hf.json" "$dir/$model-$precision-loom.json"
-      if ! "$PY" "$REF" logits "$dir/$model" "$dir/ids.json" $precision \
+      if ! t "$PY" "$REF" logits "$dir/$model" "$dir/ids.json" $precision \
              >"$dir/$model-$precision-hf.json" 2>"$dir/$model-$precision-hf.err"; then
         row "logits, random $model, $precision" "transformers failed: $dir/$model-$precision-hf.err" \
           "<= $tolerance relative" "NOT MET"
         continue
       fi
-      if ! "$LOOM" logits --init "$dir/$model" --ids "$dir/ids.json" --device "$DEVICE" \
+      if ! t "$LOOM" logits --init "$dir/$model" --ids "$dir/ids.json" --device "$DEVICE" \
              --precision $precision -o "$dir/$model-$precision-loom.json" 2>"$dir/$model-$precision.err"; then
         row "logits, random $model, $precision" "loom failed: $(tail -1 "$dir/$model-$precision.err")" \
           "<= $tolerance relative" "NOT MET"
@@ -163,11 +169,11 @@ stage_losses() {
   [ -f "$dir/ids.json" ] || "$PY" "$REF" make "$dir" || return 1
   "$LOOM" plan --model "$dir/bert/config.json" --cluster "$(cluster)" --global-batch 8 --seq-len 32 \
     --precision fp32 --dp 1 --tp 1 --pp 1 --micro-batch 4 -o "$dir/plan-losses.json" >/dev/null &&
-    "$LOOM" train "$dir/plan-losses.json" --init "$dir/bert" --data "$dir/reviews.csv" --steps 5 \
+    t "$LOOM" train "$dir/plan-losses.json" --init "$dir/bert" --data "$dir/reviews.csv" --steps 5 \
       --dropout 0 --lr 1e-3 --device "$DEVICE" --dump-batches "$dir/batches.jsonl" \
       --metrics "$dir/losses-loom.jsonl" --json >"$dir/train-losses.json" 2>"$dir/train-losses.err" ||
     { tail -5 "$dir/train-losses.err" >&2; row "losses, 5 steps" "loom train failed" "1e-3" "NOT MET"; return 1; }
-  "$PY" "$REF" losses "$dir/bert" "$dir/batches.jsonl" "$dir/losses-loom.jsonl" 1e-3 0.01 0 5 1.0 \
+  t "$PY" "$REF" losses "$dir/bert" "$dir/batches.jsonl" "$dir/losses-loom.jsonl" 1e-3 0.01 0 5 1.0 \
     | tee "$dir/losses.txt" >&2
   local worst
   worst=$(tail -1 "$dir/losses.txt" | "$PY" -c 'import json,sys; print(json.load(sys.stdin)["max_loss_difference"])' 2>/dev/null)
@@ -228,10 +234,10 @@ PY
       "$LOOM" plan --model $model --cluster "$(cluster)" --global-batch "$batch" --seq-len "$seq" \
         --precision $PRECISION --dp 1 --tp 1 --pp 1 --micro-batch "$batch" --recompute none \
         -o "$dir/plan-$name.json" >/dev/null 2>"$dir/plan-$name.err"
-      "$LOOM" train "$dir/plan-$name.json" --data "$dir/data/long.csv" \
+      t "$LOOM" train "$dir/plan-$name.json" --data "$dir/data/long.csv" \
         --tokenizer "$dir/data/vocab.txt" --steps "$steps" --device "$DEVICE" --json \
         >"$dir/loom-$name.json" 2>"$dir/loom-$name.err"
-      "$PY" "$REF" throughput "$hf" "$seq" "$batch" "$steps" >"$dir/eager-$name.json" 2>"$dir/eager-$name.err"
+      t "$PY" "$REF" throughput "$hf" "$seq" "$batch" "$steps" >"$dir/eager-$name.json" 2>"$dir/eager-$name.err"
       if [ -z "$fixed" ] && ((batch > 1)) && { oom "$dir/loom-$name.err" || oom "$dir/eager-$name.err"; }; then
         say "$name: out of memory at batch $batch, halving"
         batch=$((batch / 2))
@@ -241,9 +247,12 @@ PY
     done
     loom_sps=$(sps "$dir/loom-$name.json")
     eager_sps=$(sps "$dir/eager-$name.json")
-    "$PY" "$REF" throughput "$hf" "$seq" "$batch" "$steps" compile >"$dir/compiled-$name.json" 2>"$dir/compiled-$name.err"
-    compiled_sps=$(sps "$dir/compiled-$name.json")
-    oom "$dir/compiled-$name.err" && compiled_sps="out of memory"
+    compiled_sps="not run (COMPILE=0)"
+    if [ "${COMPILE:-1}" != 0 ]; then
+      t "$PY" "$REF" throughput "$hf" "$seq" "$batch" "$steps" compile >"$dir/compiled-$name.json" 2>"$dir/compiled-$name.err"
+      compiled_sps=$(sps "$dir/compiled-$name.json")
+      oom "$dir/compiled-$name.err" && compiled_sps="out of memory"
+    fi
     ratio=$("$PY" -c "print(f'{$loom_sps / $eager_sps:.2f}')" 2>/dev/null || echo "-")
     # MFU: the plan's model FLOPs per step (its predicted model TFLOP/s times its predicted step)
     # over the measured step time, against the measured matmul rate.
@@ -263,7 +272,7 @@ stage_profile() {
   gpu=$(gpu_name)
   mkdir -p "$(profiles_dir)"
   for model in ${MODELS:-bert-base bert-large}; do
-    "$LOOM" profile --device "$DEVICE" --model $model --seq-len 128 --micro-batch ${MICRO_BATCHES:-4 8 16 32} \
+    t "$LOOM" profile --device "$DEVICE" --model $model --seq-len 128 --micro-batch ${MICRO_BATCHES:-4 8 16 32} \
       --precision $PRECISION --recompute none selective full --repeats ${REPEATS:-10} \
       -o "$(profiles_dir)/$gpu-$model.json" >"$OUT/profile-$model.log" 2>&1 &&
       cp "$(profiles_dir)/$gpu-$model.json" "$OUT/" &&
@@ -272,41 +281,81 @@ stage_profile() {
   done
 }
 
+# Single-GPU plans (micro-batch and recomputation variants) through loom validate: the
+# prediction from the measured profile when the profile stage wrote one (else the cluster's
+# calibrated roofline), and beside it the roofline's prediction of the same plan (loom plan with
+# no profile), both against the measured step; tensor peak against the allocator's, the
+# prediction's total against the device's used memory.
 stage_validate() {
   need_loom || return 1
-  local gpu dir="$OUT/validate" model b r
+  local gpu dir="$OUT/validate" model b r profile name
   gpu=$(gpu_name)
   mkdir -p "$dir"
   for model in ${MODELS:-bert-base bert-large}; do
+    profile=()
+    [ -f "$(profiles_dir)/$gpu-$model.json" ] && profile=(--profile "$(profiles_dir)/$gpu-$model.json")
     for b in ${VALIDATE_BATCHES:-8 32}; do
       for r in none full; do
+        name=$model-$b-$r
         "$LOOM" plan --model $model --cluster "$(cluster)" --global-batch 64 --seq-len 128 \
           --precision $PRECISION --dp 1 --tp 1 --pp 1 --micro-batch $b --recompute $r \
-          --profile "$(profiles_dir)/$gpu-$model.json" -o "$dir/plan-$model-$b-$r.json" >/dev/null &&
-          "$LOOM" validate "$dir/plan-$model-$b-$r.json" --device "$DEVICE" --steps ${VALIDATE_STEPS:-12} --warmup ${VALIDATE_WARMUP:-4} --json \
-            >"$dir/validate-$model-$b-$r.json" 2>"$dir/validate-$model-$b-$r.err"
+          -o "$dir/roofline-$name.json" >/dev/null 2>&1
+        "$LOOM" plan --model $model --cluster "$(cluster)" --global-batch 64 --seq-len 128 \
+          --precision $PRECISION --dp 1 --tp 1 --pp 1 --micro-batch $b --recompute $r \
+          "${profile[@]}" -o "$dir/plan-$name.json" >/dev/null &&
+          t "$LOOM" validate "$dir/plan-$name.json" --device "$DEVICE" --steps ${VALIDATE_STEPS:-12} \
+            --warmup ${VALIDATE_WARMUP:-4} --json >"$dir/validate-$name.json" 2>"$dir/validate-$name.err"
       done
     done
   done
   "$PY" - "$dir" <<'PY' | tee -a "$TABLE" >&2
 import glob, json, statistics, sys
 rows = []
+def pct(x):
+    return "-" if x is None else f"{100 * x:+.1f} %"
 for path in sorted(glob.glob(f"{sys.argv[1]}/validate-*.json")):
+    name = path.split("validate-")[1][:-5]
     try:
         d = json.load(open(path))
     except ValueError:
-        print(f"| validate {path.split('validate-')[1][:-5]} | failed (see its .err) | - | NOT MET |")
+        print(f"| validate {name} | failed (see its .err) | - | NOT MET |")
         continue
-    rows.append((path.split("validate-")[1][:-5], d["relative_error"]["step_time"],
-                 d["relative_error"]["peak_memory"]))
-for name, t, m in rows:
-    print(f"| validate {name} | step time {100*t:+.1f} %, peak memory {100*m:+.1f} % | - | - |")
+    measured = d["measured"]["step_time_s"]
+    roofline = None
+    try:
+        r = json.load(open(f"{sys.argv[1]}/roofline-{name}.json"))["predicted"]["step_time_s"]
+        roofline = (r - measured) / measured
+    except (OSError, ValueError, KeyError):
+        pass
+    e = d["relative_error"]
+    rows.append((name, e["step_time"], e["peak_memory"], e.get("device_memory"), roofline))
+    print(f"| validate {name} ({d['calibration']}) | step {1e3 * measured:.1f} ms: "
+          f"{pct(e['step_time'])}, roofline {pct(roofline)}; tensors {pct(e['peak_memory'])}, "
+          f"device {pct(e.get('device_memory'))} | - | - |")
 if rows:
-    t = statistics.median(abs(r[1]) for r in rows)
-    m = statistics.median(abs(r[2]) for r in rows)
-    print(f"| validate, median abs error over {len(rows)} plans | step time {100*t:.1f} %, "
-          f"peak memory {100*m:.1f} % | <= 5 % each | {'met' if max(t, m) <= 0.05 else 'NOT MET'} |")
+    med = lambda k: statistics.median(abs(r[k]) for r in rows if r[k] is not None) \
+        if any(r[k] is not None for r in rows) else None
+    t, m, dev, roof = med(1), med(2), med(3), med(4)
+    print(f"| validate, median abs error over {len(rows)} plans | step time {pct(t)}, roofline "
+          f"{pct(roof)}, tensors {pct(m)}, device {pct(dev)} | <= 5 % each | "
+          f"{'met' if max(t, m) <= 0.05 else 'NOT MET'} |")
 PY
+}
+
+# loom tune on this GPU: bert-base, global batch 64, seq 128, the top 3 predicted single-GPU plans
+# run and re-ranked by measured step time (the regret of the predicted-first is in its log).
+stage_tune() {
+  need_loom || return 1
+  local dir="$OUT/tune"
+  mkdir -p "$dir"
+  if t "$LOOM" tune --model ${TUNE_MODEL:-bert-base} --cluster "$(cluster)" --global-batch 64 \
+       --seq-len 128 --precision $PRECISION --top ${TUNE_TOP:-3} --steps ${VALIDATE_STEPS:-12} \
+       --warmup ${VALIDATE_WARMUP:-4} -o "$dir/tuned.json" >"$dir/tune.log" 2>"$dir/tune.err"; then
+    row "loom tune --top ${TUNE_TOP:-3}, ${TUNE_MODEL:-bert-base}" "$(grep -i regret "$dir/tune.log" | head -1)" "-" "-"
+  else
+    row "loom tune, ${TUNE_MODEL:-bert-base}" "failed: $(tail -1 "$dir/tune.err")" "-" "NOT MET"
+  fi
+  cat "$dir/tune.log" >&2
 }
 
 for s in "${STAGES[@]}"; do

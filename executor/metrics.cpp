@@ -65,6 +65,9 @@ planner::MeasuredSteps summarize_metrics(const std::string& jsonl, const std::st
     if (auto m = number_field("peak_memory_bytes")) {
       out.peak_memory_bytes = std::max(out.peak_memory_bytes.value_or(0), *m);
     }
+    if (auto m = number_field("device_used_bytes")) {
+      out.device_used_bytes = std::max(out.device_used_bytes.value_or(0), *m);
+    }
   }
   if (times.empty()) throw InputError(source, "", "expected lines with a step_time_s, found none");
   // The same steps as the step time: those after the warm-up, when there are any.

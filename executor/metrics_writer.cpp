@@ -82,6 +82,7 @@ void MetricsWriter::write_step(const StepRecord& r) {
   line["time"] = utc_now_iso8601();
   line["peak_rss_bytes"] = peak_rss_bytes();           // an extension: code and libraries included
   line["phases_s"] = r.phases.to_json(r.step_time_s);  // an extension
+  if (r.device_used_bytes > 0) line["device_used_bytes"] = r.device_used_bytes;  // CUDA only
   file_.write(line);
 }
 

@@ -68,6 +68,8 @@ struct StepRecord {
   std::int64_t peak_memory_bytes = 0;
   int rank = 0;
   StepPhases phases;
+  // The device's memory in use at the step's end (CUDA only; 0: not written).
+  std::int64_t device_used_bytes = 0;
 };
 
 // metrics.jsonl. An empty path writes nothing (ranks other than world rank 0).

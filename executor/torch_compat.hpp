@@ -42,6 +42,8 @@
 #include <ATen/cuda/CUDAGeneratorImpl.h>
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAFunctions.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <cuda_runtime_api.h>
 
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #endif
@@ -228,6 +230,25 @@ inline std::int64_t cuda_allocated_bytes(int device_index) {
 #endif
 }
 
+// Bytes in use on the whole device `device_index` now (cudaMemGetInfo's total minus free: the
+// CUDA context, the caching allocator's reserved segments, NCCL's buffers, every process on the
+// device); 0 without CUDA.
+inline std::int64_t cuda_device_used_bytes(int device_index) {
+#if defined(LOOM_TORCH_CUDA)
+  c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device_index));
+  std::size_t free_bytes = 0;
+  std::size_t total_bytes = 0;
+  if (cudaMemGetInfo(&free_bytes, &total_bytes) != cudaSuccess) {
+    (void)cudaGetLastError();  // clear the sticky error: the figure is only reported
+    return 0;
+  }
+  return static_cast<std::int64_t>(total_bytes - free_bytes);
+#else
+  (void)device_index;
+  return 0;
+#endif
+}
+
 // The CUDA device's name ("NVIDIA H100 80GB HBM3"); "" without CUDA.
 inline std::string cuda_device_name(int device_index) {
 #if defined(LOOM_TORCH_CUDA)
@@ -399,6 +420,9 @@ class DeviceMemory {
     if (cuda_) return cuda_peak_allocated_bytes(index_);
     return own_thread_ ? cpu_.peak_bytes() : cpu_.process_peak_bytes();
   }
+  // What the whole device has in use (cuda_device_used_bytes); 0 on CPUs, which have no such
+  // figure beyond the process's resident set.
+  std::int64_t device_used_bytes() const { return cuda_ ? cuda_device_used_bytes(index_) : 0; }
   // Starts a new peak from the bytes in use now.
   void reset_peak() {
     if (cuda_) cuda_reset_peak(index_);

@@ -94,7 +94,8 @@ class Loop {
     summary_.steps = step + 1;
     if ((step + 1) % o_.log_every == 0 || step + 1 == end_step) {
       metrics_.write_step({step + 1, epoch, loss, lr, size_.global_batch, step_time_s,
-                           rank_.peak_memory_bytes(), rank_.rank(), phases});
+                           rank_.peak_memory_bytes(), rank_.rank(), phases,
+                           rank_.device_used_bytes()});
     }
     print_step(step, end_step, loss, lr);
     progress_.update(step + 1, loss);

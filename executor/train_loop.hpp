@@ -47,6 +47,8 @@ class TrainRank {
   // Writes the trained model as a Hugging Face folder `dir` (world rank 0 writes; collective).
   virtual void write_output(const std::string& dir) = 0;
   virtual std::int64_t peak_memory_bytes() const = 0;
+  // The device's memory in use now (DeviceMemory::device_used_bytes; 0 on CPUs).
+  virtual std::int64_t device_used_bytes() const = 0;
   virtual void finish() = 0;  // after the last step and evaluation
 };
 

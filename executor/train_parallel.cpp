@@ -111,6 +111,7 @@ class ParallelRank final : public TrainRank {
     export_rank_model(dir, hf_, chunks_, stages_, *flat_, groups_);
   }
   std::int64_t peak_memory_bytes() const override { return device_memory_.peak_bytes(); }
+  std::int64_t device_used_bytes() const override { return device_memory_.device_used_bytes(); }
   void finish() override { groups_.world().barrier(); }
 
  private:

@@ -182,6 +182,7 @@ class SingleRank final : public TrainRank {
     write_hf_folder(dir, hf_, model_.full_state());
   }
   std::int64_t peak_memory_bytes() const override { return device_memory_.peak_bytes(); }
+  std::int64_t device_used_bytes() const override { return device_memory_.device_used_bytes(); }
   void finish() override {}
 
  private:

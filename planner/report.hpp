@@ -38,6 +38,7 @@ struct MeasuredSteps {
   std::int64_t steps = 0;         // lines with a step_time_s
   double median_step_time_s = 0;  // the median of those (the mean of the middle two when even)
   std::optional<double> peak_memory_bytes;  // the largest peak_memory_bytes of any line
+  std::optional<double> device_used_bytes;  // the largest device_used_bytes (CUDA runs only)
   // Per phase of loom train's `phases_s` (in the order the lines give them): the median over the
   // same steps as the step time; empty when the lines have none.
   std::vector<std::pair<std::string, double>> median_phases_s;

@@ -21,6 +21,7 @@
 #include <iostream>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -146,6 +147,14 @@ double predicted_allocator_peak_bytes(const costmodel::Prediction& p) {
   return p.memory_by_stage.empty() ? p.peak_memory_bytes : out;
 }
 
+// The largest rank's predicted total, process lines included: what the device's used memory
+// (cudaMemGetInfo) shows on a GPU.
+double predicted_device_bytes(const costmodel::Prediction& p) {
+  double out = 0;
+  for (const costmodel::MemoryBreakdown& m : p.memory_by_stage) out = std::max(out, m.total());
+  return p.memory_by_stage.empty() ? p.peak_memory_bytes : out;
+}
+
 double relative_error(double predicted, double measured) {
   return measured > 0 ? (predicted - measured) / measured : 0;
 }
@@ -232,6 +241,7 @@ int run_validate(const ValidateArgs& a) {
   // Per rank: the median step time after the warm-up and the peak memory.
   double step_time_s = 0;
   double peak_bytes = 0;
+  std::optional<double> device_bytes;  // CUDA runs only
   nlohmann::json ranks = nlohmann::json::array();
   nlohmann::json predicted_ranks = nlohmann::json::array();
   std::vector<planner::MeasuredSteps> per_rank;
@@ -242,6 +252,7 @@ int run_validate(const ValidateArgs& a) {
         profiles::read_text_file(metrics.string()), metrics.string(), a.warmup);
     step_time_s = std::max(step_time_s, m.median_step_time_s);
     peak_bytes = std::max(peak_bytes, m.peak_memory_bytes.value_or(0));
+    if (m.device_used_bytes) device_bytes = std::max(device_bytes.value_or(0), *m.device_used_bytes);
     nlohmann::json phases = nlohmann::json::object();
     for (const auto& [name, seconds] : m.median_phases_s) phases[name] = seconds;
     per_rank.push_back(m);
@@ -252,9 +263,10 @@ int run_validate(const ValidateArgs& a) {
   }
   const double time_error = relative_error(predicted.step_time_s, step_time_s);
   // The allocator's peak holds tensors only: the process lines (CUDA context, NCCL buffers) are
-  // what the device's used memory adds, which loom train does not record.
+  // what the device's used memory adds, which loom train records on CUDA (device_used_bytes).
   const double predicted_peak_bytes = predicted_allocator_peak_bytes(predicted);
   const double memory_error = relative_error(predicted_peak_bytes, peak_bytes);
+  const double predicted_total_bytes = predicted_device_bytes(predicted);
   if (a.json) {
     nlohmann::json doc;
     doc["predicted"] = costmodel::prediction_to_json(predicted);
@@ -265,6 +277,11 @@ int run_validate(const ValidateArgs& a) {
                        {"warmup_steps", a.warmup},
                        {"ranks", ranks}};
     doc["relative_error"] = {{"step_time", time_error}, {"peak_memory", memory_error}};
+    if (device_bytes) {
+      doc["measured"]["device_used_bytes"] = std::llround(*device_bytes);
+      doc["predicted"]["device_used_bytes"] = std::llround(predicted_total_bytes);
+      doc["relative_error"]["device_memory"] = relative_error(predicted_total_bytes, *device_bytes);
+    }
     doc["calibration"] = plan.profile ? "profile" : "roofline";
     if (plan.profile) doc["extrapolated"] = planner::extrapolated_to_json(plan);
     doc["plan"] = planner::plan_to_json(plan);  // what `loom calibrate` predicts the run with
@@ -288,6 +305,12 @@ int run_validate(const ValidateArgs& a) {
   std::snprintf(line, sizeof line, "%-18s %10.1f MiB %10.1f MiB %+9.1f %%\n", "peak memory",
                 predicted_peak_bytes / (1 << 20), peak_bytes / (1 << 20), 100 * memory_error);
   std::cout << line;
+  if (device_bytes) {
+    std::snprintf(line, sizeof line, "%-18s %10.1f MiB %10.1f MiB %+9.1f %%\n", "device memory",
+                  predicted_total_bytes / (1 << 20), *device_bytes / (1 << 20),
+                  100 * relative_error(predicted_total_bytes, *device_bytes));
+    std::cout << line;
+  }
   for (const auto& r : ranks) {
     std::snprintf(line, sizeof line, "  rank %-3d %21.4f s %10.1f MiB\n", r["rank"].get<int>(),
                   r["step_time_s"].get<double>(),

@@ -15,7 +15,8 @@ TEST_CASE("a metrics file summarised: median step time, peak memory, errors by l
   const std::string jsonl =
       "{\"step\": 1, \"loss\": 0.7, \"step_time_s\": 0.50, \"peak_memory_bytes\": 1000}\n"
       "\n"
-      "{\"step\": 2, \"loss\": 0.6, \"step_time_s\": 0.20, \"peak_memory_bytes\": 3000}\n"
+      "{\"step\": 2, \"loss\": 0.6, \"step_time_s\": 0.20, \"peak_memory_bytes\": 3000,"
+      " \"device_used_bytes\": 9000}\n"
       "{\"eval\": true, \"step\": 2, \"accuracy\": 0.9, \"loss\": 0.5}\n"
       "{\"step\": 3, \"loss\": 0.5, \"step_time_s\": 0.30}\n"
       "{\"step\": 4, \"loss\": 0.4, \"step_time_s\": 0.40}\n";
@@ -24,6 +25,9 @@ TEST_CASE("a metrics file summarised: median step time, peak memory, errors by l
   CHECK(m.median_step_time_s == Approx(0.35));
   REQUIRE(m.peak_memory_bytes);
   CHECK(*m.peak_memory_bytes == 3000);
+  REQUIRE(m.device_used_bytes);  // CUDA runs write it on some lines
+  CHECK(*m.device_used_bytes == 9000);
+  CHECK_FALSE(summarize_metrics("{\"step_time_s\": 0.1}\n", "m.jsonl").device_used_bytes);
 
   auto error_of = [](const std::string& text) {
     try {
@@ -41,6 +45,8 @@ TEST_CASE("a metrics file summarised: median step time, peak memory, errors by l
   CHECK_THAT(error_of("{\"step_time_s\": 0.1, \"phases_s\": 3}\n"), Contains("line 1: phases_s"));
   CHECK_THAT(error_of("{\"step_time_s\": 0.1, \"phases_s\": {\"forward\": -1}}\n"),
              Contains("phases_s.forward"));
+  CHECK_THAT(error_of("{\"step_time_s\": 0.1, \"device_used_bytes\": -5}\n"),
+             Contains("line 1: device_used_bytes"));
 }
 
 TEST_CASE("each phase of loom train's steps gets its median over the steps after the warm-up",
