@@ -54,13 +54,15 @@ double line(double x, double x0, double y0, double x1, double y1) {
 }  // namespace
 
 Calibration::Calibration(const profiles::Profile& profile, const profiles::ModelSpec& model)
-    : profile_(profile) {
+    : gpu_(profile.device_kind == profiles::DeviceKind::kGpu), profile_(profile) {
+  for (profiles::OptimizerMeasurement& m : profile_.optimizer) m.threads = threads_key(m.threads);
   for (const LayerMeasurement& p : profile.layers) {
     if (p.hidden != model.hidden || p.heads != model.heads || p.ffn_hidden != model.ffn_hidden) {
       continue;
     }
     if (!is_layer(p.kind) && p.vocab && *p.vocab != model.vocab) continue;
     points_.push_back(p);
+    points_.back().threads = threads_key(p.threads);
   }
   const std::vector<LinkFit> fits = fit_links(profile.links);
   // Messages measured between computing ranks (p2p_loaded) describe a pipeline better than the
@@ -112,19 +114,24 @@ const profiles::OptimizerMeasurement* nearest_optimizer(const profiles::Profile&
 }  // namespace
 
 std::optional<double> Calibration::optimizer_s_per_parameter(int threads, bool flat) const {
+  threads = threads_key(threads);
   const profiles::OptimizerMeasurement* best = nearest_optimizer(profile_, threads, flat);
   if (best == nullptr) return std::nullopt;
-  return best->time_s / static_cast<double>(best->parameters) * best->threads / threads;
+  const double per_parameter = best->time_s / static_cast<double>(best->parameters);
+  return gpu_ ? per_parameter : per_parameter * best->threads / threads;
 }
 
 OptimizerAnswer Calibration::optimizer(int threads, bool flat) const {
+  threads = threads_key(threads);
   const profiles::OptimizerMeasurement* best = nearest_optimizer(profile_, threads, flat);
   if (best == nullptr) return {};
   const bool same = best->threads == threads && best->flat == flat;
   return {same ? Calibrated::kMeasured : Calibrated::kScaled, best->threads, best->flat};
 }
 
-LayerAnswer Calibration::layer(const LayerQuery& q) const {
+LayerAnswer Calibration::layer(const LayerQuery& query) const {
+  LayerQuery q = query;
+  q.threads = threads_key(query.threads);
   LayerAnswer out;
   out.at = q;
   // Points of exactly the wanted shape apart from the micro-batch, sorted by it.
@@ -326,15 +333,17 @@ namespace {
 std::string shape_text(const LayerQuery& q) {
   return "b=" + std::to_string(q.micro_batch) + " s=" + std::to_string(q.seq_len) +
          " tp=" + std::to_string(q.tp) + " recompute=" + q.recompute +
-         " threads=" + std::to_string(q.threads);
+         (q.threads > 0 ? " threads=" + std::to_string(q.threads) : "");
 }
 
 std::string loop_text(bool flat) { return flat ? "flat loop" : "per-tensor loop"; }
 
 }  // namespace
 
-std::optional<Extrapolation> Calibration::describe_layer(const LayerQuery& q,
+std::optional<Extrapolation> Calibration::describe_layer(const LayerQuery& query,
                                                          const std::string& what) const {
+  LayerQuery q = query;
+  q.threads = threads_key(query.threads);
   const LayerAnswer a = layer(q);
   Extrapolation e{what, shape_text(q), to_string(a.how), ""};
   switch (a.how) {
@@ -373,12 +382,16 @@ std::optional<Extrapolation> Calibration::describe_layer(const LayerQuery& q,
 
 std::optional<Extrapolation> Calibration::describe_optimizer(int threads, bool flat) const {
   const OptimizerAnswer a = optimizer(threads, flat);
-  Extrapolation e{"optimizer", "threads=" + std::to_string(threads) + " " + loop_text(flat),
-                  to_string(a.how), ""};
+  const std::string threads_text = gpu_ ? "" : "threads=" + std::to_string(threads) + " ";
+  Extrapolation e{"optimizer", threads_text + loop_text(flat), to_string(a.how), ""};
   switch (a.how) {
     case Calibrated::kMeasured:
       return std::nullopt;
     case Calibrated::kScaled:
+      if (gpu_) {  // only the loop differs
+        e.from = loop_text(a.flat);
+        break;
+      }
       if (a.flat == flat) e.how = "threads scaled";
       e.from = "threads=" + std::to_string(a.threads) + " " + loop_text(a.flat) + " (times " +
                std::to_string(a.threads) + "/" + std::to_string(threads) + ")";

@@ -133,6 +133,11 @@ class Calibration {
   std::optional<Extrapolation> describe_link(const LinkQuery& query) const;
 
  private:
+  // A GPU profile's times do not depend on the host's CPU threads per rank: its points and
+  // optimizer measurements serve a query of any thread count (both held as 0).
+  int threads_key(int threads) const { return gpu_ ? 0 : threads; }
+
+  bool gpu_ = false;
   profiles::Profile profile_;
   std::vector<profiles::LayerMeasurement> points_;
   double factors_[4] = {1, 1, 1, 1};  // by Collective

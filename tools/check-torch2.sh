@@ -161,7 +161,8 @@ PY
   [ "$failed" -eq 0 ] || exit 1
   # loom-torch (the LibTorch half of the command line, tools/CMakeLists.txt), linked against the
   # CUDA LibTorch: every symbol Loom's objects use must be there (what those libraries need in
-  # turn, CUDA's runtime and cuDNN, is not installed and not asked).
+  # turn, cuDNN and the rest, is not installed and not asked). Loom's objects call CUDA's runtime
+  # themselves (cudaMemGetInfo, c10's inline CUDA guard), so its static library is linked.
   lib=$cuda/usr/lib/x86_64-linux-gnu
   in_root sh -c "cd /tmp/loom-cuda && c++ -o loom-torch executor_*.o tools_*.o \
     /loom/$build/tools/libloom_commands.a \
@@ -169,7 +170,7 @@ PY
     /loom/$build/executor/libloom_executor_io.a /loom/$build/profiles/libloom_profiles.a \
     \$(sed -n 's/^UTF8PROC_LIBRARY:FILEPATH=//p' /loom/$build/CMakeCache.txt) \
     -Wl,--no-as-needed $lib/libtorch.so $lib/libtorch_cpu.so $lib/libtorch_cuda.so \
-    $lib/libc10.so $lib/libc10_cuda.so -Wl,--as-needed \
+    $lib/libc10.so $lib/libc10_cuda.so -Wl,--as-needed $lib/libcudart_static.a -ldl -lrt -lpthread \
     -Wl,--unresolved-symbols=ignore-in-shared-libs -Wl,-rpath-link,$lib" >&2 ||
     { echo "check-torch2: linking loom-torch against the CUDA LibTorch failed" >&2; exit 1; }
   echo "check-torch2: loom-torch linked against the CUDA LibTorch (not run: no GPU)" >&2

@@ -38,6 +38,7 @@ LayerQuery query(std::int64_t b, int threads, const std::string& recompute = "no
 TEST_CASE("a point measured as asked needs no line", "[calibration][coverage]") {
   const profiles::ModelSpec model = profiles::load_model("tiny-bert");
   profiles::Profile prof;
+  prof.device_kind = profiles::DeviceKind::kCpu;
   prof.layers = {point(model, LayerKind::kEncoderLayer, 8, 1),
                  point(model, LayerKind::kEmbedding, 8, 1)};
   prof.optimizer = {{1'000'000, 1, 0.004, true}};
@@ -54,6 +55,7 @@ TEST_CASE("a plan's threads the profile lacks are said, with the point they are 
           "[calibration][coverage]") {
   const profiles::ModelSpec model = profiles::load_model("tiny-bert");
   profiles::Profile prof;
+  prof.device_kind = profiles::DeviceKind::kCpu;
   prof.layers = {point(model, LayerKind::kEncoderLayer, 8, 2)};
   prof.optimizer = {{1'000'000, 2, 0.004, false}};
   const Calibration cal(prof, model);
@@ -77,9 +79,32 @@ TEST_CASE("a plan's threads the profile lacks are said, with the point they are 
   CHECK(*cal.optimizer_s_per_parameter(1, true) == Approx(0.004 / 1e6 * 2));
 }
 
+TEST_CASE("a GPU profile serves a plan of any CPU threads per rank as measured",
+          "[calibration][coverage]") {
+  // The host's threads do not set a GPU's kernel times: a profile measured with 16 threads is
+  // the point of a plan that gives its rank 1, and its optimizer time is not multiplied by 16.
+  const profiles::ModelSpec model = profiles::load_model("tiny-bert");
+  profiles::Profile prof;
+  prof.device_kind = profiles::DeviceKind::kGpu;
+  prof.layers = {point(model, LayerKind::kEncoderLayer, 8, 16)};
+  prof.optimizer = {{1'000'000, 16, 0.004, false}, {1'000'000, 16, 0.003, true}};
+  const Calibration cal(prof, model);
+  CHECK_FALSE(cal.describe_layer(query(8, 1), "encoder layer"));
+  CHECK(cal.layer(query(8, 1)).how == Calibrated::kMeasured);
+  CHECK(cal.layer(query(8, 1)).forward_s == Approx(0.008));
+  CHECK_FALSE(cal.describe_optimizer(1, false));
+  CHECK(*cal.optimizer_s_per_parameter(1, false) == Approx(0.004 / 1e6));
+  CHECK(*cal.optimizer_s_per_parameter(1, true) == Approx(0.003 / 1e6));
+  // Another micro-batch is still interpolated, and its line names no threads.
+  const auto other = cal.describe_layer(query(4, 1), "encoder layer");
+  REQUIRE(other);
+  CHECK(other->wanted == "b=4 s=64 tp=1 recompute=none");
+}
+
 TEST_CASE("interpolated micro-batches name the points they come from", "[calibration][coverage]") {
   const profiles::ModelSpec model = profiles::load_model("tiny-bert");
   profiles::Profile prof;
+  prof.device_kind = profiles::DeviceKind::kCpu;
   prof.layers = {point(model, LayerKind::kEncoderLayer, 4, 1),
                  point(model, LayerKind::kEncoderLayer, 16, 1)};
   const Calibration cal(prof, model);
@@ -100,6 +125,7 @@ TEST_CASE("links: measured sizes need no line, others are fitted, extrapolated o
           "[calibration][coverage]") {
   const profiles::ModelSpec model = profiles::load_model("tiny-bert");
   profiles::Profile prof;
+  prof.device_kind = profiles::DeviceKind::kCpu;
   for (double bytes : {4096.0, 1048576.0}) {
     prof.links.push_back({"allreduce", 2, bytes, 1e-4 + bytes / 1e9, "intra_node"});
   }

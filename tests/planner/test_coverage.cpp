@@ -47,6 +47,7 @@ planner::Plan dp2_plan(const profiles::Profile& profile) {
 profiles::Profile layers_at(const profiles::ModelSpec& model, int threads) {
   profiles::Profile p;
   p.device = "test";
+  p.device_kind = profiles::DeviceKind::kCpu;
   p.precision = profiles::Precision::kFp32;
   for (LayerKind kind : {LayerKind::kEmbedding, LayerKind::kEncoderLayer, LayerKind::kHead}) {
     p.layers.push_back(point(model, kind, threads));
