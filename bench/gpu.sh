@@ -36,7 +36,8 @@
 # COMPILE=0 leaves torch.compile out of the throughput stage; CMD_TIMEOUT (240) limits each command.
 # MODELS (default "bert-base bert-large"), MICRO_BATCHES ("4 8 16 32"), REPEATS (10),
 # VALIDATE_BATCHES ("8 32"), VALIDATE_STEPS (12) and VALIDATE_WARMUP (4) choose what profile and
-# validate run.
+# validate run; VALIDATE_PLANS="bert-base:512:8:none ..." (model:seq:micro-batch:recompute, global
+# batch 64) replaces validate's models x batches x {none, full} at seq 128.
 # A machine call is at most 10 minutes: run the stages over several calls (build products stay
 # on a warm machine), e.g. `bench/gpu.sh env build logits losses`, then
 # `THROUGHPUT="bert-base-128 bert-base-512" bench/gpu.sh throughput` and the same for bert-large
@@ -291,22 +292,31 @@ stage_validate() {
   local gpu dir="$OUT/validate" model b r profile name
   gpu=$(gpu_name)
   mkdir -p "$dir"
-  for model in ${MODELS:-bert-base bert-large}; do
-    profile=()
-    [ -f "$(profiles_dir)/$gpu-$model.json" ] && profile=(--profile "$(profiles_dir)/$gpu-$model.json")
-    for b in ${VALIDATE_BATCHES:-8 32}; do
-      for r in none full; do
-        name=$model-$b-$r
-        "$LOOM" plan --model $model --cluster "$(cluster)" --global-batch 64 --seq-len 128 \
-          --precision $PRECISION --dp 1 --tp 1 --pp 1 --micro-batch $b --recompute $r \
-          -o "$dir/roofline-$name.json" >/dev/null 2>&1
-        "$LOOM" plan --model $model --cluster "$(cluster)" --global-batch 64 --seq-len 128 \
-          --precision $PRECISION --dp 1 --tp 1 --pp 1 --micro-batch $b --recompute $r \
-          "${profile[@]}" -o "$dir/plan-$name.json" >/dev/null &&
-          t "$LOOM" validate "$dir/plan-$name.json" --device "$DEVICE" --steps ${VALIDATE_STEPS:-12} \
-            --warmup ${VALIDATE_WARMUP:-4} --json >"$dir/validate-$name.json" 2>"$dir/validate-$name.err"
+  # MODEL:SEQ:MICRO_BATCH:RECOMPUTE each, global batch 64 on one GPU.
+  local plans=() item seq
+  if [ -n "${VALIDATE_PLANS:-}" ]; then
+    read -r -a plans <<<"$VALIDATE_PLANS"
+  else
+    for model in ${MODELS:-bert-base bert-large}; do
+      for b in ${VALIDATE_BATCHES:-8 32}; do
+        for r in none full; do plans+=("$model:128:$b:$r"); done
       done
     done
+  fi
+  for item in "${plans[@]}"; do
+    IFS=: read -r model seq b r <<<"$item"
+    name=$model-$b-$r
+    [ "$seq" = 128 ] || name=$model-s$seq-$b-$r
+    profile=()
+    [ -f "$(profiles_dir)/$gpu-$model.json" ] && profile=(--profile "$(profiles_dir)/$gpu-$model.json")
+    "$LOOM" plan --model $model --cluster "$(cluster)" --global-batch 64 --seq-len $seq \
+      --precision $PRECISION --dp 1 --tp 1 --pp 1 --micro-batch $b --recompute $r \
+      -o "$dir/roofline-$name.json" >/dev/null 2>&1
+    "$LOOM" plan --model $model --cluster "$(cluster)" --global-batch 64 --seq-len $seq \
+      --precision $PRECISION --dp 1 --tp 1 --pp 1 --micro-batch $b --recompute $r \
+      "${profile[@]}" -o "$dir/plan-$name.json" >/dev/null &&
+      t "$LOOM" validate "$dir/plan-$name.json" --device "$DEVICE" --steps ${VALIDATE_STEPS:-12} \
+        --warmup ${VALIDATE_WARMUP:-4} --json >"$dir/validate-$name.json" 2>"$dir/validate-$name.err"
   done
   "$PY" - "$dir" <<'PY' | tee -a "$TABLE" >&2
 import glob, json, statistics, sys

@@ -133,7 +133,7 @@ LayerAnswer Calibration::layer(const LayerQuery& query) const {
   LayerQuery q = query;
   q.threads = threads_key(query.threads);
   LayerAnswer out;
-  out.at = q;
+  out.at = query;
   // Points of exactly the wanted shape apart from the micro-batch, sorted by it.
   std::vector<const LayerMeasurement*> row;
   for (const LayerMeasurement& p : points_) {
@@ -212,6 +212,7 @@ LayerAnswer Calibration::layer(const LayerQuery& query) const {
   out.backward_s = best->backward_s;
   out.activation_bytes = static_cast<double>(best->activation_bytes);
   out.at = shape_of(*best);
+  if (gpu_) out.at.threads = query.threads;  // the roofline's ratio at the query's threads
   out.tp_communication = best->tp_communication && best->tp == q.tp;
   return out;
 }
@@ -344,7 +345,8 @@ std::optional<Extrapolation> Calibration::describe_layer(const LayerQuery& query
                                                          const std::string& what) const {
   LayerQuery q = query;
   q.threads = threads_key(query.threads);
-  const LayerAnswer a = layer(q);
+  LayerAnswer a = layer(q);
+  a.at.threads = threads_key(a.at.threads);
   Extrapolation e{what, shape_text(q), to_string(a.how), ""};
   switch (a.how) {
     case Calibrated::kMeasured:

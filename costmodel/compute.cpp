@@ -30,6 +30,11 @@ DeviceRates device_rates(const profiles::DeviceSpec& device, Precision precision
                          device.memory_efficiency.value_or(gpu ? d.gpu_memory : d.cpu_memory);
   r.kernel_launch_s = gpu ? d.gpu_kernel_launch_s : 0;
   r.gpu = gpu;
+  if (gpu) {
+    r.host_launch_s = device.host_launch_us ? *device.host_launch_us * 1e-6 : d.gpu_host_launch_s;
+    r.host_pass_s = device.host_pass_us ? *device.host_pass_us * 1e-6 : d.gpu_host_pass_s;
+    r.host_serial_fraction = device.host_serial_fraction.value_or(d.gpu_host_serial_fraction);
+  }
   r.gemm.peak_flops_per_s = peak_tflops * 1e12;
   r.gemm.memory_bytes_per_s = r.memory_bytes_per_s;
   r.gemm.element_bytes = precision == Precision::kBf16 || precision == Precision::kFp16 ? 2 : 4;
@@ -54,6 +59,7 @@ struct Pass {
   int element_bytes = 2;
   double forward_s = 0;
   double backward_s = 0;
+  int forward_kernels = 0;  // launched by the forward pass (the host floor's count)
 
   double kernel(double flops, double bytes) const {
     return std::max({flops / rates.matrix_flops_per_s, bytes / rates.memory_bytes_per_s,
@@ -63,6 +69,7 @@ struct Pass {
   // (m x k, inner n) and of B (k x n, inner m), each from its shape under the shape model, two
   // products of the forward's cost under the roofline.
   double matmul(const GemmShape& x) {
+    ++forward_kernels;
     if (!rates.shape_model()) {
       double t = kernel(x.flops(), x.bytes(element_bytes));
       forward_s += t;
@@ -77,6 +84,7 @@ struct Pass {
   }
   // An elementwise or reduction kernel moving `bytes`; backward moves about twice as much.
   double memory(double bytes) {
+    ++forward_kernels;
     double t = kernel(0, bytes);
     forward_s += t;
     backward_s += kernel(0, 2 * bytes);
@@ -87,12 +95,26 @@ struct Pass {
     GemmDevice d = rates.gemm;
     if (d.peak_flops_per_s <= 0) d.peak_flops_per_s = rates.matrix_flops_per_s;
     const double eff = rates.attention_efficiency > 0 ? rates.attention_efficiency : 1;
+    ++forward_kernels;
     double t =
         std::max(fused_attention_time_s(forward_flops, blocks, d, eff), rates.kernel_launch_s);
     forward_s += t;
     backward_s +=
         std::max(fused_attention_time_s(backward_flops, blocks, d, eff), rates.kernel_launch_s);
     return t;
+  }
+  // The pass's times, each at least the host's issue of its kernels plus `pass_share_s` of the
+  // stage's per-pass host cost, when the runtime is host-bound at all.
+  LayerTime times(bool host_floor, double pass_share_s) const {
+    if (!host_floor || rates.host_launch_s <= 0) return {forward_s, backward_s, 0};
+    const double issue = forward_kernels * rates.host_launch_s;
+    // The longer of the two, and the part of the shorter that waits for the other.
+    const double serial = rates.host_serial_fraction;
+    auto both = [serial](double kernels_s, double host_s) {
+      return std::max(kernels_s, host_s) + serial * std::min(kernels_s, host_s);
+    };
+    return {both(forward_s, issue + pass_share_s),
+            both(backward_s, kBackwardHostOps * issue + pass_share_s), 0};
   }
 };
 
@@ -193,8 +215,11 @@ LayerTime transformer_layer_time(const profiles::ModelSpec& m, const LayerShape&
   }
   p.matmul({tokens, d.h, d.f / d.t});  // MLP down
   residual_block(x, d, p);
-  LayerTime out{p.forward_s, p.backward_s, 0};
-  if (x.recompute == Recompute::kFull) out.recompute_s = p.forward_s;
+  // The stage's per-pass host cost is spread over its transformer layers.
+  LayerTime out =
+      p.times(x.host_floor, rates.host_pass_s / static_cast<double>(std::max<std::int64_t>(
+                                                    1, x.stage_layers)));
+  if (x.recompute == Recompute::kFull) out.recompute_s = out.forward_s;
   if (x.recompute == Recompute::kSelective) out.recompute_s = core;
   return out;
 }
@@ -209,7 +234,7 @@ LayerTime embedding_time(const profiles::ModelSpec& m, const LayerShape& x,
   // Backward also clears and scatters into the (vocab-parallel) word-embedding gradient.
   double table = e * static_cast<double>(m.vocab * m.hidden) / x.tp;
   p.backward_s += p.kernel(0, table);
-  return LayerTime{p.forward_s, p.backward_s, 0};
+  return p.times(x.host_floor, 0);
 }
 
 LayerTime head_time(const profiles::ModelSpec& m, const LayerShape& x, const DeviceRates& rates) {
@@ -226,7 +251,7 @@ LayerTime head_time(const profiles::ModelSpec& m, const LayerShape& x, const Dev
     p.memory(2 * e * b * h);   // tanh
     p.matmul({b, labels, h});  // classifier
     p.memory(4 * b * labels);  // loss
-    return LayerTime{p.forward_s, p.backward_s, 0};
+    return p.times(x.host_floor, 0);
   }
   if (m.family == profiles::Family::kEncoder) {
     p.matmul({b * s, h, h});      // MLM transform
@@ -236,7 +261,7 @@ LayerTime head_time(const profiles::ModelSpec& m, const LayerShape& x, const Dev
   }
   p.matmul({b * s, v / t, h});        // logits
   p.memory((e + 8) * b * s * v / t);  // softmax cross-entropy in fp32
-  return LayerTime{p.forward_s, p.backward_s, 0};
+  return p.times(x.host_floor, 0);
 }
 
 }  // namespace loom::costmodel

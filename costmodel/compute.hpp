@@ -7,6 +7,16 @@
 // (costmodel/gemm.hpp), forward and the backward's input- and weight-gradient products each with
 // its own shape; elementwise kernels are memory-bound, one per kernel the runtime launches
 // (KernelFusions); attention is the unfused math or one fused FlashAttention kernel.
+//
+// Host floor (GPUs, runtimes with RuntimeRules::host_floor): an eager runtime issues each kernel
+// from the host, so a pass whose kernels are shorter than their issue is host-bound. A layer's
+// forward issue is host_launch_s per kernel it launches plus its share of the stage's per-pass
+// host cost (host_pass_s over the stage's layers); its backward's is kBackwardHostOps times the
+// forward's launches plus the same share. The pass takes the longer of issue and kernels plus
+// host_serial_fraction of the shorter (where the runtime synchronises, one waits for the other).
+// Measured on an H200 with Loom's executor (bench/RESULTS.md): BERT-base and -large at
+// micro-batches 8 and 32, sequence 128, ran at the same time per micro-batch, about 0.4 ms per
+// layer forward and 0.9 ms backward plus a few ms per pass whatever the layer count.
 #pragma once
 
 #include <cstdint>
@@ -26,6 +36,9 @@ struct DeviceRates {
   GemmDevice gemm;
   double attention_efficiency = 0;  // fused attention's fraction of peak
   bool gpu = false;                 // a GPU device (causal_attention_time_scale applies)
+  double host_launch_s = 0;         // host time per kernel issued (0 on CPUs)
+  double host_pass_s = 0;           // host time per forward or backward pass of a stage
+  double host_serial_fraction = 0;  // of the shorter of host issue and kernels, not overlapped
   bool shape_model() const { return gemm.sm_count > 0; }
 };
 
@@ -43,7 +56,20 @@ struct EfficiencyDefaults {
   // forward plus backward at head dimension 128; 0.65 of peak for both passes. A device file's
   // attention_efficiency replaces it (FlashAttention-2 reaches about 35 % of H100's peak).
   double flash_attention = 0.65;
+  // The host floor's costs when the device file gives none: Loom's executor (LibTorch 2.11) on
+  // an H200 machine's host, fitted to 20 single-GPU runs of BERT-base, BERT-large, RoBERTa-base
+  // and a tiny BERT (sequences 64 to 512, micro-batches 4 to 64; bench/RESULTS.md);
+  // `loom calibrate` fits them to a cluster's own runs.
+  double gpu_host_launch_s = 35e-6;
+  double gpu_host_pass_s = 2e-3;
+  double gpu_host_serial_fraction = 0.25;
 };
+
+// Host operations autograd issues in a backward pass per kernel of the forward: a product's two
+// gradient products and the gradient accumulation, an elementwise kernel's gradient. Measured:
+// the backward phase's per-layer host time over the forward's on the H200 (2.3 for BERT-base
+// and BERT-large alike).
+inline constexpr double kBackwardHostOps = 2.3;
 
 // The fused attention kernel's time on a GPU, as a multiple of what its FLOPs
 // (attention_forward_flops, attention_backward_flops) take at the device's attention rate: 2 for
@@ -90,6 +116,8 @@ struct LayerShape {
   Attention attention = Attention::kMath;
   bool sequence_parallel = false;  // LayerNorm, dropout and residual work divided by tp
   KernelFusions fusions = {};      // GPUs with the shape model only
+  bool host_floor = false;         // the runtime's passes are bounded by the host's issue
+  std::int64_t stage_layers = 1;   // transformer layers on the stage (its per-pass host share)
 };
 
 LayerTime transformer_layer_time(const profiles::ModelSpec& model, const LayerShape& shape,

@@ -268,7 +268,10 @@ LayerShape layer_shape(const TermsInput& in, std::int64_t micro_batch, std::int6
   LayerShape x{micro_batch, seq_len, tp, in.e, recompute};
   x.attention = in.s.attention;
   x.sequence_parallel = in.s.sequence_parallel;
-  x.fusions = runtime_rules(in.job.runtime).fusions;
+  const RuntimeRules rules = runtime_rules(in.job.runtime);
+  x.fusions = rules.fusions;
+  x.host_floor = rules.host_floor;
+  x.stage_layers = std::max<std::int64_t>(1, (in.m.layers + in.s.pp - 1) / in.s.pp);
   return x;
 }
 

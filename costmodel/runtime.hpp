@@ -82,6 +82,9 @@ struct RuntimeRules {
   // The kernels the runtime fuses (Megatron: QKV, bias-GeLU, bias-dropout-add, masked softmax);
   // the default is eager PyTorch's, as Loom's executor runs them.
   KernelFusions fusions = {};
+  // Whether the device's host costs (host_launch_us, host_pass_us) bound the runtime's passes
+  // (compute.hpp): measured for Loom's executor; the other runtimes' hosts are not modelled yet.
+  bool host_floor = false;
 };
 
 RuntimeRules runtime_rules(Runtime runtime);

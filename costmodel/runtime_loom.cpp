@@ -108,6 +108,7 @@ RuntimeRules loom_runtime_rules() {
   };
   r.memory = loom_memory;
   r.exposure = loom_exposure;
+  r.host_floor = true;
   r.reduce_bytes_per_parameter = [](const Job& job) {
     return job.precision == Precision::kBf16 || job.precision == Precision::kFp16 ? 2.0 : 4.0;
   };

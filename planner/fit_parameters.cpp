@@ -58,6 +58,15 @@ Field field(Cluster& c, const std::string& name) {
   if (name == "device.fragmentation") {
     return {nullptr, &c.device.fragmentation, costmodel::kFragmentationFraction};
   }
+  if (name == "device.host_launch_us") {
+    return {nullptr, &c.device.host_launch_us, d.gpu_host_launch_s * 1e6};
+  }
+  if (name == "device.host_pass_us") {
+    return {nullptr, &c.device.host_pass_us, d.gpu_host_pass_s * 1e6};
+  }
+  if (name == "device.host_serial_fraction") {
+    return {nullptr, &c.device.host_serial_fraction, d.gpu_host_serial_fraction};
+  }
   for (auto [scope, link] :
        {std::pair<const char*, profiles::LinkClass*>{"intra_node", &c.intra_node},
         {"inter_node", c.inter_node ? &*c.inter_node : nullptr}}) {
@@ -121,6 +130,9 @@ std::vector<ParameterSpec> free_parameters(const Cluster& cluster) {
   if (gpu) {
     add("device.attention_efficiency", 0.01, 1, 0);
     add("device.fragmentation", 0, 1, 0.01);
+    add("device.host_launch_us", 0, 1000, 1);
+    add("device.host_pass_us", 0, 100000, 100);
+    add("device.host_serial_fraction", 0, 1, 0.05);
   }
   add("intra_node.bus_bandwidth_gbps", 0.01 * c.intra_node.bandwidth_gbps,
       c.intra_node.bandwidth_gbps, 0);

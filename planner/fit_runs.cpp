@@ -46,9 +46,16 @@ PreparedRow validate_row(const json& doc, const std::string& file, const std::st
   const double step_time_s = positive(measured, "step_time_s", file, path + ".measured", true);
   r.unit = "samples_per_s";
   r.measured = static_cast<double>(plan.job.global_batch) / step_time_s;
-  if (const double bytes = positive(measured, "peak_memory_bytes", file, path + ".measured", false);
+  // The device's used memory where the run had one (CUDA: the process lines count too), else the
+  // allocator's peak of tensors.
+  if (const double bytes = positive(measured, "device_used_bytes", file, path + ".measured", false);
       bytes > 0) {
     r.measured_memory_gib = bytes / kGib;
+    r.memory_kind = "device used (loom validate)";
+  } else if (const double allocated =
+                 positive(measured, "peak_memory_bytes", file, path + ".measured", false);
+             allocated > 0) {
+    r.measured_memory_gib = allocated / kGib;
     r.memory_kind = "allocator peak allocated (loom validate)";
   }
   if (plan.cluster.device.name != cluster.device.name) {

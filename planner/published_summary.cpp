@@ -82,11 +82,14 @@ RowFigures figures_of(const RowResult& row, const costmodel::Prediction& p,
                       const profiles::Cluster& cluster) {
   RowFigures out;
   out.throughput = predicted_in(row.unit, p, static_cast<double>(cluster.device_count()));
-  // What the caching allocator reserves is the tensors plus its fragmentation; what the device
-  // shows as used adds the CUDA context, workspaces and NCCL buffers (the plan's total).
+  // What the caching allocator hands out is the tensors; what it reserves adds its fragmentation;
+  // what the device shows as used adds the CUDA context, workspaces and NCCL buffers (the plan's
+  // total).
+  const bool allocated = row.memory_kind.find("allocated") != std::string::npos;
   double allocator_bytes = 0;
   for (const costmodel::MemoryBreakdown& b : p.memory_by_stage) {
-    allocator_bytes = std::max(allocator_bytes, b.tensor_bytes() + b.fragmentation_bytes);
+    allocator_bytes =
+        std::max(allocator_bytes, b.tensor_bytes() + (allocated ? 0 : b.fragmentation_bytes));
   }
   const bool allocator = row.memory_kind.find("allocator") != std::string::npos;
   out.memory_gib = (allocator ? allocator_bytes : p.peak_memory_bytes) / kGib;

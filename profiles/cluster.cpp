@@ -185,6 +185,12 @@ Cluster datasheet_cluster(const Cluster& cluster) {
       c.device.attention_efficiency = p.start;
     } else if (n == "device.fragmentation") {
       c.device.fragmentation = p.start;
+    } else if (n == "device.host_launch_us") {
+      c.device.host_launch_us = p.start;
+    } else if (n == "device.host_pass_us") {
+      c.device.host_pass_us = p.start;
+    } else if (n == "device.host_serial_fraction") {
+      c.device.host_serial_fraction = p.start;
     } else if (n == "collective_launch_us") {
       c.collective_launch_us = p.start;
     } else if (n == "overlap_slowdown") {
@@ -294,6 +300,9 @@ Cluster cluster_from_json(const nlohmann::json& value, const std::string& source
     efficiency(d, "attention_efficiency", &c.device.attention_efficiency);
     efficiency(d, "sustained_clock_fraction", &c.device.sustained_clock_fraction);
     c.device.fragmentation = read_fragmentation(d);
+    c.device.host_launch_us = d.optional_number("host_launch_us", 0, /*exclusive=*/false);
+    c.device.host_pass_us = d.optional_number("host_pass_us", 0, /*exclusive=*/false);
+    efficiency(d, "host_serial_fraction", &c.device.host_serial_fraction);
     d.finish();
   }
   c.intra_node = read_link_class(r.object("intra_node"));
@@ -369,6 +378,9 @@ nlohmann::json cluster_to_json(const Cluster& c) {
     d["sustained_clock_fraction"] = *c.device.sustained_clock_fraction;
   }
   if (c.device.fragmentation) d["fragmentation"] = *c.device.fragmentation;
+  if (c.device.host_launch_us) d["host_launch_us"] = *c.device.host_launch_us;
+  if (c.device.host_pass_us) d["host_pass_us"] = *c.device.host_pass_us;
+  if (c.device.host_serial_fraction) d["host_serial_fraction"] = *c.device.host_serial_fraction;
   j["device"] = d;
   j["intra_node"] = link_class_to_json(c.intra_node);
   if (c.inter_node) j["inter_node"] = link_class_to_json(*c.inter_node);

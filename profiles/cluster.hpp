@@ -58,6 +58,16 @@ struct DeviceSpec {
   // transient bytes (process_memory.hpp); absent = kFragmentationFraction there. JSON
   // "fragmentation".
   std::optional<double> fragmentation;
+  // GPUs: what the host spends issuing work through an eager runtime, which bounds a pass when
+  // its kernels are shorter than it (costmodel/compute.hpp): per kernel launched, and per forward
+  // or backward pass of a micro-batch on a stage (batch set-up, the loss, the autograd engine's
+  // start). Absent = the cost model's defaults. JSON "host_launch_us", "host_pass_us".
+  std::optional<double> host_launch_us;
+  std::optional<double> host_pass_us;
+  // GPUs: the share of the shorter of a pass's host issue and its kernels that does not overlap
+  // the longer (the host waits for the device where the runtime synchronises); absent = the cost
+  // model's default. JSON "host_serial_fraction".
+  std::optional<double> host_serial_fraction;
   bool operator==(const DeviceSpec&) const = default;
 };
 

@@ -339,6 +339,7 @@ TEST_CASE("a measured optimizer step and collective factors replace the modelled
           "[calibration]") {
   const profiles::ModelSpec model = profiles::load_model("tiny-bert");
   profiles::Profile prof;
+  prof.device_kind = profiles::DeviceKind::kCpu;  // threads scale a CPU's optimizer step
   // The one-rank loop's step (per tensor) and, slower, the flat one of many ranks at 1 thread.
   prof.optimizer = {{1'000'000, 1, 0.004}, {1'000'000, 2, 0.0025}, {1'000'000, 1, 0.006, true}};
   const profiles::PathMetrics link{10, 5, std::nullopt};

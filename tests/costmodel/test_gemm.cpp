@@ -5,6 +5,7 @@
 #include "costmodel/estimate.hpp"
 #include "costmodel/gemm.hpp"
 #include "costmodel/layers.hpp"
+#include "costmodel/runtime.hpp"
 #include "profiles/cluster.hpp"
 #include "profiles/errors.hpp"
 #include "profiles/loader.hpp"
@@ -370,4 +371,49 @@ TEST_CASE("hardware FLOPs count flash's recomputed scores", "[gemm][attention][f
         Approx(model + l * core));
   CHECK(hardware_flops_per_step(gpt, 8, 2048, Recompute::kSelective, Attention::kFlash) ==
         Approx(model + l * core / 2));
+}
+
+TEST_CASE("an eager runtime's passes take at least the host's issue of their kernels",
+          "[gemm][host]") {
+  // BERT-base, one sample of 8 tokens on an H100: every kernel is far shorter than its issue.
+  const profiles::ModelSpec bert = profiles::load_model("bert-base");
+  profiles::DeviceSpec device =
+      profiles::datasheet_cluster(profiles::load_cluster("h100-x1")).device;
+  device.host_launch_us = 10;
+  device.host_pass_us = 1200;
+  device.host_serial_fraction = 0;
+  const DeviceRates r = device_rates(device, Precision::kBf16, EfficiencyDefaults{});
+  LayerShape x{1, 8, 1, 2, Recompute::kFull};
+  x.attention = Attention::kFlash;
+  const LayerTime kernels = transformer_layer_time(bert, x, r);
+  x.host_floor = true;
+  x.stage_layers = 12;
+  const LayerTime host = transformer_layer_time(bert, x, r);
+  // 14 kernels forward (Q, K, V, attention, output, dropout, add, LayerNorm, up, GeLU, down,
+  // dropout, add, LayerNorm) at 10 us, plus 1200 us / 12 layers: 240 us; backward 2.3 x 140 us
+  // + 100 us = 422 us; full recomputation repeats the forward's 240 us.
+  CHECK(kernels.forward_s < 100e-6);
+  CHECK(host.forward_s == Approx(240e-6));
+  CHECK(host.backward_s == Approx(422e-6));
+  CHECK(host.recompute_s == Approx(240e-6));
+  // The embedding (2 kernels) and the classifier head (4) carry no share of the pass.
+  CHECK(embedding_time(bert, x, r).forward_s == Approx(20e-6));
+  CHECK(embedding_time(bert, x, r).backward_s == Approx(46e-6));
+  // Half of the shorter (the kernels) does not overlap the issue.
+  device.host_serial_fraction = 0.5;
+  const DeviceRates half = device_rates(device, Precision::kBf16, EfficiencyDefaults{});
+  CHECK(transformer_layer_time(bert, x, half).forward_s ==
+        Approx(240e-6 + 0.5 * kernels.forward_s));
+  // A large micro-batch is bound by its kernels: the floor changes nothing.
+  LayerShape big{64, 512, 1, 2, Recompute::kNone};
+  big.attention = Attention::kFlash;
+  const double kernels_s = transformer_layer_time(bert, big, r).forward_s;
+  big.host_floor = true;
+  big.stage_layers = 12;
+  CHECK(transformer_layer_time(bert, big, r).forward_s == kernels_s);
+  CHECK(transformer_layer_time(bert, big, half).forward_s ==
+        Approx(kernels_s + 0.5 * (14 * 10e-6 + 100e-6)));
+  // Loom's runtime has the floor; Megatron-LM's host is not modelled.
+  CHECK(runtime_rules(Runtime::kLoom).host_floor);
+  CHECK_FALSE(runtime_rules(Runtime::kMegatron).host_floor);
 }
