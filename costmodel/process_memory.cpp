@@ -14,7 +14,8 @@ ProcessMemory process_memory(const profiles::DeviceSpec& device, const Strategy&
                              double transient_bytes) {
   ProcessMemory out;
   if (device.kind != profiles::DeviceKind::kGpu) return out;
-  out.cuda_context_bytes = kCudaContextBytes;
+  out.cuda_context_bytes =
+      device.cuda_context_mib ? *device.cuda_context_mib * 1024 * 1024 : kCudaContextBytes;
   // PyTorch's default before Hopper; Hopper's is 32 MiB (":4096:8"), 16 MiB more than counted
   // here, which the device files do not let us tell apart yet.
   out.workspace_bytes = kCublasHandles * kCublasWorkspaceBytes;

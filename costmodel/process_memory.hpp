@@ -1,7 +1,8 @@
 // Memory a training process holds on a GPU beyond its tensors, each a named line of the memory
 // breakdown (MemoryBreakdown, estimate.hpp) with its source (docs/runtimes.md):
 //
-//   cuda_context    the CUDA context with PyTorch's kernels loaded lazily (an estimate)
+//   cuda_context    the CUDA context with PyTorch's kernels loaded lazily: the device file's
+//                   cuda_context_mib where measured, else an estimate (kCudaContextBytes)
 //   workspaces      cuBLAS/cuBLASLt workspaces: PyTorch's default CUBLAS_WORKSPACE_CONFIG
 //                   (":4096:2:16:8", 8 MiB + 128 KiB) per handle; training uses two handles
 //                   (the forward thread's and the autograd device thread's)

@@ -121,10 +121,10 @@ void validate_achievable(const DeviceSpec& d, const Bad& bad) {
   }
 }
 
-// device.fragmentation: a fraction in [0, 1].
-std::optional<double> read_fragmentation(ObjectReader& d) {
-  auto out = d.optional_number("fragmentation", 0, /*exclusive=*/false);
-  if (out && *out > 1) d.fail("fragmentation", "expected a fraction in [0, 1]");
+// An optional fraction in [0, 1] (device.fragmentation, device.host_serial_fraction).
+std::optional<double> read_fraction(ObjectReader& d, const std::string& key) {
+  auto out = d.optional_number(key, 0, /*exclusive=*/false);
+  if (out && *out > 1) d.fail(key, "expected a fraction in [0, 1]");
   return out;
 }
 
@@ -299,10 +299,11 @@ Cluster cluster_from_json(const nlohmann::json& value, const std::string& source
     }
     efficiency(d, "attention_efficiency", &c.device.attention_efficiency);
     efficiency(d, "sustained_clock_fraction", &c.device.sustained_clock_fraction);
-    c.device.fragmentation = read_fragmentation(d);
+    c.device.fragmentation = read_fraction(d, "fragmentation");
     c.device.host_launch_us = d.optional_number("host_launch_us", 0, /*exclusive=*/false);
     c.device.host_pass_us = d.optional_number("host_pass_us", 0, /*exclusive=*/false);
-    efficiency(d, "host_serial_fraction", &c.device.host_serial_fraction);
+    c.device.host_serial_fraction = read_fraction(d, "host_serial_fraction");
+    c.device.cuda_context_mib = d.optional_number("cuda_context_mib", 0, /*exclusive=*/false);
     d.finish();
   }
   c.intra_node = read_link_class(r.object("intra_node"));
@@ -381,6 +382,7 @@ nlohmann::json cluster_to_json(const Cluster& c) {
   if (c.device.host_launch_us) d["host_launch_us"] = *c.device.host_launch_us;
   if (c.device.host_pass_us) d["host_pass_us"] = *c.device.host_pass_us;
   if (c.device.host_serial_fraction) d["host_serial_fraction"] = *c.device.host_serial_fraction;
+  if (c.device.cuda_context_mib) d["cuda_context_mib"] = *c.device.cuda_context_mib;
   j["device"] = d;
   j["intra_node"] = link_class_to_json(c.intra_node);
   if (c.inter_node) j["inter_node"] = link_class_to_json(*c.inter_node);

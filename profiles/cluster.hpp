@@ -68,6 +68,10 @@ struct DeviceSpec {
   // the longer (the host waits for the device where the runtime synchronises); absent = the cost
   // model's default. JSON "host_serial_fraction".
   std::optional<double> host_serial_fraction;
+  // GPUs: what the CUDA context of a training process holds, in MiB (the device's used memory
+  // less the allocator's reserved bytes, measured); absent = costmodel's kCudaContextBytes.
+  // JSON "cuda_context_mib".
+  std::optional<double> cuda_context_mib;
   bool operator==(const DeviceSpec&) const = default;
 };
 
