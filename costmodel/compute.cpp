@@ -217,8 +217,8 @@ LayerTime transformer_layer_time(const profiles::ModelSpec& m, const LayerShape&
   residual_block(x, d, p);
   // The stage's per-pass host cost is spread over its transformer layers.
   LayerTime out =
-      p.times(x.host_floor, rates.host_pass_s / static_cast<double>(std::max<std::int64_t>(
-                                                    1, x.stage_layers)));
+      p.times(x.host_floor,
+              rates.host_pass_s / static_cast<double>(std::max<std::int64_t>(1, x.stage_layers)));
   if (x.recompute == Recompute::kFull) out.recompute_s = out.forward_s;
   if (x.recompute == Recompute::kSelective) out.recompute_s = core;
   return out;

@@ -685,6 +685,7 @@ Prediction CostModel::estimate(const Job& job, const Strategy& s,
       in.element_bytes = static_cast<int>(state_bytes);
       in.bucket_bytes = options_.dp_bucket_bytes;
       in.overlap_slowdown = overlap_slowdown(cluster_);
+      in.gloo = cpu;
       const DataParallelExposure exposed = runtime.exposure(job, s, in);
       dp_exposed = exposed.gradient_s;
       zero_exposed = exposed.parameter_s;

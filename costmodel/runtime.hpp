@@ -61,6 +61,8 @@ struct DataParallelInput {
   double bucket_bytes = 0;  // Loom's gradient bucket (CostOptions::dp_bucket_bytes)
   // How much compute slows while collectives run beside it (overlap_slowdown(), comm.hpp).
   double overlap_slowdown = 0;
+  // The group runs over Gloo (CPU ranks), where Loom's executor reduce-scatters by an all-reduce.
+  bool gloo = false;
 };
 
 // Exposed (not hidden) communication of one step on one pipeline rank, with dp > 1.

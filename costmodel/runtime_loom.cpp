@@ -63,15 +63,17 @@ RuntimeMemory loom_memory(const Job& job, const Strategy& s, const RankMemoryInp
 // Loom's executor reduces gradients at every ZeRO stage (each rank then keeps its shard):
 // ZeRO 0/1 all-reduce buckets once per step, during the last micro-batch's backward pass;
 // ZeRO-2/3 reduce-scatter each block during every micro-batch's (the gradients cannot accumulate
-// unsharded). ZeRO-1/2 all-gather the updated shards after the optimizer step; ZeRO-3 gathers
-// every block in every forward and backward pass, the next block's gather hidden behind the
-// current block's compute: the pass's first block is exposed, and what the pass cannot hide.
+// unsharded): NCCL's reduce-scatter, and on Gloo (CPU ranks) an all-reduce of the block, which
+// ran faster there than a ring of point-to-point sends. ZeRO-1/2 all-gather the updated shards
+// after the optimizer step; ZeRO-3 gathers every block in every forward and backward pass, the next
+// block's gather hidden behind the current block's compute: the pass's first block is exposed, and
+// what the pass cannot hide.
 DataParallelExposure loom_exposure(const Job&, const Strategy& s, const DataParallelInput& in) {
   const ZeroPolicy zero = zero_policy(s.zero);
   const double grads = in.num_parameters * in.element_bytes;
   const double bucket = std::min(in.bucket_bytes, grads);
-  const Collective reduce =
-      zero.reduce_scatters_gradients ? Collective::kReduceScatter : Collective::kAllReduce;
+  const Collective reduce = zero.reduce_scatters_gradients && !in.gloo ? Collective::kReduceScatter
+                                                                       : Collective::kAllReduce;
   const double ar = in.time_s(reduce, grads);
   const double last = exposed_after_window_s(ar, in.backward_window_s, in.time_s(reduce, bucket),
                                              in.overlap_slowdown);

@@ -13,7 +13,8 @@
 //
 //   gathers_per_block          -    -    -    x   each block gathered before its forward and
 //                                                   again before its backward, freed after each
-//   reduce_scatters_gradients  -    -    x    x   gradients reduce-scattered (not all-reduced)
+//   reduce_scatters_gradients  -    -    x    x   gradients reduce-scattered (not all-reduced;
+//                                                   on Gloo by an all-reduce, see below)
 //
 // What the executor does at each stage with dp > 1 (with dp = 1 every shard is the whole):
 // - 0 and 1: every micro-batch's gradients accumulate in one flat buffer of the rank's
@@ -21,8 +22,9 @@
 //   that overlaps); stage 1 then updates only its shard of that buffer.
 // - 2 and 3: the parameters are sharded block by block (a block: the embeddings, one transformer
 //   layer, the head); after every backward pass each block's gradients are reduce-scattered
-//   (a ring: (dp - 1) / dp of the block per rank) through one staging buffer of at most a bucket,
-//   and the rank's chunk added into its gradient shard.
+//   (NCCL: (dp - 1) / dp of the block per rank; Gloo: an all-reduce of the block, faster on CPU
+//   ranks) through one staging buffer of at most a bucket, and the rank's chunk added into its
+//   gradient shard.
 // - 1 and 2: after the optimizer step on its shard, each rank's updated shard is all-gathered into
 //   the full parameters.
 // - 3: every forward and every backward pass of every micro-batch all-gathers each block just

@@ -282,7 +282,6 @@ struct ProcessGroup::Impl {
   int watch_world_size = 0;
   bool p2p_by_order = false;
   std::map<std::pair<bool, int>, int> p2p_counts;  // (send?, peer) -> operations so far
-  int ring_tag = 0;  // the tag of the Gloo reduce-scatter's next send (the same on every rank)
   // p2p_by_order: the thread that runs the point-to-point operations. Declared after the backend,
   // so joined before the backend goes.
   std::unique_ptr<P2pStream> stream;
@@ -389,11 +388,9 @@ torch::Tensor contiguous_buffer(const torch::Tensor& tensor) {
   return tensor.is_contiguous() ? tensor : tensor.contiguous();
 }
 
-// Gloo's all-gather and the reduce-scatter fallback work in pieces of at most this many
-// elements per rank (4 MiB of fp32): their temporaries stay bounded by the piece, not the buffer.
+// Gloo's all-gather works in pieces of at most this many elements per rank (4 MiB of fp32): its
+// temporaries stay bounded by the piece, not the buffer.
 constexpr std::int64_t kGlooPieceElements = std::int64_t{1} << 20;
-// The ring reduce-scatter's two running buffers hold at most this many elements each (1 MiB).
-constexpr std::int64_t kRingPieceElements = std::int64_t{1} << 18;
 
 }  // namespace
 
@@ -549,49 +546,13 @@ void ProcessGroup::reduce_scatter_sum(torch::Tensor& output, const torch::Tensor
     if (flat_out.data_ptr() != output.data_ptr()) output.copy_(flat_out.view(output.sizes()));
     return;
   }
+  // Gloo: the all-reduce of the whole input, then this rank's chunk. Gloo's all-reduce moves twice
+  // the bytes of a ring reduce-scatter but ran faster on CPU ranks than a ring of point-to-point
+  // sends (bench/RESULTS.md, ZeRO on the CPU); costmodel's loom runtime charges it so.
   torch::Tensor flat_in = contiguous_buffer(input).view({size() * n});
-  torch::Tensor flat_out = contiguous_buffer(output).view({n});
-  ring_reduce_scatter(flat_out, flat_in);
-  if (flat_out.data_ptr() != output.data_ptr()) output.copy_(flat_out.view(output.sizes()));
-}
-
-// The ring of NCCL's reduce-scatter over Gloo's point-to-point sends: in round s = 0 .. size - 2
-// rank r sends its running sum of chunk (r - s - 1) mod size to rank r + 1 and receives rank
-// r - 1's running sum of chunk (r - s - 2) mod size, to which it adds its own; after the last
-// round it holds the whole sum of its chunk r. Every rank sends (size - 1) / size of the input.
-// Pieces of at most kGlooPieceElements elements bound the two running buffers. Odd ranks receive
-// before they send, so that under p2p_by_order (sends held until received, as on NCCL) the ring
-// has a rank that receives first and cannot wait on itself.
-void ProcessGroup::ring_reduce_scatter(torch::Tensor& flat_out, const torch::Tensor& flat_in) {
-  const int p = size();
-  const std::int64_t n = flat_out.numel();
-  const int right = (rank_ + 1) % p;
-  const int left = (rank_ + p - 1) % p;
-  const std::int64_t piece = std::min(n, kRingPieceElements);
-  torch::Tensor sending = torch::empty({piece}, flat_in.options());
-  torch::Tensor receiving = torch::empty({piece}, flat_in.options());
-  auto chunk = [&](int c, std::int64_t begin, std::int64_t length) {
-    return flat_in.narrow(0, ((c % p + p) % p) * n + begin, length);
-  };
-  for (std::int64_t begin = 0; begin < n; begin += piece) {
-    const std::int64_t length = std::min(piece, n - begin);
-    torch::Tensor out = sending.narrow(0, 0, length);
-    torch::Tensor in = receiving.narrow(0, 0, length);
-    out.copy_(chunk(rank_ - 1, begin, length));
-    for (int s = 0; s < p - 1; ++s) {
-      const int tag = impl_->ring_tag;
-      impl_->ring_tag = (impl_->ring_tag + 1) % (1 << 24);
-      std::optional<PendingOperation> sent;
-      if (rank_ % 2 == 0) sent.emplace(send(out, right, tag));
-      recv(in, left, tag);
-      if (rank_ % 2 == 1) sent.emplace(send(out, right, tag));
-      const torch::Tensor own = chunk(rank_ - s - 2, begin, length);
-      sent->wait();
-      // The last round may write over `own` (an output that is this rank's chunk of the input).
-      in.add_(own);
-      (s + 1 < p - 1 ? out : flat_out.narrow(0, begin, length)).copy_(in);
-    }
-  }
+  allreduce_sum(flat_in);
+  const torch::Tensor mine = flat_in.narrow(0, static_cast<std::int64_t>(rank_) * n, n);
+  if (mine.data_ptr() != output.data_ptr()) output.copy_(mine.view(output.sizes()));
 }
 
 void ProcessGroup::broadcast(torch::Tensor& tensor, int root) {

@@ -158,8 +158,9 @@ class ProcessGroup {
   // alive until then.
   std::vector<PendingOperation> allgather_async(torch::Tensor& output, const torch::Tensor& input);
   // output [n] = this rank's n-element chunk of the element-wise sum of every rank's input
-  // [size * n]: NCCL's reduce-scatter; on Gloo a ring over point-to-point sends, piece by piece.
-  // The output may be this rank's chunk of the input (in place).
+  // [size * n]: NCCL's reduce-scatter; on Gloo an all-reduce of the input (which then holds the
+  // whole sum: a contiguous input is overwritten) and a copy of the rank's chunk. The output may
+  // be this rank's chunk of the input (in place).
   void reduce_scatter_sum(torch::Tensor& output, const torch::Tensor& input);
   // In place: every rank gets root's tensor (root is a group rank).
   void broadcast(torch::Tensor& tensor, int root);
@@ -189,8 +190,6 @@ class ProcessGroup {
   // One piece of the Gloo all-gather: every rank's [begin, begin + length) of its n elements.
   PendingOperation start_allgather_piece(torch::Tensor& flat_out, const torch::Tensor& flat_in,
                                          std::int64_t begin, std::int64_t length);
-  // The Gloo reduce-scatter of contiguous flat tensors: a ring of size - 1 sends per piece.
-  void ring_reduce_scatter(torch::Tensor& flat_out, const torch::Tensor& flat_in);
 
   std::string name_;
   std::vector<int> members_;

@@ -252,7 +252,8 @@ int run_validate(const ValidateArgs& a) {
         profiles::read_text_file(metrics.string()), metrics.string(), a.warmup);
     step_time_s = std::max(step_time_s, m.median_step_time_s);
     peak_bytes = std::max(peak_bytes, m.peak_memory_bytes.value_or(0));
-    if (m.device_used_bytes) device_bytes = std::max(device_bytes.value_or(0), *m.device_used_bytes);
+    if (m.device_used_bytes)
+      device_bytes = std::max(device_bytes.value_or(0), *m.device_used_bytes);
     nlohmann::json phases = nlohmann::json::object();
     for (const auto& [name, seconds] : m.median_phases_s) phases[name] = seconds;
     per_rank.push_back(m);

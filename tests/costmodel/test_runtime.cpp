@@ -131,6 +131,25 @@ TEST_CASE("each runtime's data-parallel exposure", "[runtime][overlap]") {
   CHECK(d.parameter_s == Approx(2));
 }
 
+TEST_CASE("loom's ZeRO-2 reduce-scatters on NCCL and all-reduces on Gloo", "[runtime][overlap]") {
+  // An all-reduce at twice a reduce-scatter's time (its bytes on a ring), nothing to hide behind:
+  // bf16 gradients of 1e9 parameters, 2 GB, reduce-scatter 2 s, all-reduce 4 s; two micro-batches,
+  // each reduced.
+  DataParallelInput in = linear_links(1e9, 1e8, 2);
+  in.time_s = [](Collective c, double bytes) {
+    return (c == Collective::kAllReduce ? 2 : 1) * bytes / 1e9;
+  };
+  in.forward_window_s = 0;
+  in.backward_window_s = 0;
+  in.bucket_bytes = 25.0 * 1024 * 1024;
+  const RuntimeRules loom = loom_runtime_rules();
+  CHECK(loom.exposure(bf16_job(Runtime::kLoom), dp8(2), in).gradient_s == Approx(2 * 2.0));
+  in.gloo = true;
+  CHECK(loom.exposure(bf16_job(Runtime::kLoom), dp8(2), in).gradient_s == Approx(2 * 4.0));
+  // ZeRO-1 all-reduces once per step either way.
+  CHECK(loom.exposure(bf16_job(Runtime::kLoom), dp8(1), in).gradient_s == Approx(4.0));
+}
+
 TEST_CASE("a runtime refuses what its engine cannot run", "[runtime]") {
   const auto model = load_model("gpt2");
   Strategy s;
