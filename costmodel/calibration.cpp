@@ -55,7 +55,6 @@ double line(double x, double x0, double y0, double x1, double y1) {
 
 Calibration::Calibration(const profiles::Profile& profile, const profiles::ModelSpec& model)
     : gpu_(profile.device_kind == profiles::DeviceKind::kGpu), profile_(profile) {
-  for (profiles::OptimizerMeasurement& m : profile_.optimizer) m.threads = threads_key(m.threads);
   for (const LayerMeasurement& p : profile.layers) {
     if (p.hidden != model.hidden || p.heads != model.heads || p.ffn_hidden != model.ffn_hidden) {
       continue;
@@ -98,12 +97,13 @@ double Calibration::collective_factor(Collective collective) const {
 namespace {
 
 // The optimizer measurement that serves `threads` and the loop `flat`: the same loop first, then
-// the nearest thread count, then the most parameters.
+// the nearest thread count (any on a GPU), then the most parameters.
 const profiles::OptimizerMeasurement* nearest_optimizer(const profiles::Profile& profile,
                                                         int threads, bool flat) {
+  const bool gpu = profile.device_kind == profiles::DeviceKind::kGpu;
   const profiles::OptimizerMeasurement* best = nullptr;
   auto key = [&](const profiles::OptimizerMeasurement& m) {
-    return std::make_tuple(m.flat != flat, std::abs(m.threads - threads), -m.parameters);
+    return std::make_tuple(m.flat != flat, gpu ? 0 : std::abs(m.threads - threads), -m.parameters);
   };
   for (const profiles::OptimizerMeasurement& m : profile.optimizer) {
     if (best == nullptr || key(m) < key(*best)) best = &m;
@@ -125,7 +125,7 @@ OptimizerAnswer Calibration::optimizer(int threads, bool flat) const {
   threads = threads_key(threads);
   const profiles::OptimizerMeasurement* best = nearest_optimizer(profile_, threads, flat);
   if (best == nullptr) return {};
-  const bool same = best->threads == threads && best->flat == flat;
+  const bool same = threads_key(best->threads) == threads && best->flat == flat;
   return {same ? Calibrated::kMeasured : Calibrated::kScaled, best->threads, best->flat};
 }
 

@@ -77,7 +77,13 @@ void measure(const ProfileOptions& o, LayerKind kind, std::int64_t batch, int tp
   eo.device = device;
   eo.recompute = recompute;
   eo.first_layer = kind == LayerKind::kEmbedding ? 0 : kind == LayerKind::kHead ? last : 1;
-  eo.last_layer = eo.first_layer;
+  // On a GPU a lone layer's pass is bound by what every call costs the host (autograd's start,
+  // the synchronisation): the model's transformer layers run as one chain, and a layer is 1/n of
+  // it, as inside a step. CPUs time one layer.
+  const int chain = o.device == Device::kCuda && kind == LayerKind::kEncoderLayer
+                        ? static_cast<int>(spec.layers)
+                        : 1;
+  eo.last_layer = eo.first_layer + chain - 1;
   ParallelContext context;
   const bool together = tp > 1 && o.group != nullptr && o.group->size() == tp;
   if (together) {
@@ -95,6 +101,7 @@ void measure(const ProfileOptions& o, LayerKind kind, std::int64_t batch, int tp
   for (const auto& [name, p] : stage.local_parameters()) {
     parameter_bytes += p.numel() * static_cast<std::int64_t>(p.element_size());
   }
+  parameter_bytes /= chain;
 
   const std::int64_t seq = o.seq_len;
   const auto ids_options = torch::TensorOptions().dtype(torch::kLong).device(device);
@@ -143,9 +150,9 @@ void measure(const ProfileOptions& o, LayerKind kind, std::int64_t batch, int tp
     out = torch::Tensor();
     if (hidden.defined()) hidden.mutable_grad() = torch::Tensor();
     if (i >= o.warmup) {
-      forward.push_back(std::chrono::duration<double>(t1 - t0).count());
-      backward.push_back(std::chrono::duration<double>(t2 - t1).count());
-      last_sample.activation_bytes = kept;
+      forward.push_back(std::chrono::duration<double>(t1 - t0).count() / chain);
+      backward.push_back(std::chrono::duration<double>(t2 - t1).count() / chain);
+      last_sample.activation_bytes = kept / chain;
       last_sample.peak_temporary_bytes = temporary;
     }
   }

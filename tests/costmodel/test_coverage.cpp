@@ -95,6 +95,8 @@ TEST_CASE("a GPU profile serves a plan of any CPU threads per rank as measured",
   CHECK_FALSE(cal.describe_optimizer(1, false));
   CHECK(*cal.optimizer_s_per_parameter(1, false) == Approx(0.004 / 1e6));
   CHECK(*cal.optimizer_s_per_parameter(1, true) == Approx(0.003 / 1e6));
+  // The profile itself keeps what was measured (a plan embeds it, and threads >= 1 there).
+  CHECK(cal.profile().optimizer[0].threads == 16);
   // Another micro-batch is still interpolated, and its line names no threads.
   const auto other = cal.describe_layer(query(4, 1), "encoder layer");
   REQUIRE(other);
