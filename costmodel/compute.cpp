@@ -61,6 +61,9 @@ struct Pass {
   double backward_s = 0;
   int forward_kernels = 0;  // launched by the forward pass (the host floor's count)
 
+  // Kernels the runtime launches that the roofline times as one (the host issues each).
+  void also_launches(int kernels) { forward_kernels += kernels; }
+
   double kernel(double flops, double bytes) const {
     return std::max({flops / rates.matrix_flops_per_s, bytes / rates.memory_bytes_per_s,
                      rates.kernel_launch_s});
@@ -144,6 +147,7 @@ double attention_core(const profiles::ModelSpec& m, const LayerShape& x, const D
   double core = p.matmul({d.s, d.s, head_dim, heads});  // Q K^T
   if (!p.rates.shape_model()) {
     core += p.memory((3 * d.e + 1) * scores);  // scale, mask, softmax, dropout
+    p.also_launches(x.fusions.masked_softmax ? 1 : 3);
   } else if (x.fusions.masked_softmax) {
     core += p.memory(2 * d.e * scores);        // scale + mask + softmax
     core += p.memory((2 * d.e + 1) * scores);  // dropout (and its mask)
@@ -161,6 +165,7 @@ void residual_block(const LayerShape& x, const Dims& d, Pass& p) {
   const double n = d.b * d.s * d.h / (x.sequence_parallel ? d.t : 1);
   if (!p.rates.shape_model()) {
     p.memory(5 * d.e * n);  // bias, dropout, residual, LayerNorm
+    p.also_launches(x.fusions.bias_dropout_add ? 1 : 2);
     return;
   }
   if (x.fusions.bias_dropout_add) {
@@ -187,6 +192,7 @@ LayerTime transformer_layer_time(const profiles::ModelSpec& m, const LayerShape&
   const double kv_width = d.h * d.kv / d.a;
   if (!shapes || x.fusions.fused_qkv) {
     p.matmul({tokens, (d.h + 2 * kv_width) / d.t, d.h});
+    if (!x.fusions.fused_qkv) p.also_launches(2);
   } else {
     p.matmul({tokens, d.h / d.t, d.h});
     p.matmul({tokens, kv_width / d.t, d.h});
@@ -202,12 +208,14 @@ LayerTime transformer_layer_time(const profiles::ModelSpec& m, const LayerShape&
   } else {
     if (!shapes || x.fusions.fused_gate_up) {
       p.matmul({tokens, 2 * d.f / d.t, d.h});  // W1 and W3
+      if (!x.fusions.fused_gate_up) p.also_launches(1);
     } else {
       p.matmul({tokens, d.f / d.t, d.h});
       p.matmul({tokens, d.f / d.t, d.h});
     }
     if (!shapes || x.fusions.swiglu) {
       p.memory(3 * d.e * ffn);  // SiLU(a) * b
+      if (!x.fusions.swiglu) p.also_launches(1);
     } else {
       p.memory(2 * d.e * ffn);  // SiLU
       p.memory(3 * d.e * ffn);  // product

@@ -413,6 +413,13 @@ TEST_CASE("an eager runtime's passes take at least the host's issue of their ker
   CHECK(transformer_layer_time(bert, big, r).forward_s == kernels_s);
   CHECK(transformer_layer_time(bert, big, half).forward_s ==
         Approx(kernels_s + 0.5 * (14 * 10e-6 + 100e-6)));
+  // Without the shape model (no sm_count) the kernels are timed as fewer, but the host still
+  // issues all 14.
+  profiles::DeviceSpec roofline = device;
+  roofline.sm_count = 0;
+  roofline.host_serial_fraction = 0;
+  const DeviceRates rr = device_rates(roofline, Precision::kBf16, EfficiencyDefaults{});
+  CHECK(transformer_layer_time(bert, x, rr).forward_s == Approx(240e-6));
   // Loom's runtime has the floor; Megatron-LM's host is not modelled.
   CHECK(runtime_rules(Runtime::kLoom).host_floor);
   CHECK_FALSE(runtime_rules(Runtime::kMegatron).host_floor);
