@@ -1,8 +1,6 @@
 // loom profile: measures the model's layers on this device, or with --links the collectives
 // between the ranks of a launched group, or with --for exactly the points a plan's prediction
 // uses (planner/coverage.hpp), and writes loom-profile/1 (spec/cli.md, formats.md).
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -154,24 +152,6 @@ int run_profile(const ProfileArgs& a) {
     if (rank != 0) return 0;
   }
   return write_profile(a, profile, start);
-}
-
-// A TCP port that was free a moment ago (the kernel's choice for port 0), for the rendezvous of
-// the ranks --for launches.
-int free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return 29500;
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  int port = 29500;
-  socklen_t length = sizeof address;
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0 &&
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) == 0) {
-    port = ntohs(address.sin_port);
-  }
-  ::close(fd);
-  return port;
 }
 
 // Replaces this process with `loom launch --nproc ranks -- loom profile --for ...` (the same

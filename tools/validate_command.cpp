@@ -55,6 +55,23 @@ WorkFolder::~WorkFolder() {
   if (!keep_) std::filesystem::remove_all(path_, ec);
 }
 
+int free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return 29500;
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  address.sin_port = 0;
+  int port = 29500;
+  socklen_t length = sizeof address;
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0 &&
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) == 0) {
+    port = ntohs(address.sin_port);
+  }
+  ::close(fd);
+  return port;
+}
+
 namespace {
 
 namespace fs = std::filesystem;
@@ -73,24 +90,6 @@ struct ValidateArgs {
   double comm_timeout_s = 300;
   std::string keep;  // folder to keep the run's logs and metrics in
 };
-
-// A TCP port that was free a moment ago (the kernel's choice for port 0).
-int free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return 29500;
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  address.sin_port = 0;
-  int port = 29500;
-  socklen_t length = sizeof address;
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0 &&
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) == 0) {
-    port = ntohs(address.sin_port);
-  }
-  ::close(fd);
-  return port;
-}
 
 // Runs `argv` with stdout and stderr to `log`; returns the exit status.
 int run_logged(const std::vector<std::string>& argv_text, const fs::path& log) {
@@ -136,22 +135,14 @@ nlohmann::json predicted_phases(const costmodel::SimulationResult& simulation, i
   return phases;
 }
 
-// The largest rank's predicted tensors: what the caching allocator's peak measures. On GPUs the
-// prediction's total adds the process lines (CUDA context, workspaces, NCCL, fragmentation),
-// which the device's used memory shows and the allocator does not; on CPUs there are none.
-double predicted_allocator_peak_bytes(const costmodel::Prediction& p) {
+// The largest rank's predicted bytes of one kind: MemoryBreakdown::tensor_bytes is what the
+// caching allocator's peak measures; MemoryBreakdown::total adds the process lines (CUDA context,
+// workspaces, NCCL, fragmentation), which the device's used memory (cudaMemGetInfo) shows on a GPU
+// and the allocator does not; on CPUs there are none.
+double largest_stage_bytes(const costmodel::Prediction& p,
+                           double (costmodel::MemoryBreakdown::*bytes)() const) {
   double out = 0;
-  for (const costmodel::MemoryBreakdown& m : p.memory_by_stage) {
-    out = std::max(out, m.tensor_bytes());
-  }
-  return p.memory_by_stage.empty() ? p.peak_memory_bytes : out;
-}
-
-// The largest rank's predicted total, process lines included: what the device's used memory
-// (cudaMemGetInfo) shows on a GPU.
-double predicted_device_bytes(const costmodel::Prediction& p) {
-  double out = 0;
-  for (const costmodel::MemoryBreakdown& m : p.memory_by_stage) out = std::max(out, m.total());
+  for (const costmodel::MemoryBreakdown& m : p.memory_by_stage) out = std::max(out, (m.*bytes)());
   return p.memory_by_stage.empty() ? p.peak_memory_bytes : out;
 }
 
@@ -265,9 +256,11 @@ int run_validate(const ValidateArgs& a) {
   const double time_error = relative_error(predicted.step_time_s, step_time_s);
   // The allocator's peak holds tensors only: the process lines (CUDA context, NCCL buffers) are
   // what the device's used memory adds, which loom train records on CUDA (device_used_bytes).
-  const double predicted_peak_bytes = predicted_allocator_peak_bytes(predicted);
+  const double predicted_peak_bytes =
+      largest_stage_bytes(predicted, &costmodel::MemoryBreakdown::tensor_bytes);
   const double memory_error = relative_error(predicted_peak_bytes, peak_bytes);
-  const double predicted_total_bytes = predicted_device_bytes(predicted);
+  const double predicted_total_bytes =
+      largest_stage_bytes(predicted, &costmodel::MemoryBreakdown::total);
   if (a.json) {
     nlohmann::json doc;
     doc["predicted"] = costmodel::prediction_to_json(predicted);
