@@ -24,6 +24,7 @@
 #               (profiles/measured/<gpu>-<model>.json)
 #   validate    loom validate of single-GPU plans (micro-batch and recompute variants) with them,
 #               beside the roofline's prediction of each; tensor and device memory
+#   memory      peak memory of one-micro-batch plans of models cut to 2, 6, 12 layers (MEMORY_PLANS)
 #   tune        loom tune --top 3 of bert-base (global batch 64, seq 128) on this GPU
 # DEVICE=cpu runs the stages on the CPU (transformers' side too), e.g. inside tools/check-torch2.sh's
 # Debian sid root, which has transformers (that script clears the environment: set it after --run):
@@ -349,6 +350,51 @@ if rows:
     print(f"| validate, median abs error over {len(rows)} plans | step time {pct(t)}, roofline "
           f"{pct(roof)}, tensors {pct(m)}, device {pct(dev)} | <= 5 % each | "
           f"{'met' if max(t, m) <= 0.05 else 'NOT MET'} |")
+PY
+}
+
+# What one GPU's memory holds against the model's depth, width, tokens and recomputation: plans of
+# one micro-batch through loom validate, for models cut to other depths (MEMORY_PLANS, each
+# MODEL:LAYERS:SEQ:MICRO_BATCH:RECOMPUTE:ATTENTION), the allocator's peak and the device's used
+# memory beside the prediction. Differences between depths at the same tokens give the bytes one
+# layer keeps; between micro-batches at the same depth, the bytes per token.
+stage_memory() {
+  need_loom || return 1
+  local dir="$OUT/memory" item model layers seq b r a name
+  mkdir -p "$dir"
+  local plans=(${MEMORY_PLANS:-bert-base:2:128:8:none:flash bert-base:2:128:32:none:flash
+    bert-base:6:128:8:none:flash bert-base:6:128:32:none:flash bert-base:12:128:32:none:flash
+    bert-base:6:512:8:none:flash bert-base:6:128:32:selective:flash bert-base:6:128:32:full:flash
+    bert-base:2:128:32:full:flash bert-base:6:128:32:none:math bert-large:2:128:32:none:flash
+    bert-large:6:128:32:none:flash})
+  for item in "${plans[@]}"; do
+    IFS=: read -r model layers seq b r a <<<"$item"
+    name=$model-l$layers-s$seq-b$b-$r-$a
+    "$PY" -c "import json, sys
+d = json.load(open('profiles/models/$model.json'))
+d['layers'] = $layers
+d['name'] = '$model-l$layers'
+json.dump(d, open('$dir/$name-model.json', 'w'))"
+    "$LOOM" plan --model "$dir/$name-model.json" --cluster "$(cluster)" --global-batch $b \
+      --seq-len $seq --precision $PRECISION --dp 1 --tp 1 --pp 1 --micro-batch $b --recompute $r \
+      --attention $a -o "$dir/plan-$name.json" >/dev/null &&
+      t "$LOOM" validate "$dir/plan-$name.json" --device "$DEVICE" --steps ${MEMORY_STEPS:-4} \
+        --warmup 1 --json >"$dir/validate-$name.json" 2>"$dir/validate-$name.err"
+  done
+  "$PY" - "$dir" <<'PY' | tee -a "$TABLE" >&2
+import glob, json, sys
+for path in sorted(glob.glob(f"{sys.argv[1]}/validate-*.json")):
+    name = path.split("validate-")[1][:-5]
+    try:
+        d = json.load(open(path))
+    except ValueError:
+        print(f"| memory {name} | failed (see its .err) | - | - |")
+        continue
+    m, p = d["measured"], d["predicted"]
+    mib = 2 ** 20
+    print(f"| memory {name} | tensors {m['peak_memory_bytes'] / mib:.0f} MiB (predicted "
+          f"{p['peak_memory_bytes'] / mib:.0f} total), device {m.get('device_used_bytes', 0) / mib:.0f} "
+          f"MiB | - | - |")
 PY
 }
 
