@@ -34,8 +34,19 @@ bool is_layer(LayerKind k) {
 
 bool same_kind(LayerKind a, LayerKind b) { return a == b || (is_layer(a) && is_layer(b)); }
 
+// Embeddings and heads have no attention core: any point serves any query's.
+bool same_attention(const LayerMeasurement& p, const LayerQuery& q) {
+  return !is_layer(p.kind) || p.attention == q.attention;
+}
+
 LayerQuery shape_of(const LayerMeasurement& p) {
-  return {p.kind, p.micro_batch, p.seq_len, p.tp, p.recompute, p.threads};
+  return {p.kind,
+          p.micro_batch,
+          p.seq_len,
+          p.tp,
+          p.recompute,
+          p.threads,
+          is_layer(p.kind) ? p.attention : "math"};
 }
 
 Collective collective_of(const std::string& name) {
@@ -138,7 +149,7 @@ LayerAnswer Calibration::layer(const LayerQuery& query) const {
   std::vector<const LayerMeasurement*> row;
   for (const LayerMeasurement& p : points_) {
     if (same_kind(p.kind, q.kind) && p.seq_len == q.seq_len && p.tp == q.tp &&
-        p.recompute == q.recompute && p.threads == q.threads) {
+        p.recompute == q.recompute && p.threads == q.threads && same_attention(p, q)) {
       row.push_back(&p);
     }
   }
@@ -189,15 +200,15 @@ LayerAnswer Calibration::layer(const LayerQuery& query) const {
         value(static_cast<double>(a.activation_bytes), static_cast<double>(b.activation_bytes));
     return out;
   }
-  // The nearest measured shape: same recomputation if any, same tp, same threads, then the
-  // closest sequence length and micro-batch (by ratio).
+  // The nearest measured shape: same attention core and recomputation if any, same tp, same
+  // threads, then the closest sequence length and micro-batch (by ratio).
   const LayerMeasurement* best = nullptr;
   auto distance = [&](const LayerMeasurement& p) {
     auto ratio = [](double a, double b) { return std::abs(std::log(a / b)); };
     return std::make_tuple(
         // Of two points alike, the one measured with its tp all-reduces (as the exact row).
-        p.recompute != q.recompute, p.tp != q.tp, p.threads != q.threads, !p.tp_communication,
-        ratio(static_cast<double>(p.seq_len), static_cast<double>(q.seq_len)),
+        !same_attention(p, q), p.recompute != q.recompute, p.tp != q.tp, p.threads != q.threads,
+        !p.tp_communication, ratio(static_cast<double>(p.seq_len), static_cast<double>(q.seq_len)),
         ratio(static_cast<double>(p.micro_batch), static_cast<double>(q.micro_batch)));
   };
   for (const LayerMeasurement& p : points_) {
@@ -334,6 +345,7 @@ namespace {
 std::string shape_text(const LayerQuery& q) {
   return "b=" + std::to_string(q.micro_batch) + " s=" + std::to_string(q.seq_len) +
          " tp=" + std::to_string(q.tp) + " recompute=" + q.recompute +
+         (q.attention != "math" ? " attention=" + q.attention : "") +
          (q.threads > 0 ? " threads=" + std::to_string(q.threads) : "");
 }
 

@@ -52,6 +52,9 @@ struct LayerQuery {
   int tp = 1;
   std::string recompute = "none";
   int threads = 1;
+  // The attention core of a transformer layer ("math" | "flash"); embeddings and heads "math".
+  // A point of the other core is never the query's own: it scales by the rooflines' ratio.
+  std::string attention = "math";
 };
 
 struct LayerAnswer {

@@ -187,11 +187,12 @@ struct TermsInput {
   const Job& job;
   const Strategy& s;
   int world = 1;
-  int e = 2;       // element bytes of the job's precision
-  double b = 1;    // micro-batch
-  double seq = 1;  // sequence length
-  double h = 1;    // hidden size
-  double v = 1;    // vocabulary
+  int e = 2;              // element bytes of the job's precision
+  double b = 1;           // micro-batch
+  double seq = 1;         // sequence length
+  double h = 1;           // hidden size
+  double v = 1;           // vocabulary
+  bool autocast = false;  // 16-bit compute on fp32 weights (RuntimeRules::autocast)
   // Measured / modelled time of a collective (1 without a profile's link measurements).
   double factor(Collective c) const {
     return calibration != nullptr ? calibration->collective_factor(c) : 1.0;
@@ -282,6 +283,24 @@ struct EntryActivations {
   double head = 0;
 };
 
+ActivationShape activation_shape(const TermsInput& in, std::int64_t micro_batch,
+                                 std::int64_t seq_len) {
+  ActivationShape a{seq_len,         micro_batch, in.m.hidden,   in.m.heads,
+                    in.m.ffn_hidden, in.e,        in.m.kv_heads, in.m.gated_mlp};
+  a.autocast = in.autocast;
+  return a;
+}
+
+// What the embeddings keep: an encoder's LayerNorm input (fp32 under autocast) and dropout mask;
+// a decoder's dropout mask.
+double embedding_activation_bytes(const TermsInput& in, std::int64_t micro_batch,
+                                  std::int64_t seq_len, int tp) {
+  const double x = static_cast<double>(micro_batch) * static_cast<double>(seq_len) * in.h;
+  const double norm_input = in.autocast ? 4 : in.e;
+  return (in.m.family == Family::kEncoder ? (norm_input + 1) * x : x) /
+         (in.s.sequence_parallel ? tp : 1);
+}
+
 // The formulas' activations, and the working set while one layer is recomputed.
 EntryActivations activation_terms(const TermsInput& in, Terms& t) {
   const profiles::ModelSpec& m = in.m;
@@ -289,12 +308,11 @@ EntryActivations activation_terms(const TermsInput& in, Terms& t) {
   const double sp_split = s.sequence_parallel ? s.tp : 1;
   const int e = in.e;
   EntryActivations a;
-  ActivationShape ashape{in.job.seq_len, s.micro_batch, m.hidden, m.heads, m.ffn_hidden, e,
-                         m.kv_heads,     m.gated_mlp};
+  const ActivationShape ashape = activation_shape(in, s.micro_batch, in.job.seq_len);
   a.layer = transformer_layer_activation_bytes(ashape, s.tp, s.sequence_parallel, s.recompute,
                                                keeps_scores(in));
   const double sbh = in.b * in.seq * in.h;
-  a.embed = (m.family == Family::kEncoder ? (e + 1) * sbh : sbh) / sp_split;  // LayerNorm in, mask
+  a.embed = embedding_activation_bytes(in, s.micro_batch, in.job.seq_len, s.tp);
   a.head = 3 * e * in.b * in.h;
   if (!m.num_labels) {
     a.head = (m.family == Family::kEncoder ? 3 : 1) * e * sbh / sp_split +
@@ -325,8 +343,7 @@ EntryCalibrations calibrate_entries(const TermsInput& in, const DeviceRates& cor
   const int ek = in.e;
   const double formula_layer_act = act.layer;
   const auto embed_formula = [&](const LayerQuery& q) {
-    const double x = static_cast<double>(q.micro_batch) * static_cast<double>(q.seq_len) * h;
-    return (m.family == Family::kEncoder ? (ek + 1) * x : x) / (s.sequence_parallel ? q.tp : 1);
+    return embedding_activation_bytes(in, q.micro_batch, q.seq_len, q.tp);
   };
   const auto head_formula = [&](const LayerQuery& q) {
     const double qb = static_cast<double>(q.micro_batch);
@@ -336,31 +353,43 @@ EntryCalibrations calibrate_entries(const TermsInput& in, const DeviceRates& cor
                (s.sequence_parallel ? q.tp : 1) +
            (ek + 4) * qb * qs * v / q.tp;
   };
+  // A layer profiled on a GPU in 16 bits (under autocast) kept autocast's 16-bit copies of its
+  // weights beside its activations: they are part of what its points are compared with, and
+  // the runtime's memory rules count them apart (RuntimeRules::memory).
+  const double copies =
+      in.autocast && in.calibration->profile().device_kind == profiles::DeviceKind::kGpu
+          ? ek * static_cast<double>(count_parameters(m).transformer_layer.per_rank(s.tp))
+          : 0;
   const auto layer_formula = [&](const LayerQuery& q) {
-    ActivationShape a{q.seq_len, q.micro_batch, m.hidden,   m.heads, m.ffn_hidden,
-                      ek,        m.kv_heads,    m.gated_mlp};
-    return transformer_layer_activation_bytes(a, q.tp, s.sequence_parallel,
-                                              *parse_recompute(q.recompute), keeps_scores(in));
+    const ActivationShape a = activation_shape(in, q.micro_batch, q.seq_len);
+    const bool scores = q.attention == "math" && in.options.attention_scores;
+    return copies + transformer_layer_activation_bytes(a, q.tp, s.sequence_parallel,
+                                                       *parse_recompute(q.recompute), scores);
   };
-  auto roofline = [&](const LayerQuery& q,
-                      LayerTime (*time)(const profiles::ModelSpec&, const LayerShape&,
-                                        const DeviceRates&)) {
-    return time(m, layer_shape(in, q.micro_batch, q.seq_len, q.tp, *parse_recompute(q.recompute)),
-                scaled_rates(core_rates, q.threads));
-  };
+  auto roofline =
+      [&](const LayerQuery& q,
+          LayerTime (*time)(const profiles::ModelSpec&, const LayerShape&, const DeviceRates&)) {
+        LayerShape shape =
+            layer_shape(in, q.micro_batch, q.seq_len, q.tp, *parse_recompute(q.recompute));
+        if (time == transformer_layer_time) shape.attention = *parse_attention(q.attention);
+        return time(m, shape, scaled_rates(core_rates, q.threads));
+      };
   LayerQuery q{profiles::LayerKind::kEncoderLayer,
                s.micro_batch,
                in.job.seq_len,
                s.tp,
                to_string(s.recompute),
-               t.threads};
+               t.threads,
+               to_string(s.attention)};
   EntryCalibrations out;
   q.kind = m.family == Family::kEncoder ? profiles::LayerKind::kEncoderLayer
                                         : profiles::LayerKind::kDecoderLayer;
+  act.layer += copies;
   out.layer = calibrate(
       *in.calibration, q, [&](const LayerQuery& x) { return roofline(x, transformer_layer_time); },
       layer_formula, &t.layer, &act.layer);
   q.kind = profiles::LayerKind::kEmbedding;
+  q.attention = "math";
   out.embed = calibrate(
       *in.calibration, q, [&](const LayerQuery& x) { return roofline(x, embedding_time); },
       embed_formula, &t.embed, &act.embed);
@@ -368,6 +397,7 @@ EntryCalibrations calibrate_entries(const TermsInput& in, const DeviceRates& cor
   out.head = calibrate(
       *in.calibration, q, [&](const LayerQuery& x) { return roofline(x, head_time); }, head_formula,
       &t.head, &act.head);
+  act.layer = std::max(0.0, act.layer - copies);
   if (formula_layer_act > 0) t.recompute_buffer *= act.layer / formula_layer_act;
   return out;
 }
@@ -472,7 +502,8 @@ Terms compute_terms(const profiles::ModelSpec& m, const CostOptions& options,
                       static_cast<double>(s.micro_batch),
                       static_cast<double>(job.seq_len),
                       static_cast<double>(m.hidden),
-                      static_cast<double>(m.vocab)};
+                      static_cast<double>(m.vocab),
+                      element_bytes(job.precision) == 2 && runtime_rules(job.runtime).autocast};
   Terms t;
   const DeviceRates core_rates = set_rates(in, t);
   const DeviceRates rates = scaled_rates(core_rates, t.threads);
@@ -480,8 +511,10 @@ Terms compute_terms(const profiles::ModelSpec& m, const CostOptions& options,
   t.layer = transformer_layer_time(m, shape, rates);
   t.embed = embedding_time(m, shape, rates);
   t.head = head_time(m, shape, rates);
-  const double act_bytes = in.b * in.seq * in.h * in.e;  // one micro-batch's hidden states
-  set_pipeline_transfer(in, act_bytes, t);
+  // One micro-batch's hidden states: the tensor-parallel reductions' (a product's output), and
+  // what pipeline stages pass on (the residual stream, fp32 under autocast).
+  const double act_bytes = in.b * in.seq * in.h * in.e;
+  set_pipeline_transfer(in, in.autocast ? act_bytes * 4 / in.e : act_bytes, t);
   t.step_sync_s = step_sync_s(in);
   EntryActivations act = activation_terms(in, t);
   EntryCalibrations cal;
@@ -596,6 +629,7 @@ MemoryBreakdown CostModel::stage_memory_from(double recompute_buffer, const Job&
   in.chunk_activation_bytes = load.activation_bytes / s.virtual_stages;
   in.recompute_buffer_bytes = recompute_buffer;
   in.bucket_bytes = options_.dp_bucket_bytes;
+  in.gpu = cluster_.device.kind == profiles::DeviceKind::kGpu;
   const RuntimeMemory runtime = runtime_rules(job.runtime).memory(job, s, in);
   mem.parameter_bytes = runtime.states.parameter_bytes;
   mem.gradient_bytes = runtime.states.gradient_bytes;
@@ -682,7 +716,7 @@ Prediction CostModel::estimate(const Job& job, const Strategy& s,
       in.forward_window_s = cpu ? 0 : with_tp[r].forward_s;
       in.backward_window_s = cpu ? 0 : with_tp[r].backward_s;
       in.num_micro_batches = s.num_micro_batches;
-      in.element_bytes = static_cast<int>(state_bytes);
+      in.element_bytes = runtime.autocast ? 4 : static_cast<int>(state_bytes);
       in.bucket_bytes = options_.dp_bucket_bytes;
       in.overlap_slowdown = overlap_slowdown(cluster_);
       in.gloo = cpu;

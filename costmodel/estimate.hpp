@@ -42,12 +42,14 @@ struct MemoryBreakdown {
   double workspace_bytes = 0;
   double nccl_buffer_bytes = 0;
   double fragmentation_bytes = 0;
-  // The tensors the caching allocator hands out (what its peak-allocated figure measures).
+  // What the caching allocator hands out (what its peak-allocated figure measures): the tensors
+  // and the cuBLAS workspaces it allocates.
   double tensor_bytes() const {
-    return parameter_bytes + gradient_bytes + optimizer_bytes + activation_bytes + buffer_bytes;
+    return parameter_bytes + gradient_bytes + optimizer_bytes + activation_bytes + buffer_bytes +
+           workspace_bytes;
   }
   double process_bytes() const {
-    return cuda_context_bytes + workspace_bytes + nccl_buffer_bytes + fragmentation_bytes;
+    return cuda_context_bytes + nccl_buffer_bytes + fragmentation_bytes;
   }
   // What the device shows in use.
   double total() const { return tensor_bytes() + process_bytes(); }

@@ -140,18 +140,21 @@ double transformer_layer_activation_bytes(const ActivationShape& x, int tp, bool
   // Tensors outside the tensor-parallel regions are replicated on every tp rank unless sequence
   // parallelism splits them along the sequence.
   const double outside = sequence_parallel ? 1 / t : 1;
-  if (recompute == Recompute::kFull) return e * sbh * outside;  // only the layer's input
+  // Under autocast the residual stream (a layer's input and LayerNorms' inputs) stays fp32.
+  const double residual = x.autocast ? 4 : e;
+  if (recompute == Recompute::kFull) return residual * sbh * outside;  // only the layer's input
   // Attention block (Korthikanti et al. section 4.1): QKV input (e sbh), Q and K (2e sbh), V
   // (e sbh), output-projection input (e sbh), output dropout mask (sbh); and the a s^2 b terms:
-  // softmax output (e), its dropout mask (1), dropout output (e).
+  // softmax output (e; 4 under autocast, which runs softmax in fp32), its dropout mask (1),
+  // dropout output (e).
   double attention = e * sbh * outside + (e + e * kv + e * kv + e) * sbh / t + sbh * outside;
-  double scores = (2 * e + 1) * a * s * s * b / t;
+  double scores = ((x.autocast ? 4 : e) + 1 + e) * a * s * s * b / t;
   // MLP: input (e sbh), the two ffn-wide tensors around GeLU (2e sbf) or the three around a
   // gated unit's SiLU and product (3e sbf), dropout mask (sbh).
   const double ffn_tensors = x.gated_mlp ? 3 : 2;
   double mlp = e * sbh * outside + ffn_tensors * e * s * b * f / t + sbh * outside;
   // Two LayerNorm inputs.
-  double norms = 2 * e * sbh * outside;
+  double norms = 2 * residual * sbh * outside;
   double total = attention + mlp + norms;
   if (recompute == Recompute::kNone && attention_scores) total += scores;
   return total;

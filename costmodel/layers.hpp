@@ -71,6 +71,10 @@ struct ActivationShape {
   int element_bytes = 2;         // 2 for fp16/bf16 activations, 4 for fp32
   std::int64_t kv_heads = 0;     // key/value heads (grouped-query attention); 0 = a
   bool gated_mlp = false;        // SwiGLU: three ffn-wide tensors kept instead of two
+  // Autocast (element_bytes 2 with fp32 weights): LayerNorm inputs are the fp32 residual stream
+  // (4 bytes each instead of 2), and softmax runs in fp32 (its output 4 bytes; dropout's output
+  // is cast back to 16 bits for the product with V).
+  bool autocast = false;
 };
 
 // Bytes one transformer layer keeps for its backward pass, per tensor-parallel rank.
@@ -80,6 +84,8 @@ struct ActivationShape {
 //   selective: sbh (10 + 24/t), with sp sbh/t * 34
 //   full:      2sbh, with sp 2sbh/t
 // `attention_scores` false drops the s^2 terms (fused/flash attention keeps no score matrix).
+// Under autocast (ActivationShape::autocast) the two LayerNorm inputs and a fully recomputed
+// layer's input are fp32 and the softmax output is fp32: sbh (38 + 7as/h) at t = 1.
 // Grouped-query attention narrows the kept K and V; a gated MLP keeps a third ffn-wide tensor.
 double transformer_layer_activation_bytes(const ActivationShape& shape, int tp,
                                           bool sequence_parallel, Recompute recompute,

@@ -16,9 +16,9 @@ ProcessMemory process_memory(const profiles::DeviceSpec& device, const Strategy&
   if (device.kind != profiles::DeviceKind::kGpu) return out;
   out.cuda_context_bytes =
       device.cuda_context_mib ? *device.cuda_context_mib * 1024 * 1024 : kCudaContextBytes;
-  // PyTorch's default before Hopper; Hopper's is 32 MiB (":4096:8"), 16 MiB more than counted
-  // here, which the device files do not let us tell apart yet.
-  out.workspace_bytes = kCublasHandles * kCublasWorkspaceBytes;
+  out.workspace_bytes =
+      kCublasHandles * (device.blas_workspace_mib ? *device.blas_workspace_mib * 1024 * 1024
+                                                  : kCublasWorkspaceBytes);
   out.nccl_buffer_bytes = nccl_connection_count(s) * kNcclChannels * kNcclConnectionBytes;
   out.fragmentation_bytes = device.fragmentation.value_or(kFragmentationFraction) * transient_bytes;
   return out;

@@ -3,9 +3,12 @@
 //
 //   cuda_context    the CUDA context with PyTorch's kernels loaded lazily: the device file's
 //                   cuda_context_mib where measured, else an estimate (kCudaContextBytes)
-//   workspaces      cuBLAS/cuBLASLt workspaces: PyTorch's default CUBLAS_WORKSPACE_CONFIG
-//                   (":4096:2:16:8", 8 MiB + 128 KiB) per handle; training uses two handles
-//                   (the forward thread's and the autograd device thread's)
+//   workspaces      cuBLAS/cuBLASLt workspaces: PyTorch's default CUBLAS_WORKSPACE_CONFIG per
+//                   handle (":4096:2:16:8", 8 MiB + 128 KiB, before Hopper; ":4096:8", 32 MiB,
+//                   on Hopper: the device's blas_workspace_mib); training uses two handles (the
+//                   forward thread's and the autograd device thread's). PyTorch takes them from
+//                   its caching allocator, so they count among the tensors (the allocator's
+//                   peak) as well as the device's used memory
 //   nccl_buffers    per communicator the rank joins: channels x peers x the buffers of NCCL's three
 //                   protocols (Simple: NCCL_BUFFSIZE 4 MiB; LL128 4.6875 MiB; LL 512 KiB)
 //   fragmentation   the caching allocator's reserved-but-unallocated memory, a fraction of the

@@ -39,6 +39,7 @@ struct RankMemoryInput {
   double chunk_activation_bytes = 0;  // one micro-batch of one model chunk
   double recompute_buffer_bytes = 0;  // one recomputed layer's working set (0 without)
   double bucket_bytes = 0;            // Loom's gradient bucket (CostOptions::dp_bucket_bytes)
+  bool gpu = false;                   // the rank runs on a GPU
 };
 
 // Model states and working memory of one rank under a runtime.
@@ -87,6 +88,11 @@ struct RuntimeRules {
   // Whether the device's host costs (host_launch_us, host_pass_us) bound the runtime's passes
   // (compute.hpp): measured for Loom's executor; the other runtimes' hosts are not modelled yet.
   bool host_floor = false;
+  // Whether the runtime trains 16-bit jobs under autocast (PyTorch's automatic mixed precision):
+  // fp32 weights, gradients and collectives, matrix products on 16-bit copies of the weights,
+  // LayerNorm and softmax in fp32 (their kept inputs and outputs fp32, layers.hpp). The other
+  // runtimes keep 16-bit weights and activations throughout.
+  bool autocast = false;
 };
 
 RuntimeRules runtime_rules(Runtime runtime);

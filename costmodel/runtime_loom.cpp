@@ -2,6 +2,7 @@
 // stage shards and when it communicates).
 #include <algorithm>
 
+#include "costmodel/layers.hpp"
 #include "costmodel/runtime.hpp"
 #include "costmodel/zero.hpp"
 
@@ -11,7 +12,9 @@ namespace {
 RuntimeMemory loom_memory(const Job& job, const Strategy& s, const RankMemoryInput& in) {
   const ZeroPolicy zero = zero_policy(s.zero);
   RuntimeMemory out;
-  out.states = model_state_bytes(in.num_parameters, s.dp, s.zero, job.precision);
+  // fp32 weights, gradients and AdamW moments at every precision (16-bit jobs run under
+  // autocast).
+  out.states = model_state_bytes(in.num_parameters, s.dp, s.zero, Precision::kFp32);
   const double recompute = in.num_layers > 0 ? in.recompute_buffer_bytes : 0;
   // The optimizer step's working set, when it exceeds the backward pass's activations and
   // buffers (the step's peak is then the model states plus it). Loom's executor runs AdamW over
@@ -55,8 +58,23 @@ RuntimeMemory loom_memory(const Job& job, const Strategy& s, const RankMemoryInp
                            std::min(in.chunk_activation_bytes, in.activation_bytes);
     if (gathered > 0) embedding_grad_extra += 4.0 * in.embedding_table_num_parameters - gathered;
   }
+  // Autocast's 16-bit copies of the transformer layers' weights: cached for the forward pass
+  // and kept by autograd for the backward, alive at the activation peak.
+  const bool autocast = element_bytes(job.precision) == 2;
+  const double copies =
+      autocast ? element_bytes(job.precision) * in.num_layers * in.layer_num_parameters : 0;
+  // One rank on a GPU sets its gradients to none at the step's start (the caching allocator
+  // hands the memory back): with one micro-batch none exist at the activation peak; they appear
+  // as the backward pass frees the activations and are all there for the optimizer step.
+  double absent = 0;
+  if (in.gpu && s.world_size() == 1 && s.num_micro_batches == 1) {
+    absent = out.states.gradient_bytes;
+    out.states.gradient_bytes = 0;
+  }
+  if (in.embedding_table_num_parameters > 0) embedding_grad_extra += absent;
   out.buffer_bytes =
-      persistent + std::max({recompute, transient - in.activation_bytes, embedding_grad_extra});
+      persistent + std::max({recompute + copies, absent + transient - in.activation_bytes,
+                             embedding_grad_extra});
   return out;
 }
 
@@ -111,9 +129,8 @@ RuntimeRules loom_runtime_rules() {
   r.memory = loom_memory;
   r.exposure = loom_exposure;
   r.host_floor = true;
-  r.reduce_bytes_per_parameter = [](const Job& job) {
-    return job.precision == Precision::kBf16 || job.precision == Precision::kFp16 ? 2.0 : 4.0;
-  };
+  r.autocast = true;
+  r.reduce_bytes_per_parameter = [](const Job&) { return 4.0; };  // fp32 gradients
   return r;
 }
 

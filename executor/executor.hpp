@@ -7,10 +7,16 @@
 
 #include <string>
 
+#include "costmodel/strategy.hpp"
+
 namespace loom::executor {
 
 // "1.13.0" for Debian's LibTorch; the version the executor was compiled against ("none" when
 // built without LibTorch).
 std::string torch_version();
+
+// Whether this build runs `attention`: kMath always, kFlash with LibTorch 2 and later
+// (scaled_dot_product_attention).
+bool runs_attention(costmodel::Attention attention);
 
 }  // namespace loom::executor

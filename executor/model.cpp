@@ -497,8 +497,14 @@ torch::Tensor EncoderClassifier::transformer_layer(const LayerWeights& w, const 
   const std::int64_t batch = x.size(0);
   const std::int64_t local_heads = spec_.heads / parallel_.tp_size();
   const std::int64_t head_dim = spec_.hidden / spec_.heads;
-  const torch::Tensor input = sequence_parallel_ ? gather_sequence_parallel(x, parallel_.tp)
-                                                 : copy_to_tensor_parallel(x, parallel_.tp);
+  torch::Tensor input = sequence_parallel_ ? gather_sequence_parallel(x, parallel_.tp)
+                                           : copy_to_tensor_parallel(x, parallel_.tp);
+  // Under autocast each of the three products below would cast the fp32 residual stream to 16
+  // bits on its own, and autograd would keep all three copies: cast it once for them.
+  const c10::DeviceType type = input.device().type();
+  if (compat::AutocastGuard::is_enabled(type) && input.scalar_type() == torch::kFloat) {
+    input = input.to(compat::AutocastGuard::get_dtype(type));
+  }
   const std::int64_t seq = input.size(1);
   auto heads = [&](const Linear& l) {
     return torch::linear(input, l.weight, l.bias)

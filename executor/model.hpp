@@ -42,6 +42,7 @@
 
 #include "costmodel/strategy.hpp"
 #include "executor/examples.hpp"
+#include "executor/executor.hpp"
 #include "profiles/model_spec.hpp"
 
 namespace loom::executor {
@@ -186,9 +187,6 @@ struct EncoderOptions {
   // (fused kernels where the device has them, LibTorch 2 and later only).
   costmodel::Attention attention = costmodel::Attention::kMath;
 };
-
-// Whether this build runs `attention`: kMath always, kFlash with LibTorch 2 and later.
-bool runs_attention(costmodel::Attention attention);
 
 // One batch of token ids. All int64 [batch, seq] on the model's device.
 struct EncoderInputs {

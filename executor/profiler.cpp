@@ -76,6 +76,7 @@ void measure(const ProfileOptions& o, LayerKind kind, std::int64_t batch, int tp
   eo.seed = 1;
   eo.device = device;
   eo.recompute = recompute;
+  eo.attention = o.attention;
   eo.first_layer = kind == LayerKind::kEmbedding ? 0 : kind == LayerKind::kHead ? last : 1;
   // On a GPU a lone layer's pass is bound by what every call costs the host (autograd's start,
   // the synchronisation): the model's transformer layers run as one chain, and a layer is 1/n of
@@ -167,6 +168,7 @@ void measure(const ProfileOptions& o, LayerKind kind, std::int64_t batch, int tp
   m.micro_batch = batch;
   m.tp = tp;
   m.recompute = costmodel::to_string(recompute);
+  if (kind == LayerKind::kEncoderLayer) m.attention = costmodel::to_string(o.attention);
   m.threads = threads;
   m.tp_communication = together;
   // Clock resolution bounds tiny layers from below (the profile format needs times > 0).

@@ -44,6 +44,9 @@ struct ProfileOptions {
   std::vector<std::int64_t> micro_batches = {1, 2, 4, 8};
   std::vector<int> tp = {1};
   std::vector<costmodel::Recompute> recompute = {costmodel::Recompute::kNone};
+  // The attention core of the transformer layers (what a plan's `attention` runs; the caller
+  // checks that this build has it).
+  costmodel::Attention attention = costmodel::Attention::kMath;
   std::vector<int> threads;  // CPU threads to measure with; empty = this machine's cores (what
                              // loom train gives a CPU rank that runs alone)
   // The optimizer loops profile_optimizer() times: the one-rank loop (false) and the multi-rank

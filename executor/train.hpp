@@ -158,7 +158,8 @@ struct TrainOptions {
   // Megatron sequence parallelism over the tp group (executor/model.hpp); needs tp > 1 and a
   // sequence length divisible by tp.
   bool sequence_parallel = false;
-  // The attention kernel; kFlash needs LibTorch 2 or later (executor/model.hpp's runs_attention).
+  // The attention kernel; kFlash needs LibTorch 2 or later (executor/executor.hpp's
+  // runs_attention).
   costmodel::Attention attention = costmodel::Attention::kMath;
 
   // Graceful stop: when this points at a non-zero value (a signal number that a SIGINT/SIGTERM

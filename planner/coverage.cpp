@@ -120,8 +120,10 @@ PlanPoints plan_points(const Plan& plan) {
   out.layers.emplace_back("embedding", q);
   const bool encoder = plan.model.family == profiles::Family::kEncoder;
   q.kind = encoder ? profiles::LayerKind::kEncoderLayer : profiles::LayerKind::kDecoderLayer;
+  q.attention = costmodel::to_string(s.attention);
   out.layers.emplace_back(encoder ? "encoder layer" : "decoder layer", q);
   q.kind = profiles::LayerKind::kHead;
+  q.attention = "math";
   out.layers.emplace_back("head", q);
   out.links = link_points(plan);
   return out;

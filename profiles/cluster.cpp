@@ -304,6 +304,7 @@ Cluster cluster_from_json(const nlohmann::json& value, const std::string& source
     c.device.host_pass_us = d.optional_number("host_pass_us", 0, /*exclusive=*/false);
     c.device.host_serial_fraction = read_fraction(d, "host_serial_fraction");
     c.device.cuda_context_mib = d.optional_number("cuda_context_mib", 0, /*exclusive=*/false);
+    c.device.blas_workspace_mib = d.optional_number("blas_workspace_mib", 0, /*exclusive=*/false);
     d.finish();
   }
   c.intra_node = read_link_class(r.object("intra_node"));
@@ -383,6 +384,7 @@ nlohmann::json cluster_to_json(const Cluster& c) {
   if (c.device.host_pass_us) d["host_pass_us"] = *c.device.host_pass_us;
   if (c.device.host_serial_fraction) d["host_serial_fraction"] = *c.device.host_serial_fraction;
   if (c.device.cuda_context_mib) d["cuda_context_mib"] = *c.device.cuda_context_mib;
+  if (c.device.blas_workspace_mib) d["blas_workspace_mib"] = *c.device.blas_workspace_mib;
   j["device"] = d;
   j["intra_node"] = link_class_to_json(c.intra_node);
   if (c.inter_node) j["inter_node"] = link_class_to_json(*c.inter_node);

@@ -72,6 +72,10 @@ struct DeviceSpec {
   // less the allocator's reserved bytes, measured); absent = costmodel's kCudaContextBytes.
   // JSON "cuda_context_mib".
   std::optional<double> cuda_context_mib;
+  // GPUs: the cuBLAS workspace PyTorch allocates per handle from its caching allocator, in MiB
+  // (its default: 32 on Hopper, 8.125 before); absent = costmodel's kCublasWorkspaceBytes.
+  // JSON "blas_workspace_mib".
+  std::optional<double> blas_workspace_mib;
   bool operator==(const DeviceSpec&) const = default;
 };
 

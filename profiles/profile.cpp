@@ -54,6 +54,7 @@ LayerMeasurement read_layer(ObjectReader r) {
   l.micro_batch = r.integer("micro_batch", 1);
   l.tp = small_int(r, "tp", 1, 1);
   if (r.has("recompute")) l.recompute = r.choice("recompute", {"none", "selective", "full"});
+  if (r.has("attention")) l.attention = r.choice("attention", {"math", "flash"});
   l.threads = small_int(r, "threads", 1, 1);
   l.forward_s = r.number("forward_s", 0, /*exclusive=*/true);
   l.backward_s = r.number("backward_s", 0, /*exclusive=*/true);
@@ -146,6 +147,7 @@ nlohmann::json profile_to_json(const Profile& p) {
     if (l.vocab) j["vocab"] = *l.vocab;
     if (l.peak_temporary_bytes) j["peak_temporary_bytes"] = *l.peak_temporary_bytes;
     if (l.tp_communication) j["tp_communication"] = true;
+    if (l.attention != "math") j["attention"] = l.attention;
     layers.push_back(std::move(j));
   }
   nlohmann::json links = nlohmann::json::array();

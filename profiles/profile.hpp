@@ -40,6 +40,10 @@ struct LayerMeasurement {
   std::int64_t micro_batch = 0;
   int tp = 1;
   std::string recompute = "none";
+  // The attention core the transformer layer ran: "math" (unfused, the s x s scores kept) or
+  // "flash" (scaled_dot_product_attention). JSON "attention", absent = "math"; embeddings and
+  // heads keep "math" (they have no attention).
+  std::string attention = "math";
   int threads = 1;
   double forward_s = 0;               // one micro-batch, median of repeats
   double backward_s = 0;              // without recomputation

@@ -43,6 +43,7 @@ struct ProfileArgs {
   std::vector<std::int64_t> micro_batches = {1, 2, 4, 8};
   std::vector<int> tp = {1};
   std::vector<std::string> recompute = {"none"};
+  std::string attention;  // "" = what loom train runs on the device (flash on cuda)
   std::vector<int> threads;
   int repeats = 10;
   bool links = false;
@@ -51,6 +52,25 @@ struct ProfileArgs {
   std::string output;
   bool json = false;
 };
+
+// The attention core to measure: `text`, or without one what a plan for this device runs
+// (flash on CUDA where this build has it, else math). One this build cannot run is refused.
+costmodel::Attention profiled_attention(const std::string& text, executor::Device device) {
+  if (text.empty()) {
+    return device == executor::Device::kCuda &&
+                   executor::runs_attention(costmodel::Attention::kFlash)
+               ? costmodel::Attention::kFlash
+               : costmodel::Attention::kMath;
+  }
+  const std::optional<costmodel::Attention> a = costmodel::parse_attention(text);
+  if (!a) throw InputError("--attention", "", "flash or math, found " + text);
+  if (!executor::runs_attention(*a)) {
+    throw InputError(
+        "--attention", "",
+        "an attention core this build runs (flash needs LibTorch 2 or later), found " + text);
+  }
+  return *a;
+}
 
 std::string utc_now() {
   const std::time_t now = std::time(nullptr);
@@ -135,6 +155,7 @@ int run_profile(const ProfileArgs& a) {
       if (!parsed) throw InputError("--recompute", "", "none, selective or full, found " + r);
       o.recompute.push_back(*parsed);
     }
+    o.attention = profiled_attention(a.attention, *device);
     o.threads = a.threads;
     if (o.threads.empty() && *device == executor::Device::kCpu) o.threads = {local_cpu_threads()};
     o.repeats = a.repeats;
@@ -246,6 +267,7 @@ int run_profile_for(const ProfileArgs& a) {
   o.micro_batches = {s.micro_batch};
   o.tp = {s.tp};
   o.recompute = {s.recompute};
+  o.attention = profiled_attention(costmodel::to_string(s.attention), *device);
   o.threads = {plan_cpu_threads(plan)};
   o.optimizer_loops = {points.flat};
   o.repeats = a.repeats;
@@ -312,6 +334,10 @@ Runner add_profile_command(CLI::App& app) {
       cmd->add_option("--recompute", args->recompute,
                       "recomputation variants of the transformer layer (default none)")
           ->check(CLI::IsMember({"none", "selective", "full"}));
+  CLI::Option* attention = cmd->add_option(
+      "--attention", args->attention,
+      "attention core of the transformer layers: flash | math (default: flash on cuda, math on "
+      "cpu, as loom train runs them)");
   CLI::Option* threads =
       cmd->add_option(
              "--threads", args->threads,
@@ -333,8 +359,8 @@ Runner add_profile_command(CLI::App& app) {
   cmd->add_option("-o", args->output, "PROFILE.json to write")->required();
   cmd->add_flag("--json", args->json, "print the profile instead of a summary");
   // The plan says what to measure.
-  for (CLI::Option* what :
-       {model, precision, seq_len, micro_batch, tp, recompute, threads, links, link_bytes}) {
+  for (CLI::Option* what : {model, precision, seq_len, micro_batch, tp, recompute, attention,
+                            threads, links, link_bytes}) {
     for_plan->excludes(what);
   }
   return [args]() { return run_profile(*args); };

@@ -148,3 +148,34 @@ TEST_CASE("links: measured sizes need no line, others are fitted, extrapolated o
   CHECK(cal.describe_link({"dp", Collective::kAllReduce, 2, 65536, "inter_node"})->how ==
         "cluster link");
 }
+
+TEST_CASE("a transformer layer measured with another attention core is scaled, and said",
+          "[calibration][coverage]") {
+  // A profile of the unfused core serves a flash plan only through the rooflines' ratio (the
+  // score matrix it kept and computed is not the fused kernel's); a flash point is the flash
+  // plan's own, and embeddings and heads have no attention core to differ in.
+  const profiles::ModelSpec model = profiles::load_model("tiny-bert");
+  profiles::Profile prof;
+  prof.device_kind = profiles::DeviceKind::kGpu;
+  prof.layers = {point(model, LayerKind::kEncoderLayer, 8, 1),
+                 point(model, LayerKind::kEmbedding, 8, 1)};
+  const Calibration cal(prof, model);
+  LayerQuery flash = query(8, 1);
+  flash.attention = "flash";
+  CHECK(cal.layer(query(8, 1)).how == Calibrated::kMeasured);
+  CHECK(cal.layer(flash).how == Calibrated::kScaled);
+  CHECK(cal.layer(flash).at.attention == "math");
+  const auto line = cal.describe_layer(flash, "encoder layer");
+  REQUIRE(line);
+  CHECK(line->text() ==
+        "encoder layer b=8 s=64 tp=1 recompute=none attention=flash: scaled from b=8 s=64 tp=1 "
+        "recompute=none (times roofline here / roofline there)");
+  LayerQuery embedding = flash;
+  embedding.kind = LayerKind::kEmbedding;
+  embedding.attention = "math";
+  CHECK(cal.layer(embedding).how == Calibrated::kMeasured);
+  prof.layers[0].attention = "flash";
+  const Calibration fused(prof, model);
+  CHECK(fused.layer(flash).how == Calibrated::kMeasured);
+  CHECK(fused.layer(query(8, 1)).how == Calibrated::kScaled);
+}

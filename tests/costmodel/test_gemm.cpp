@@ -342,11 +342,18 @@ TEST_CASE("the plan's attention kernel drives the kept scores", "[gemm][attentio
   math.micro_batch = 8;
   Strategy flash = math;
   flash.attention = Attention::kFlash;
-  // One layer keeps (2e + 1) a s^2 b = 5 x 16 x 512^2 x 8 = 167,772,160 bytes of scores with
-  // math attention and none with flash.
+  // Under Loom's autocast one layer keeps (4 + 1 + e) a s^2 b = 7 x 16 x 512^2 x 8 =
+  // 234,881,024 bytes of scores with math attention (softmax's output in fp32, the dropout mask,
+  // the dropout output cast back to bf16) and none with flash; Megatron-LM, all bf16, keeps
+  // (2e + 1) a s^2 b = 167,772,160.
   const double kept = cost.step_terms(job, math).costs.layer.activation_bytes -
                       cost.step_terms(job, flash).costs.layer.activation_bytes;
-  CHECK(kept == Approx(167772160.0));
+  CHECK(kept == Approx(234881024.0));
+  Job megatron = job;
+  megatron.runtime = Runtime::kMegatron;
+  CHECK(cost.step_terms(megatron, math).costs.layer.activation_bytes -
+            cost.step_terms(megatron, flash).costs.layer.activation_bytes ==
+        Approx(167772160.0));
   // The cost option that drops the scores still applies to math.
   CostOptions no_scores;
   no_scores.attention_scores = false;
@@ -423,4 +430,17 @@ TEST_CASE("an eager runtime's passes take at least the host's issue of their ker
   // Loom's runtime has the floor; Megatron-LM's host is not modelled.
   CHECK(runtime_rules(Runtime::kLoom).host_floor);
   CHECK_FALSE(runtime_rules(Runtime::kMegatron).host_floor);
+}
+
+TEST_CASE("autocast keeps LayerNorm inputs and softmax outputs in fp32", "[gemm][activations]") {
+  // BERT-base at s = 128, b = 8, bf16 under autocast: sbh (38 + 7as/h) = 786,432 x (38 + 7 x 12
+  // x 128 / 768) = 786,432 x 52 = 40,894,464 bytes; without autocast Korthikanti's sbh (34 +
+  // 5as/h) = 786,432 x 44 = 34,603,008; full recomputation keeps the fp32 input, 4 sbh.
+  ActivationShape x{128, 8, 768, 12, 3072, 2};
+  CHECK(transformer_layer_activation_bytes(x, 1, false, Recompute::kNone) == 34603008.0);
+  x.autocast = true;
+  CHECK(transformer_layer_activation_bytes(x, 1, false, Recompute::kNone) == 40894464.0);
+  CHECK(transformer_layer_activation_bytes(x, 1, false, Recompute::kFull) == 4 * 786432.0);
+  // Flash attention keeps no scores: 38 sbh.
+  CHECK(transformer_layer_activation_bytes(x, 1, false, Recompute::kNone, false) == 38 * 786432.0);
 }

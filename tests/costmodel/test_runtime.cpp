@@ -219,8 +219,44 @@ TEST_CASE("the estimate charges the job's runtime", "[runtime][estimate]") {
   const Prediction loom = cost.estimate(job, s, even_partition(model, 1));
   job.runtime = Runtime::kMegatron;
   const Prediction megatron = cost.estimate(job, s, even_partition(model, 1));
-  // Megatron's main grads are fp32: twice Loom's bf16 gradient buffer, and 16 bytes of
-  // optimizer states (12) + grads (4) against Loom's 12 + 2.
-  CHECK(megatron.memory_by_stage[0].gradient_bytes == 2 * loom.memory_by_stage[0].gradient_bytes);
-  CHECK(megatron.memory_by_stage[0].optimizer_bytes == loom.memory_by_stage[0].optimizer_bytes);
+  // Megatron keeps bf16 weights with fp32 main grads and 12 bytes of optimizer states (fp32
+  // master weights and moments); Loom's autocast keeps fp32 weights and gradients and 8 bytes of
+  // moments: 18 bytes per parameter against 16.
+  const MemoryBreakdown& m = megatron.memory_by_stage[0];
+  const MemoryBreakdown& l = loom.memory_by_stage[0];
+  CHECK(m.parameter_bytes == 0.5 * l.parameter_bytes);
+  CHECK(m.gradient_bytes == l.gradient_bytes);
+  CHECK(m.optimizer_bytes == 1.5 * l.optimizer_bytes);
+  CHECK(m.parameter_bytes + m.gradient_bytes + m.optimizer_bytes ==
+        Approx(18.0 / 16 * (l.parameter_bytes + l.gradient_bytes + l.optimizer_bytes)));
+}
+
+TEST_CASE("Loom's autocast keeps fp32 states and 16-bit weight copies; one GPU frees gradients",
+          "[runtime][memory]") {
+  // Two GPT layers of kLayer parameters on one rank, bf16 under autocast: fp32 weights (4),
+  // gradients (4) and moments (8) per parameter, and the layers' bf16 copies (2 kLayer each)
+  // alive with the activations.
+  RankMemoryInput in = layers_on_rank(2);
+  in.activation_bytes = 2e9;
+  Strategy one;
+  one.num_micro_batches = 2;
+  const RuntimeMemory cpu = memory_of(Runtime::kLoom, one, in);
+  CHECK(cpu.states.parameter_bytes == 4 * 2 * kLayer);
+  CHECK(cpu.states.gradient_bytes == 4 * 2 * kLayer);
+  CHECK(cpu.states.optimizer_bytes == 8 * 2 * kLayer);
+  CHECK(cpu.buffer_bytes == Approx(2 * 2 * kLayer));
+  // On a GPU one rank sets its gradients to none each step: with one micro-batch the activation
+  // peak has none. The step's other peak, the gradients (4 * 2 kLayer) and AdamW's temporary
+  // of twice the largest tensor's elements (4 * 2 * 4 * 4096^2) without the activations, lies
+  // 1,073,741,824 bytes below the activations here.
+  in.gpu = true;
+  CHECK(memory_of(Runtime::kLoom, one, in).states.gradient_bytes == 4 * 2 * kLayer);
+  one.num_micro_batches = 1;
+  const RuntimeMemory gpu = memory_of(Runtime::kLoom, one, in);
+  CHECK(gpu.states.gradient_bytes == 0);
+  CHECK(gpu.buffer_bytes == Approx(2 * 2 * kLayer));
+  // Without activations the gradients and the optimizer's temporary are the peak.
+  in.activation_bytes = 0;
+  CHECK(memory_of(Runtime::kLoom, one, in).buffer_bytes ==
+        Approx(4 * 2 * kLayer + 4 * 2 * 4 * 4096.0 * 4096));
 }

@@ -67,8 +67,12 @@ TEST_CASE("a profile round-trips through JSON", "[profile]") {
   REQUIRE(p.optimizer.size() == 2);
   CHECK_FALSE(p.optimizer[0].flat);
   CHECK(p.optimizer[1].flat);
+  CHECK(p.layers[0].attention == "math");  // absent: the unfused core
+  p.layers[0].attention = "flash";
   Profile again = profile_from_json(profile_to_json(p), "again.json");
   CHECK(again == p);
+  CHECK(profile_to_json(p)["layers"][0]["attention"] == "flash");
+  CHECK_FALSE(profile_to_json(p)["layers"][1].contains("attention"));
 }
 
 TEST_CASE("malformed profiles are refused with the field named", "[profile]") {
