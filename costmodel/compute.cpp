@@ -59,7 +59,9 @@ struct Pass {
   int element_bytes = 2;
   double forward_s = 0;
   double backward_s = 0;
-  int forward_kernels = 0;  // launched by the forward pass (the host floor's count)
+  int forward_kernels = 0;   // launched by the forward pass (the host floor's count)
+  int matmuls = 0;           // products so far
+  double kept_matmul_s = 0;  // forward time of the 1st, 3rd, ... products (SelectivePolicy)
 
   // Kernels the runtime launches that the roofline times as one (the host issues each).
   void also_launches(int kernels) { forward_kernels += kernels; }
@@ -73,13 +75,16 @@ struct Pass {
   // products of the forward's cost under the roofline.
   double matmul(const GemmShape& x) {
     ++forward_kernels;
+    const bool kept = matmuls++ % 2 == 0;
     if (!rates.shape_model()) {
       double t = kernel(x.flops(), x.bytes(element_bytes));
       forward_s += t;
       backward_s += 2 * t;
+      if (kept) kept_matmul_s += t;
       return t;
     }
     double t = gemm_time(x, rates.gemm).time_s;
+    if (kept) kept_matmul_s += t;
     forward_s += t;
     backward_s += gemm_time({x.m, x.k, x.n, x.batch}, rates.gemm).time_s +
                   gemm_time({x.k, x.n, x.m, x.batch}, rates.gemm).time_s;
@@ -228,7 +233,15 @@ LayerTime transformer_layer_time(const profiles::ModelSpec& m, const LayerShape&
       p.times(x.host_floor,
               rates.host_pass_s / static_cast<double>(std::max<std::int64_t>(1, x.stage_layers)));
   if (x.recompute == Recompute::kFull) out.recompute_s = out.forward_s;
-  if (x.recompute == Recompute::kSelective) out.recompute_s = core;
+  if (x.recompute == Recompute::kSelective) {
+    out.recompute_s = core;
+    if (x.selective == SelectivePolicy::kOperators && p.forward_s > 0) {
+      // The forward pass less the kept products and the fused attention kernel, in the pass's
+      // proportion (host floor included).
+      const double kept = p.kept_matmul_s + (x.attention == Attention::kFlash ? core : 0);
+      out.recompute_s = out.forward_s * std::max(0.0, 1 - kept / p.forward_s);
+    }
+  }
   return out;
 }
 

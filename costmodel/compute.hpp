@@ -113,6 +113,7 @@ struct LayerShape {
   int tp = 1;
   int element_bytes = 2;
   Recompute recompute = Recompute::kNone;
+  SelectivePolicy selective = SelectivePolicy::kAttentionCore;  // what kSelective recomputes
   Attention attention = Attention::kMath;
   bool sequence_parallel = false;  // LayerNorm, dropout and residual work divided by tp
   KernelFusions fusions = {};      // GPUs with the shape model only

@@ -272,6 +272,7 @@ LayerShape layer_shape(const TermsInput& in, std::int64_t micro_batch, std::int6
   const RuntimeRules rules = runtime_rules(in.job.runtime);
   x.fusions = rules.fusions;
   x.host_floor = rules.host_floor;
+  x.selective = rules.selective;
   x.stage_layers = std::max<std::int64_t>(1, (in.m.layers + in.s.pp - 1) / in.s.pp);
   return x;
 }
@@ -288,6 +289,7 @@ ActivationShape activation_shape(const TermsInput& in, std::int64_t micro_batch,
   ActivationShape a{seq_len,         micro_batch, in.m.hidden,   in.m.heads,
                     in.m.ffn_hidden, in.e,        in.m.kv_heads, in.m.gated_mlp};
   a.autocast = in.autocast;
+  a.selective = runtime_rules(in.job.runtime).selective;
   return a;
 }
 
@@ -745,7 +747,9 @@ Prediction CostModel::estimate(const Job& job, const Strategy& s,
   const double per_gpu = out.step_time_s * world * 1e12;
   out.model_tflops_per_gpu = model_flops_per_step(m, job.global_batch, job.seq_len) / per_gpu;
   out.hardware_tflops_per_gpu =
-      hardware_flops_per_step(m, job.global_batch, job.seq_len, s.recompute, s.attention) / per_gpu;
+      hardware_flops_per_step(m, job.global_batch, job.seq_len, s.recompute, s.attention,
+                              runtime.selective) /
+      per_gpu;
   out.mfu = out.model_tflops_per_gpu / cluster_.device.peak_tflops.of(job.precision);
   return out;
 }

@@ -59,6 +59,25 @@ ParameterCounts count_parameters(const ModelSpec& m) {
   return c;
 }
 
+std::vector<LayerProduct> layer_products(double h, double f, double kv, bool gated) {
+  std::vector<LayerProduct> out = {{h, h, true}, {h, kv, true}, {h, kv, true}, {h, h, false}};
+  if (gated) {
+    out.push_back({h, f, true});
+    out.push_back({h, f, true});
+  } else {
+    out.push_back({h, f, true});
+  }
+  out.push_back({f, h, false});
+  return out;
+}
+
+std::vector<LayerProduct> layer_products(const ModelSpec& m) {
+  const double h = static_cast<double>(m.hidden);
+  return layer_products(h, static_cast<double>(m.ffn_hidden),
+                        h * static_cast<double>(m.key_value_heads()) / static_cast<double>(m.heads),
+                        m.gated_mlp);
+}
+
 double transformer_layer_forward_flops(const ModelSpec& m, std::int64_t batch,
                                        std::int64_t seq_len) {
   const double b = static_cast<double>(batch);
@@ -111,13 +130,22 @@ double model_flops_per_step(const ModelSpec& m, std::int64_t batch, std::int64_t
 }
 
 double hardware_flops_per_step(const ModelSpec& m, std::int64_t batch, std::int64_t seq_len,
-                               Recompute recompute, Attention attention) {
+                               Recompute recompute, Attention attention,
+                               SelectivePolicy selective) {
   double flops = model_flops_per_step(m, batch, seq_len);
   const double l = static_cast<double>(m.layers);
   const double s = static_cast<double>(seq_len);
   const double core = 4 * static_cast<double>(batch) * s * s * static_cast<double>(m.hidden);
   if (recompute == Recompute::kFull) {
     flops += l * transformer_layer_forward_flops(m, batch, seq_len);
+  } else if (recompute == Recompute::kSelective && selective == SelectivePolicy::kOperators) {
+    // The products the per-operator policy does not keep (the 2nd, 4th, ...), and the unfused
+    // attention core.
+    const std::vector<LayerProduct> products = layer_products(m);
+    for (std::size_t i = 1; i < products.size(); i += 2) {
+      flops += l * 2 * static_cast<double>(batch) * s * products[i].in * products[i].out;
+    }
+    if (attention == Attention::kMath) flops += l * core;
   } else if (recompute == Recompute::kSelective && attention == Attention::kMath) {
     flops += l * core;
   }
@@ -143,6 +171,18 @@ double transformer_layer_activation_bytes(const ActivationShape& x, int tp, bool
   // Under autocast the residual stream (a layer's input and LayerNorms' inputs) stays fp32.
   const double residual = x.autocast ? 4 : e;
   if (recompute == Recompute::kFull) return residual * sbh * outside;  // only the layer's input
+  if (recompute == Recompute::kSelective && x.selective == SelectivePolicy::kOperators) {
+    // The layer's input, the outputs of the 1st, 3rd, ... products (column-parallel ones are
+    // split over tp; a row-parallel output is a full partial sum), and the fused attention
+    // kernel's output and log-sum-exp (fp32, a s b).
+    double kept = e * sbh * outside;
+    const std::vector<LayerProduct> products = layer_products(h, f, h * kv, x.gated_mlp);
+    for (std::size_t i = 0; i < products.size(); i += 2) {
+      kept += e * s * b * products[i].out / (products[i].column_parallel ? t : 1);
+    }
+    if (!attention_scores) kept += e * sbh / t + 4 * a * s * b / t;
+    return kept;
+  }
   // Attention block (Korthikanti et al. section 4.1): QKV input (e sbh), Q and K (2e sbh), V
   // (e sbh), output-projection input (e sbh), output dropout mask (sbh); and the a s^2 b terms:
   // softmax output (e; 4 under autocast, which runs softmax in fp32), its dropout mask (1),

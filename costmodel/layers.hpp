@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "costmodel/strategy.hpp"
 
@@ -57,9 +58,25 @@ double model_flops_per_step(const profiles::ModelSpec& model, std::int64_t batch
 // forward again, Narayanan et al.'s 96 B s l h^2 (...) for GPT; selective: the attention core).
 // With `flash` the fused kernel's backward recomputes the scores (half the attention core's
 // 4 b s^2 h more per layer) and selective recomputation repeats nothing.
+// kOperators (torchtitan's) repeats the products it does not keep, and the unfused attention
+// core.
 double hardware_flops_per_step(const profiles::ModelSpec& model, std::int64_t batch,
                                std::int64_t seq_len, Recompute recompute,
-                               Attention attention = Attention::kMath);
+                               Attention attention = Attention::kMath,
+                               SelectivePolicy selective = SelectivePolicy::kAttentionCore);
+
+// One matrix product of a transformer layer (per token: `in` x `out` weights), in the order an
+// unfused layer runs them: query, key, value, attention output, then the MLP's up (gated: W1 and
+// W3) and down. Column-parallel products split their output over tp; row-parallel ones (the
+// attention output and MLP down) produce a full partial sum on every rank.
+struct LayerProduct {
+  double in = 0;
+  double out = 0;
+  bool column_parallel = true;
+};
+std::vector<LayerProduct> layer_products(const profiles::ModelSpec& model);
+std::vector<LayerProduct> layer_products(double hidden, double ffn_hidden, double kv_width,
+                                         bool gated_mlp);
 
 // Shape of one micro-batch's activations through a transformer layer.
 struct ActivationShape {
@@ -75,6 +92,7 @@ struct ActivationShape {
   // (4 bytes each instead of 2), and softmax runs in fp32 (its output 4 bytes; dropout's output
   // is cast back to 16 bits for the product with V).
   bool autocast = false;
+  SelectivePolicy selective = SelectivePolicy::kAttentionCore;  // what Recompute::kSelective keeps
 };
 
 // Bytes one transformer layer keeps for its backward pass, per tensor-parallel rank.
@@ -86,6 +104,9 @@ struct ActivationShape {
 // `attention_scores` false drops the s^2 terms (fused/flash attention keeps no score matrix).
 // Under autocast (ActivationShape::autocast) the two LayerNorm inputs and a fully recomputed
 // layer's input are fp32 and the softmax output is fp32: sbh (38 + 7as/h) at t = 1.
+// Selective recomputation under SelectivePolicy::kOperators keeps the layer's input, the outputs
+// of the 1st, 3rd, ... products (layer_products()) and, without scores, the fused attention
+// kernel's output and log-sum-exp.
 // Grouped-query attention narrows the kept K and V; a gated MLP keeps a third ffn-wide tensor.
 double transformer_layer_activation_bytes(const ActivationShape& shape, int tp,
                                           bool sequence_parallel, Recompute recompute,

@@ -93,6 +93,8 @@ struct RuntimeRules {
   // LayerNorm and softmax in fp32 (their kept inputs and outputs fp32, layers.hpp). The other
   // runtimes keep 16-bit weights and activations throughout.
   bool autocast = false;
+  // What its selective recomputation recomputes (strategy.hpp).
+  SelectivePolicy selective = SelectivePolicy::kAttentionCore;
 };
 
 RuntimeRules runtime_rules(Runtime runtime);

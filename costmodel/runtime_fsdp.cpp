@@ -101,6 +101,9 @@ RuntimeRules fsdp_runtime_rules() {
   r.memory = fsdp_memory;
   r.exposure = fsdp_exposure;
   r.reduce_bytes_per_parameter = [](const Job&) { return kReduceBytes; };
+  // Selective checkpointing as torchtitan applies it to FSDP2 models (its per-operator policy,
+  // torchtitan's default "selective op" mode).
+  r.selective = SelectivePolicy::kOperators;
   return r;
 }
 

@@ -258,7 +258,9 @@ SimulationResult simulate(const CostModel& cost, const Job& job, const Strategy&
   const double per_gpu = p.step_time_s * world * 1e12;
   p.model_tflops_per_gpu = model_flops_per_step(m, job.global_batch, job.seq_len) / per_gpu;
   p.hardware_tflops_per_gpu =
-      hardware_flops_per_step(m, job.global_batch, job.seq_len, s.recompute, s.attention) / per_gpu;
+      hardware_flops_per_step(m, job.global_batch, job.seq_len, s.recompute, s.attention,
+                              runtime_rules(job.runtime).selective) /
+      per_gpu;
   p.mfu = p.model_tflops_per_gpu / cost.cluster().device.peak_tflops.of(job.precision);
   return out;
 }

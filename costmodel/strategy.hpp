@@ -24,6 +24,15 @@ enum class Recompute { kNone, kSelective, kFull };
 const char* to_string(Recompute recompute);
 std::optional<Recompute> parse_recompute(const std::string& text);
 
+// What a runtime's selective recomputation recomputes (RuntimeRules::selective):
+//   kAttentionCore  Megatron-LM's (Korthikanti et al. 2022, section 5): the attention core
+//                   (scores, softmax, dropout, the product with V); everything else is kept
+//   kOperators      torchtitan's per-operator policy: the layer keeps its input, the outputs of
+//                   every other matrix product (the 1st, 3rd, ... in execution order) and of the
+//                   fused attention kernel, and recomputes the rest (the other products and the
+//                   elementwise kernels) in its backward pass
+enum class SelectivePolicy { kAttentionCore, kOperators };
+
 // The attention kernels a plan runs: `math` is the unfused product, softmax and product that
 // keeps the s x s score matrix for backward; `flash` is a fused kernel (FlashAttention, PyTorch's
 // scaled_dot_product_attention) that keeps none and recomputes the scores in its backward pass.

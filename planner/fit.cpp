@@ -44,7 +44,10 @@ class Problem {
   }
   std::vector<double> values(const std::vector<double>& u) const {
     std::vector<double> out(u.size());
-    for (std::size_t i = 0; i < u.size(); ++i) out[i] = to_value(i, u[i]);
+    // exp(log(x)) can land an ulp beyond a bound (a ceiling at its peak): keep it inside.
+    for (std::size_t i = 0; i < u.size(); ++i) {
+      out[i] = std::clamp(to_value(i, u[i]), parameters_[i].lower, parameters_[i].upper);
+    }
     return out;
   }
   profiles::Cluster cluster_at(const std::vector<double>& u) const {

@@ -161,8 +161,9 @@ std::string head_noun(const profiles::ModelSpec& model) {
 void print_stage_memory(std::ostream& out, const planner::Plan& plan, const Unit& bytes) {
   const costmodel::Prediction& p = plan.predicted;
   // The layers last: an interleaved rank's chunks make a long list.
-  // On GPUs a "process" column (CUDA context, workspaces, NCCL buffers, fragmentation) makes the
-  // columns add up to the total; CPU processes have no such line.
+  // On GPUs a "process" column (CUDA context, NCCL buffers, fragmentation) makes the columns add
+  // up to the total; CPU processes have no such line. The cuBLAS workspaces, which PyTorch takes
+  // from its caching allocator, are among the buffers.
   bool process = false;
   for (const costmodel::MemoryBreakdown& m : p.memory_by_stage) process |= m.process_bytes() > 0;
   out << "stage  params      grads       optimizer   activations buffers     "
@@ -180,7 +181,7 @@ void print_stage_memory(std::ostream& out, const planner::Plan& plan, const Unit
                   unit_text(m.gradient_bytes, bytes, 2).c_str(),
                   unit_text(m.optimizer_bytes, bytes, 2).c_str(),
                   unit_text(m.activation_bytes, bytes, 2).c_str(),
-                  unit_text(m.buffer_bytes, bytes, 2).c_str(), process_cell,
+                  unit_text(m.buffer_bytes + m.workspace_bytes, bytes, 2).c_str(), process_cell,
                   unit_text(m.total(), bytes, 2).c_str(), stage_layers_text(plan, r).c_str());
     out << line;
   }

@@ -444,3 +444,28 @@ TEST_CASE("autocast keeps LayerNorm inputs and softmax outputs in fp32", "[gemm]
   // Flash attention keeps no scores: 38 sbh.
   CHECK(transformer_layer_activation_bytes(x, 1, false, Recompute::kNone, false) == 38 * 786432.0);
 }
+
+TEST_CASE("torchtitan's per-operator selective policy keeps every other product's output",
+          "[gemm][activations]") {
+  // A Llama-3-8B layer (h 4096, f 14336, 32 heads, 8 key/value heads, gated MLP) at s = 8192,
+  // b = 1, bf16, flash attention: the input, then of the products q, k, v, o, W1, W3, W2 the 1st,
+  // 3rd, 5th and 7th outputs (q 4096, v 1024, W1 14336, W2 4096 wide), the attention kernel's
+  // output and its fp32 log-sum-exp: 2 sb (4096 + 4096 + 1024 + 14336 + 4096 + 4096) +
+  // 4 x 32 x 8192 = 521,142,272 bytes, 15.5 sbh against the attention-core policy's 36.
+  ActivationShape x{8192, 1, 4096, 32, 14336, 2, 8, true};
+  x.selective = SelectivePolicy::kOperators;
+  CHECK(transformer_layer_activation_bytes(x, 1, false, Recompute::kSelective, false) ==
+        521142272.0);
+  x.selective = SelectivePolicy::kAttentionCore;
+  CHECK(transformer_layer_activation_bytes(x, 1, false, Recompute::kSelective, false) ==
+        36 * 8192 * 4096.0);
+  // It recomputes the other products: GPT-2's k, o and MLP down, 2 b s (2 h^2 + f h) per layer,
+  // 12 x 2 x 8 x 1024 x (2 x 768^2 + 3072 x 768) = 695,784,701,952 FLOPs per step of 8 samples.
+  const profiles::ModelSpec gpt2 = profiles::load_model("gpt2");
+  CHECK(hardware_flops_per_step(gpt2, 8, 1024, Recompute::kSelective, Attention::kFlash,
+                                SelectivePolicy::kOperators) -
+            hardware_flops_per_step(gpt2, 8, 1024, Recompute::kNone, Attention::kFlash) ==
+        Approx(695784701952.0));
+  CHECK(hardware_flops_per_step(gpt2, 8, 1024, Recompute::kSelective, Attention::kFlash) ==
+        hardware_flops_per_step(gpt2, 8, 1024, Recompute::kNone, Attention::kFlash));
+}

@@ -231,7 +231,7 @@ TEST_CASE("the estimate charges the job's runtime", "[runtime][estimate]") {
         Approx(18.0 / 16 * (l.parameter_bytes + l.gradient_bytes + l.optimizer_bytes)));
 }
 
-TEST_CASE("Loom's autocast keeps fp32 states and 16-bit weight copies; one GPU frees gradients",
+TEST_CASE("Loom's autocast keeps fp32 states and 16-bit weight copies, and one GPU frees gradients",
           "[runtime][memory]") {
   // Two GPT layers of kLayer parameters on one rank, bf16 under autocast: fp32 weights (4),
   // gradients (4) and moments (8) per parameter, and the layers' bf16 copies (2 kLayer each)

@@ -84,31 +84,35 @@ TEST_CASE("loom plan says what it planned: head, precision, idle share, layers, 
       "runtime  loom (Loom's executor)",
       "strategy dp=1 tp=1 pp=2 zero=0 micro-batch=32 micro-batches=1 schedule=1f1b "
       "recompute=none attention=math",
-      "", "step time                251.446 ms", "samples/s                127.3",
-      "tokens/s                 65159", "model TFLOP/s per GPU    18.45  (MFU 16.5 %)",
-      "hw TFLOP/s per GPU       18.45", "peak memory              13.31 GiB of 32.00 GiB",
+      "", "step time                254.642 ms", "samples/s                125.7",
+      "tokens/s                 64341", "model TFLOP/s per GPU    18.22  (MFU 16.3 %)",
+      "hw TFLOP/s per GPU       18.22", "peak memory              16.58 GiB of 32.00 GiB",
       // Half of the two GPUs' time is idle: stage 0 holds only the embedding.
-      "devices idle             50.2 % of the step (waiting on other stages or on communication)",
+      "devices idle             50.9 % of the step (waiting on other stages or on communication)",
       "pipeline bubble          0.3 % added to m x the slowest stage's time (Megatron's (p-1)/m "
       "for equal stages; not the idle share)",
-      "exposed communication    dp 0.000 ms, tp 0.000 ms, pp 3.117 ms, zero 0.000 ms",
+      // The stages pass the fp32 residual stream (autocast).
+      "exposed communication    dp 0.000 ms, tp 0.000 ms, pp 6.313 ms, zero 0.000 ms",
       "optimizer step           3.331 ms", "prediction               simulation", "",
       "stage  params      grads       optimizer   activations buffers     process     total       "
       "layers",
-      // The process column is what each GPU process holds beyond its tensors: the CUDA context
-      // (0.50 GiB), two cuBLAS workspaces (0.016), NCCL's buffers for the pipeline pair (1 peer x
-      // 8 channels x 9.19 MiB = 0.072) and a tenth of the activations and buffers as the
-      // allocator's fragmentation: stage 0 0.59 + 0.009 = 0.60, stage 1 0.59 + 1.04 = 1.63; the
-      // totals 0.44 + 0.60 = 1.04 and 11.68 + 1.63 = 13.31. The step is 41 us longer than the
-      // bare transfers: NCCL's launch cost on the pipeline send (collective_launch_us).
-      "0      0.04 GiB    0.04 GiB    0.27 GiB    0.04 GiB    0.05 GiB    0.60 GiB    1.04 GiB    "
+      // Loom's autocast keeps fp32 weights, gradients and moments (4 + 4 + 8 bytes for stage 1's
+      // 85.6 M parameters: 0.32, 0.32, 0.64 GiB), and a layer keeps sbh (38 + 7as/h) = 94 sbh =
+      // 1.18 GB at s = 512, b = 32 (13.22 GiB for 12); the buffers are the fp16 weight copies
+      // (0.16) and two cuBLAS workspaces (0.016). The process column is what each GPU process
+      // holds beyond the allocator's tensors: the CUDA context (0.50 GiB), NCCL's buffers for the
+      // pipeline pair (1 peer x 8 channels x 9.19 MiB = 0.072) and a tenth of the activations
+      // and buffers as the allocator's fragmentation: stage 0 0.57 + 0.009 = 0.58, stage 1
+      // 0.57 + 1.34 = 1.91. The step is 41 us longer than the bare transfers: NCCL's launch cost
+      // on the pipeline send (collective_launch_us).
+      "0      0.09 GiB    0.09 GiB    0.18 GiB    0.06 GiB    0.05 GiB    0.58 GiB    1.04 GiB    "
       "emb",
-      "1      0.16 GiB    0.16 GiB    0.96 GiB    10.41 GiB   0.00 GiB    1.63 GiB    13.31 GiB   "
+      "1      0.32 GiB    0.32 GiB    0.64 GiB    13.22 GiB   0.17 GiB    1.91 GiB    16.58 GiB   "
       "1-12 + "
       "head",
       "(emb = embedding, 0 in --stages; 1-12 = transformer layers; head = classifier, 13 in "
       "--stages)",
-      "why: ranked by simulation of the top 1: 251.446 ms per step simulated (255.560 ms "
+      "why: ranked by simulation of the top 1: 254.642 ms per step simulated (261.951 ms "
       "analytical)",
       "why: every dimension was pinned; evaluated as given",
       "why: stages 0-0 | 1-13 as pinned; slowest stage 244.442 ms per micro-batch"};
@@ -118,9 +122,9 @@ TEST_CASE("loom plan says what it planned: head, precision, idle share, layers, 
   const CliResult sim = box.loom("simulate plan.json");
   REQUIRE(sim.exit_code == 0);
   CHECK_THAT(sim.out, Contains("\nhead     classifier, 2 labels\n"));
-  CHECK_THAT(sim.out, Contains("\ndevices idle             50.2 % of the step"));
+  CHECK_THAT(sim.out, Contains("\ndevices idle             50.9 % of the step"));
   CHECK(line_starting(sim.out, "simulated step") ==
-        "simulated step 251.446 ms; the plan recorded 251.446 ms (simulation, +0.0 %)");
+        "simulated step 254.642 ms; the plan recorded 254.642 ms (simulation, +0.0 %)");
   // The plan JSON keeps Megatron's figure under its own key.
   const nlohmann::json plan = nlohmann::json::parse(loom::test::read_all(box.work() / "plan.json"));
   CHECK(plan.at("predicted").at("bubble_fraction").get<double>() ==
