@@ -632,7 +632,14 @@ MemoryBreakdown CostModel::stage_memory_from(double recompute_buffer, const Job&
   in.recompute_buffer_bytes = recompute_buffer;
   in.bucket_bytes = options_.dp_bucket_bytes;
   in.gpu = cluster_.device.kind == profiles::DeviceKind::kGpu;
-  const RuntimeMemory runtime = runtime_rules(job.runtime).memory(job, s, in);
+  const RuntimeRules rules = runtime_rules(job.runtime);
+  // The last pipeline rank holds the head; a language-model head's loss spans the vocabulary.
+  if (pipeline_rank == s.pp - 1 && !model_.num_labels && job.loss == Loss::kEager) {
+    in.loss_backward_bytes = rules.loss_backward_bytes_per_logit *
+                             static_cast<double>(s.micro_batch) * static_cast<double>(job.seq_len) *
+                             static_cast<double>(model_.vocab) / s.tp;
+  }
+  const RuntimeMemory runtime = rules.memory(job, s, in);
   mem.parameter_bytes = runtime.states.parameter_bytes;
   mem.gradient_bytes = runtime.states.gradient_bytes;
   mem.optimizer_bytes = runtime.states.optimizer_bytes;

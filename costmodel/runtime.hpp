@@ -14,6 +14,7 @@
 // docs/runtimes.md gives every rule with its source.
 #pragma once
 
+#include <algorithm>
 #include <functional>
 #include <optional>
 #include <string>
@@ -40,6 +41,14 @@ struct RankMemoryInput {
   double recompute_buffer_bytes = 0;  // one recomputed layer's working set (0 without)
   double bucket_bytes = 0;            // Loom's gradient bucket (CostOptions::dp_bucket_bytes)
   bool gpu = false;                   // the rank runs on a GPU
+  // What the language-model loss's backward pass allocates at its start beyond the kept
+  // activations (the rank holding the LM head; RuntimeRules::loss_backward_bytes_per_logit).
+  double loss_backward_bytes = 0;
+  // Working memory of the backward pass while (nearly) every activation is kept: the loss's
+  // gradients at its start, or one recomputed layer's working set.
+  double backward_working_bytes() const {
+    return std::max(num_layers > 0 ? recompute_buffer_bytes : 0.0, loss_backward_bytes);
+  }
 };
 
 // Model states and working memory of one rank under a runtime.
@@ -93,6 +102,12 @@ struct RuntimeRules {
   // LayerNorm and softmax in fp32 (their kept inputs and outputs fp32, layers.hpp). The other
   // runtimes keep 16-bit weights and activations throughout.
   bool autocast = false;
+  // Bytes per logit the loss's backward pass allocates at its start (the LM head's cross-entropy
+  // over the whole vocabulary) for a job whose loss is eager (Job::loss): PyTorch's
+  // cross_entropy on fp32 logits makes the fp32 gradient of the log-probabilities and then of
+  // the logits (8) beside the kept log-probabilities; Megatron-LM's vocab-parallel cross-entropy
+  // writes its gradient into the softmax it kept (0), as a fused loss does.
+  double loss_backward_bytes_per_logit = 8;
   // What its selective recomputation recomputes (strategy.hpp).
   SelectivePolicy selective = SelectivePolicy::kAttentionCore;
 };

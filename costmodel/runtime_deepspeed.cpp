@@ -32,7 +32,7 @@ RuntimeMemory deepspeed_memory(const Job& job, const Strategy& s, const RankMemo
   // weights and Adam moments in the optimizer states (K = 12), sharded by stage.
   out.states = model_state_bytes(in.num_parameters, s.dp, s.zero, job.precision);
   const double e = job.precision == Precision::kBf16 || job.precision == Precision::kFp16 ? 2 : 4;
-  const double recompute = in.num_layers > 0 ? in.recompute_buffer_bytes : 0;
+  const double recompute = in.backward_working_bytes();
   double persistent = 0;
   double transient = 0;
   if (s.zero >= 1) {

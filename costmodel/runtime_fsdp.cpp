@@ -49,7 +49,7 @@ RuntimeMemory fsdp_memory(const Job& job, const Strategy& s, const RankMemoryInp
   // One block's unsharded gradient in reduce_dtype before its reduce-scatter (NO_SHARD: a
   // DDP-style bucket).
   const double gradient_working = s.zero >= 2 ? kReduceBytes * layer : kDdpBucketBytes;
-  const double recompute = in.num_layers > 0 ? in.recompute_buffer_bytes : 0;
+  const double recompute = in.backward_working_bytes();
   // The optimizer step (foreach AdamW) has an fp32 temporary of the shard.
   const double optimizer_working = 4 * in.num_parameters / shards;
   double embedding_grad_extra = 0;

@@ -15,7 +15,7 @@ RuntimeMemory loom_memory(const Job& job, const Strategy& s, const RankMemoryInp
   // fp32 weights, gradients and AdamW moments at every precision (16-bit jobs run under
   // autocast).
   out.states = model_state_bytes(in.num_parameters, s.dp, s.zero, Precision::kFp32);
-  const double recompute = in.num_layers > 0 ? in.recompute_buffer_bytes : 0;
+  const double recompute = in.backward_working_bytes();
   // The optimizer step's working set, when it exceeds the backward pass's activations and
   // buffers (the step's peak is then the model states plus it). Loom's executor runs AdamW over
   // lists of tensors on one rank, in chunks of at most twice the largest tensor's elements (the

@@ -57,7 +57,7 @@ RuntimeMemory megatron_memory(const Job& job, const Strategy& s, const RankMemor
   // writes into the contiguous parameter buffer: no copies. The fused multi-tensor Adam needs no
   // shard-sized temporary. What remains: the recomputed layer's working set, and the word
   // embedding's dense gradient in the weights' dtype before it is added to the main grad.
-  const double recompute = in.num_layers > 0 ? in.recompute_buffer_bytes : 0;
+  const double recompute = in.backward_working_bytes();
   double embedding_grad_extra = 0;
   if (in.embedding_table_num_parameters > 0) {
     embedding_grad_extra = b.parameters * in.embedding_table_num_parameters -
@@ -99,6 +99,7 @@ RuntimeRules megatron_runtime_rules() {
   r.refusal = megatron_refusal;
   r.memory = megatron_memory;
   r.exposure = megatron_exposure;
+  r.loss_backward_bytes_per_logit = 0;
   r.reduce_bytes_per_parameter = [](const Job& job) {
     return megatron_bytes(job.precision).gradients;
   };

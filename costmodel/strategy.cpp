@@ -207,12 +207,22 @@ Strategy strategy_from_json(const nlohmann::json& value, const std::string& sour
   return s;
 }
 
+const char* to_string(Loss loss) { return loss == Loss::kFused ? "fused" : "eager"; }
+
+std::optional<Loss> parse_loss(const std::string& text) {
+  if (text == "eager") return Loss::kEager;
+  if (text == "fused") return Loss::kFused;
+  return std::nullopt;
+}
+
 nlohmann::json job_to_json(const Job& j) {
-  return {{"global_batch", j.global_batch},
-          {"seq_len", j.seq_len},
-          {"precision", profiles::to_string(j.precision)},
-          {"optimizer", j.optimizer},
-          {"runtime", to_string(j.runtime)}};
+  nlohmann::json out = {{"global_batch", j.global_batch},
+                        {"seq_len", j.seq_len},
+                        {"precision", profiles::to_string(j.precision)},
+                        {"optimizer", j.optimizer},
+                        {"runtime", to_string(j.runtime)}};
+  if (j.loss != Loss::kEager) out["loss"] = to_string(j.loss);
+  return out;
 }
 
 Job job_from_json(const nlohmann::json& value, const std::string& source, const std::string& path) {
@@ -226,6 +236,7 @@ Job job_from_json(const nlohmann::json& value, const std::string& source, const 
   if (r.has("runtime")) {
     j.runtime = *parse_runtime(r.choice("runtime", {"loom", "megatron", "deepspeed", "fsdp"}));
   }
+  if (r.has("loss")) j.loss = *parse_loss(r.choice("loss", {"eager", "fused"}));
   r.finish();
   return j;
 }

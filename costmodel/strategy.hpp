@@ -48,6 +48,15 @@ enum class Runtime { kLoom, kMegatron, kDeepspeed, kFsdp };
 const char* to_string(Runtime runtime);
 std::optional<Runtime> parse_runtime(const std::string& text);
 
+// A language model's loss kernel: `eager` is PyTorch's cross_entropy on fp32 logits (what
+// torchtitan and Hugging Face models run: its backward pass allocates fp32 gradients of the
+// log-probabilities and of the logits); `fused` writes its gradient in place (llm-foundry's
+// fused_crossentropy; Megatron-LM's vocab-parallel loss always does).
+enum class Loss { kEager, kFused };
+
+const char* to_string(Loss loss);
+std::optional<Loss> parse_loss(const std::string& text);
+
 // The largest global batch Loom plans and reads (samples per step): far above real jobs, and
 // small enough that a step of one-sample micro-batches stays within num_micro_batches' bound.
 inline constexpr std::int64_t kMaxGlobalBatch = 1'000'000;
@@ -58,6 +67,7 @@ struct Job {
   Precision precision = Precision::kBf16;
   std::string optimizer = "adamw";
   Runtime runtime = Runtime::kLoom;  // JSON "runtime", default "loom"
+  Loss loss = Loss::kEager;          // JSON "loss", default "eager" (written when fused)
   bool operator==(const Job&) const = default;
 };
 

@@ -221,6 +221,7 @@ costmodel::Job make_job(const PlanArgs& a, const profiles::Cluster& cluster, std
   job.global_batch = a.global_batch;
   job.seq_len = a.seq_len;
   if (a.runtime) job.runtime = *costmodel::parse_runtime(*a.runtime);
+  if (a.loss) job.loss = *costmodel::parse_loss(*a.loss);
   if (!a.precision) {
     job.precision = profiles::best_precision(cluster.device);
     *note = cluster.device.kind == profiles::DeviceKind::kCpu
@@ -511,6 +512,10 @@ void add_plan_options(CLI::App* cmd, PlanArgs* args) {
                   "loom | megatron | deepspeed | fsdp: whose memory and overlap rules the "
                   "prediction follows (default loom, Loom's executor)")
       ->check(CLI::IsMember({"loom", "megatron", "deepspeed", "fsdp"}));
+  cmd->add_option("--loss", args->loss,
+                  "eager | fused: a language model's cross-entropy (default eager, PyTorch's on "
+                  "fp32 logits; fused writes its gradient in place)")
+      ->check(CLI::IsMember({"eager", "fused"}));
   cmd->add_option("--stages", args->stages,
                   "pin the layer-to-stage partition: inclusive ranges of the layer sequence, one "
                   "per pipeline stage (0 = embedding, last = head), e.g. 0-0,1-13");

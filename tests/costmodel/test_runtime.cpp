@@ -1,6 +1,7 @@
 // Each runtime's memory terms, its data-parallel exposure, what it refuses, and the process lines
 // of the memory breakdown (runtime.hpp, process_memory.hpp), with figures computed by hand.
 #include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
 
 #include "costmodel/estimate.hpp"
 #include "costmodel/process_memory.hpp"
@@ -259,4 +260,37 @@ TEST_CASE("Loom's autocast keeps fp32 states and 16-bit weight copies, and one G
   in.activation_bytes = 0;
   CHECK(memory_of(Runtime::kLoom, one, in).buffer_bytes ==
         Approx(4 * 2 * kLayer + 4 * 2 * 4 * 4096.0 * 4096));
+}
+
+TEST_CASE("an eager language-model loss allocates fp32 gradients of its logits",
+          "[runtime][memory]") {
+  // GPT-2 (vocabulary 50,257) under FSDP on 8 A100s, micro-batch 4 of 1024 tokens: the eager
+  // cross-entropy's backward starts with the fp32 gradients of the log-probabilities and of the
+  // logits, 8 x 4 x 1024 x 50,257 = 1,646,821,376 bytes beside the kept activations; a fused
+  // loss (and Megatron-LM's) writes its gradient in place.
+  const auto model = load_model("gpt2");
+  const CostModel cost(model, load_cluster("dgx-a100-80g"));
+  Strategy s = dp8(3);
+  s.micro_batch = 4;
+  s.num_micro_batches = 2;
+  Job eager{64, 1024, Precision::kBf16, "adamw"};
+  eager.runtime = Runtime::kFsdp;
+  Job fused = eager;
+  fused.loss = Loss::kFused;
+  const double with =
+      cost.estimate(eager, s, even_partition(model, 1)).memory_by_stage[0].buffer_bytes;
+  const double without =
+      cost.estimate(fused, s, even_partition(model, 1)).memory_by_stage[0].buffer_bytes;
+  CHECK(with - without == Approx(1646821376.0));
+  Job megatron = eager;
+  megatron.runtime = Runtime::kMegatron;
+  Job megatron_fused = megatron;
+  megatron_fused.loss = Loss::kFused;
+  s.zero = 1;
+  CHECK(cost.estimate(megatron, s, even_partition(model, 1)).peak_memory_bytes ==
+        cost.estimate(megatron_fused, s, even_partition(model, 1)).peak_memory_bytes);
+  // The plan's job says so only when fused.
+  CHECK_FALSE(job_to_json(eager).contains("loss"));
+  CHECK(job_to_json(fused)["loss"] == "fused");
+  CHECK(job_from_json(job_to_json(fused), "plan.json", "$.job") == fused);
 }

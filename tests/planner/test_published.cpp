@@ -76,9 +76,11 @@ TEST_CASE("an MPT row maps to a tied decoder under FSDP on DGX A100 40GB", "[pub
   CHECK(m.strategy.recompute == Recompute::kFull);
   CHECK(m.strategy.attention == Attention::kFlash);
   CHECK_FALSE(m.strategy.sequence_parallel);
+  CHECK(m.job.loss == loom::costmodel::Loss::kFused);
   CHECK(m.assumptions ==
         std::vector<std::string>{"MPT has no biases: Loom counts GPT-2's",
-                                 "A100 form factor not stated: SXM4 (DGX A100) assumed"});
+                                 "A100 form factor not stated: SXM4 (DGX A100) assumed",
+                                 "llm-foundry's fused cross-entropy (loss_fn fused_crossentropy)"});
 }
 
 TEST_CASE("a DeepLearningExamples BERT row maps to an encoder with apex DDP on a DGX-1",
