@@ -371,9 +371,10 @@ EntryCalibrations calibrate_entries(const TermsInput& in, const DeviceRates& cor
   auto roofline =
       [&](const LayerQuery& q,
           LayerTime (*time)(const profiles::ModelSpec&, const LayerShape&, const DeviceRates&)) {
+        // The query's attention core (embeddings and heads have none; their queries say math).
         LayerShape shape =
             layer_shape(in, q.micro_batch, q.seq_len, q.tp, *parse_recompute(q.recompute));
-        if (time == transformer_layer_time) shape.attention = *parse_attention(q.attention);
+        shape.attention = *parse_attention(q.attention);
         return time(m, shape, scaled_rates(core_rates, q.threads));
       };
   LayerQuery q{profiles::LayerKind::kEncoderLayer,
@@ -505,7 +506,7 @@ Terms compute_terms(const profiles::ModelSpec& m, const CostOptions& options,
                       static_cast<double>(job.seq_len),
                       static_cast<double>(m.hidden),
                       static_cast<double>(m.vocab),
-                      element_bytes(job.precision) == 2 && runtime_rules(job.runtime).autocast};
+                      trains_under_autocast(job)};
   Terms t;
   const DeviceRates core_rates = set_rates(in, t);
   const DeviceRates rates = scaled_rates(core_rates, t.threads);
@@ -516,7 +517,7 @@ Terms compute_terms(const profiles::ModelSpec& m, const CostOptions& options,
   // One micro-batch's hidden states: the tensor-parallel reductions' (a product's output), and
   // what pipeline stages pass on (the residual stream, fp32 under autocast).
   const double act_bytes = in.b * in.seq * in.h * in.e;
-  set_pipeline_transfer(in, in.autocast ? act_bytes * 4 / in.e : act_bytes, t);
+  set_pipeline_transfer(in, act_bytes * state_element_bytes(job) / in.e, t);
   t.step_sync_s = step_sync_s(in);
   EntryActivations act = activation_terms(in, t);
   EntryCalibrations cal;
@@ -662,7 +663,6 @@ Prediction CostModel::estimate(const Job& job, const Strategy& s,
 
   const profiles::ModelSpec& m = model_;
   const int world = s.world_size();
-  const int e = element_bytes(job.precision);
   const double seq = static_cast<double>(job.seq_len);
   const ZeroPolicy zero = zero_policy(s.zero);
   const Terms terms = compute_terms(m, options_, links_, cluster_, calibration_.get(), job, s);
@@ -693,8 +693,6 @@ Prediction CostModel::estimate(const Job& job, const Strategy& s,
   out.exposed_communication_s.pp = pipe_all - pipe_tp;
 
   // Data parallelism and ZeRO, per pipeline rank; the slowest rank sets the step's tail.
-  const bool mixed = e == 2;
-  const double state_bytes = mixed ? 2 : 4;  // parameter and gradient element width
   profiles::PathMetrics dp_link{};
   if (s.dp > 1) dp_link = links_.group(world, s.dp, s.tp);
   auto dp_time = [&](Collective c, double bytes) {
@@ -725,7 +723,7 @@ Prediction CostModel::estimate(const Job& job, const Strategy& s,
       in.forward_window_s = cpu ? 0 : with_tp[r].forward_s;
       in.backward_window_s = cpu ? 0 : with_tp[r].backward_s;
       in.num_micro_batches = s.num_micro_batches;
-      in.element_bytes = runtime.autocast ? 4 : static_cast<int>(state_bytes);
+      in.element_bytes = state_element_bytes(job);
       in.bucket_bytes = options_.dp_bucket_bytes;
       in.overlap_slowdown = overlap_slowdown(cluster_);
       in.gloo = cpu;

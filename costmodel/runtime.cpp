@@ -2,7 +2,17 @@
 
 #include <algorithm>
 
+#include "costmodel/layers.hpp"
+
 namespace loom::costmodel {
+
+bool trains_under_autocast(const Job& job) {
+  return element_bytes(job.precision) == 2 && runtime_rules(job.runtime).autocast;
+}
+
+int state_element_bytes(const Job& job) {
+  return trains_under_autocast(job) ? 4 : element_bytes(job.precision);
+}
 
 RuntimeRules runtime_rules(Runtime runtime) {
   switch (runtime) {

@@ -114,6 +114,13 @@ struct RuntimeRules {
 
 RuntimeRules runtime_rules(Runtime runtime);
 
+// Whether `job` trains under autocast: 16-bit arithmetic on a runtime that keeps fp32 weights
+// (RuntimeRules::autocast).
+bool trains_under_autocast(const Job& job);
+// Bytes per element of the weights and gradients a rank holds and communicates: 4 under
+// autocast, else the job's precision's.
+int state_element_bytes(const Job& job);
+
 // The rules of each runtime, one file each (runtime_<name>.cpp).
 RuntimeRules loom_runtime_rules();
 RuntimeRules megatron_runtime_rules();

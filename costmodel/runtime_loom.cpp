@@ -60,9 +60,9 @@ RuntimeMemory loom_memory(const Job& job, const Strategy& s, const RankMemoryInp
   }
   // Autocast's 16-bit copies of the transformer layers' weights: cached for the forward pass
   // and kept by autograd for the backward, alive at the activation peak.
-  const bool autocast = element_bytes(job.precision) == 2;
-  const double copies =
-      autocast ? element_bytes(job.precision) * in.num_layers * in.layer_num_parameters : 0;
+  const double copies = trains_under_autocast(job)
+                            ? element_bytes(job.precision) * in.num_layers * in.layer_num_parameters
+                            : 0;
   // One rank on a GPU sets its gradients to none at the step's start (the caching allocator
   // hands the memory back): with one micro-batch none exist at the activation peak; they appear
   // as the backward pass frees the activations and are all there for the optimizer step.

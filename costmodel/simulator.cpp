@@ -172,9 +172,7 @@ SimulationResult simulate(const CostModel& cost, const Job& job, const Strategy&
   const int world = s.world_size();
   const int per_stage = s.dp * s.tp;
   const int chunks = s.pp * s.virtual_stages;
-  // Weights and gradients: fp32 under autocast, else the job's width.
-  const double state_bytes =
-      element_bytes(job.precision) == 2 && !runtime_rules(job.runtime).autocast ? 2 : 4;
+  const double state_bytes = state_element_bytes(job);
   // The gradients' width on the wire is the runtime's (fp32 main grads in Megatron-LM, FSDP's fp32
   // reduce_dtype). The collectives are played in Loom's executor's order for every runtime; the
   // other runtimes' overlap rules are the estimate's (runtime.hpp).
