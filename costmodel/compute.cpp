@@ -43,6 +43,14 @@ DeviceRates device_rates(const profiles::DeviceSpec& device, Precision precision
   if (gpu && device.sm_count > 0 && ceiling_tflops > 0) {
     r.gemm.sm_count = static_cast<int>(device.sm_count);
     r.gemm.ceiling_flops_per_s = ceiling_tflops * 1e12 * clock;
+    const double tensor_tflops = device.peak_tflops.bf16 > 0   ? device.peak_tflops.bf16
+                                 : device.peak_tflops.fp16 > 0 ? device.peak_tflops.fp16
+                                                               : device.peak_tflops.of(precision);
+    // The prologue and epilogue move element_bytes per element: twice a 16-bit type's time for
+    // 4-byte elements (tf32 on tensor cores at half the rate: the same k-steps; fp32 on CUDA cores
+    // at 1/8 of the rate on V100: a quarter of them).
+    r.gemm.prologue_scale = std::min(
+        1.0, device.peak_tflops.of(precision) / tensor_tflops * r.gemm.element_bytes / 2.0);
   }
   return r;
 }

@@ -14,7 +14,8 @@ GemmTime gemm_time(const GemmShape& x, const GemmDevice& d, const GemmFit& fit) 
     const double tiles = x.batch * std::ceil(x.m / tile.m) * std::ceil(x.n / tile.n);
     const double waves = std::ceil(tiles / sms);
     const double efficiency = tile.m * tile.n >= 128 * 128 ? 1.0 : fit.small_tile_efficiency;
-    const double tile_s = 2.0 * tile.m * tile.n * (x.k + fit.prologue_k) / (sm_rate * efficiency);
+    const double tile_s =
+        2.0 * tile.m * tile.n * (x.k + fit.prologue_k * d.prologue_scale) / (sm_rate * efficiency);
     const double compute_s = waves * tile_s;
     if (best_compute_s < 0 || compute_s < best_compute_s) {
       best_compute_s = compute_s;

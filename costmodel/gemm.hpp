@@ -38,6 +38,11 @@ struct GemmDevice {
   double ceiling_flops_per_s = 0;  // best measured rate (achievable_tflops)
   double memory_bytes_per_s = 0;   // effective memory bandwidth
   int element_bytes = 2;
+  // A tile's prologue and epilogue (filling the operand pipeline, writing the output) take a
+  // time set by memory, not by the math rate: GemmFit::prologue_k counts them in k-steps of a
+  // 16-bit type at the device's tensor-core rate. A precision at a fraction f of that rate whose
+  // elements are w bytes spends f * w / 2 as many steps on them (costmodel::device_rates).
+  double prologue_scale = 1;
 };
 
 // The fitted constants (see the header comment).

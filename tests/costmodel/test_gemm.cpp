@@ -104,6 +104,32 @@ TEST_CASE("tf32 jobs run matrix products at the device's tf32 ceiling", "[gemm][
   CHECK(element_bytes(Precision::kTf32) == 4);
 }
 
+TEST_CASE("a tile's prologue costs fewer k-steps at the CUDA cores' fp32 rate", "[gemm][fp32]") {
+  // The prologue and epilogue take memory time: 160 k-steps of a 16-bit type at the tensor-core
+  // rate. V100 fp32 runs at 15.7 / 125 of the fp16 tensor-core rate with 4-byte elements:
+  // 160 x 15.7 / 125 x 4 / 2 = 40.192 steps. A100's tf32 (half of bf16's rate, 4 bytes) keeps
+  // all 160; its fp32 (19.5 of 312) gets 160 x 0.125.
+  const profiles::DeviceSpec v100 =
+      profiles::datasheet_cluster(profiles::load_cluster("dgx1-v100-32g")).device;
+  const DeviceRates fp32 = device_rates(v100, Precision::kFp32, EfficiencyDefaults{});
+  CHECK(fp32.gemm.prologue_scale == Approx(0.2512));
+  CHECK(device_rates(v100, Precision::kFp16, EfficiencyDefaults{}).gemm.prologue_scale == 1);
+  const profiles::DeviceSpec a100 =
+      profiles::datasheet_cluster(profiles::load_cluster("dgx-a100-80g")).device;
+  CHECK(device_rates(a100, Precision::kTf32, EfficiencyDefaults{}).gemm.prologue_scale == 1);
+  CHECK(device_rates(a100, Precision::kFp32, EfficiencyDefaults{}).gemm.prologue_scale ==
+        Approx(0.125));
+  CHECK(device_rates(a100, Precision::kBf16, EfficiencyDefaults{}).gemm.prologue_scale == 1);
+  // BERT-large's MLP up at b = 93, s = 128 in fp32 on V100: C[11904, 4096], k = 1024. One SM:
+  // 15.7e12 x 0.89 / 80 = 1.74663e11 FLOP/s; 256 x 128 tiles: 47 x 32 = 1504, 19 waves of
+  // 2 x 256 x 128 x 1064.192 / 1.74663e11 = 399.301 us = 7586.716 us, above the 13.6 TFLOP/s
+  // ceiling's 2 x 11904 x 4096 x 1024 / 13.6e12 = 7342.499 us (with 160 steps it would be
+  // 8440.838 us, 62 % of peak: the ceiling would never bind for fp32).
+  const GemmTime up = gemm_time({11904, 4096, 1024, 1}, fp32.gemm);
+  CHECK(up.waves == 19);
+  CHECK(up.time_s == Approx(5.5e-6 + 7586.716e-6).epsilon(1e-6));
+}
+
 TEST_CASE("devices without sm_count keep the roofline", "[gemm]") {
   const profiles::DeviceSpec cpu = profiles::load_cluster("local-cpu").device;
   const DeviceRates rates = device_rates(cpu, Precision::kFp32, EfficiencyDefaults{});
