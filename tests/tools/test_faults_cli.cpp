@@ -236,7 +236,7 @@ TEST_CASE("a 4-rank checkpoint resumes in a 4-rank run with the uninterrupted lo
   // Checkpoints every 3 steps; rank 2 dies in step 5, so step 3's is the last one written.
   const CliResult killed =
       box.loom("launch --nproc 4 --master-port " + port(4) + " -- loom train plan.json" + kTrain +
-                   " --steps 6 --checkpoint ck --checkpoint-every 3 --comm-timeout 20",
+                   " --steps 6 --checkpoint ck --checkpoint-every 3 --comm-timeout 60",
                "LOOM_FAULT=kill-in-step:5@2");
   CHECK(killed.exit_code == 1);
   CHECK(fs::exists(box.work() / "ck" / "step-00000003" / "rank-3.pt"));
