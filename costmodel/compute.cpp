@@ -172,10 +172,45 @@ double attention_core(const profiles::ModelSpec& m, const LayerShape& x, const D
   return core;
 }
 
+// Eager PyTorch's RMSNorm over n elements (torchtitan's and Hugging Face's Llama): x.float(),
+// pow(2), mean, x * rsqrt(mean + eps), .type_as(x), * weight; the two casts only for 16-bit x.
+void eager_rms_norm(double n, const Dims& d, Pass& p) {
+  p.memory(8 * n);        // pow(2) in fp32
+  p.memory(4 * n);        // mean over the hidden dimension
+  p.memory(8 * n);        // x * rsqrt(...)
+  p.memory(2 * d.e * n);  // * weight
+  if (d.e < 4) {
+    p.memory((d.e + 4) * n);  // x.float()
+    p.memory((4 + d.e) * n);  // .type_as(x)
+  }
+}
+
+// The rotary embedding of n elements of q or k: one kernel fused; eager (torchtitan's
+// apply_rotary_emb) the fp32 copy, the complex product and the cast back.
+void rotary(double n, const LayerShape& x, const Dims& d, Pass& p) {
+  if (x.fusions.rotary) {
+    p.memory(2 * d.e * n);
+    return;
+  }
+  p.memory((d.e + 4) * n);
+  p.memory(8 * n);
+  p.memory((4 + d.e) * n);
+}
+
 // Dropout, the residual add and LayerNorm after a row-parallel product, over `tokens` x h
-// (1/tp of the tokens with sequence parallelism).
-void residual_block(const LayerShape& x, const Dims& d, Pass& p) {
+// (1/tp of the tokens with sequence parallelism). Llama blocks (gated MLPs) have no dropout and
+// an RMSNorm.
+void residual_block(const profiles::ModelSpec& m, const LayerShape& x, const Dims& d, Pass& p) {
   const double n = d.b * d.s * d.h / (x.sequence_parallel ? d.t : 1);
+  if (p.rates.shape_model() && m.gated_mlp) {
+    if (x.fusions.norm) {
+      p.memory(4 * d.e * n);  // read x and the residual, write the sum and the normed
+    } else {
+      p.memory(3 * d.e * n);  // residual add
+      eager_rms_norm(n, d, p);
+    }
+    return;
+  }
   if (!p.rates.shape_model()) {
     p.memory(5 * d.e * n);  // bias, dropout, residual, LayerNorm
     p.also_launches(x.fusions.bias_dropout_add ? 1 : 2);
@@ -211,9 +246,13 @@ LayerTime transformer_layer_time(const profiles::ModelSpec& m, const LayerShape&
     p.matmul({tokens, kv_width / d.t, d.h});
     p.matmul({tokens, kv_width / d.t, d.h});
   }
+  if (shapes && m.gated_mlp) {  // Llama's rotary positions on q and k
+    rotary(tokens * d.h / d.t, x, d, p);
+    rotary(tokens * kv_width / d.t, x, d, p);
+  }
   const double core = attention_core(m, x, d, p);
   p.matmul({tokens, d.h, d.h / d.t});  // attention output
-  residual_block(x, d, p);
+  residual_block(m, x, d, p);
   const double ffn = tokens * d.f / d.t;
   if (!m.gated_mlp) {
     p.matmul({tokens, d.f / d.t, d.h});  // MLP up
@@ -235,7 +274,7 @@ LayerTime transformer_layer_time(const profiles::ModelSpec& m, const LayerShape&
     }
   }
   p.matmul({tokens, d.h, d.f / d.t});  // MLP down
-  residual_block(x, d, p);
+  residual_block(m, x, d, p);
   // The stage's per-pass host cost is spread over its transformer layers.
   LayerTime out =
       p.times(x.host_floor,

@@ -103,7 +103,14 @@ struct KernelFusions {
   bool masked_softmax = false;    // scale, mask and softmax in one kernel
   bool bias_dropout_add = false;  // dropout and the residual add in one kernel
   bool swiglu = false;            // SiLU and the product of a gated MLP in one kernel
-  static KernelFusions megatron() { return {true, true, true, true, true}; }
+  // Llama blocks (gated MLPs): RMSNorm with the residual add before it in one kernel, and the
+  // rotary embedding of q and of k in one kernel each. Eager PyTorch runs both as chains of
+  // elementwise kernels through fp32 (transformer_layer_time).
+  bool norm = false;
+  bool rotary = false;
+  static KernelFusions megatron() { return {true, true, true, true, true, true, true}; }
+  // torch.compile (Inductor): every elementwise chain fused; the products stay as written.
+  static KernelFusions compiled() { return {false, false, true, true, true, true, true}; }
   bool operator==(const KernelFusions&) const = default;
 };
 

@@ -270,7 +270,7 @@ LayerShape layer_shape(const TermsInput& in, std::int64_t micro_batch, std::int6
   x.attention = in.s.attention;
   x.sequence_parallel = in.s.sequence_parallel;
   const RuntimeRules rules = runtime_rules(in.job.runtime);
-  x.fusions = rules.fusions;
+  x.fusions = in.job.compile ? KernelFusions::compiled() : rules.fusions;
   x.host_floor = rules.host_floor;
   x.selective = rules.selective;
   x.stage_layers = std::max<std::int64_t>(1, (in.m.layers + in.s.pp - 1) / in.s.pp);

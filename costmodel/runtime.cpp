@@ -30,6 +30,11 @@ RuntimeRules runtime_rules(Runtime runtime) {
 
 std::optional<std::string> runtime_refusal(const Job& job, const Strategy& strategy) {
   const RuntimeRules rules = runtime_rules(job.runtime);
+  if (job.compile && !rules.compiles) {
+    return "runtime " + std::string(rules.name) +
+           ": torch.compile is not available (it compiles PyTorch's Python models: use runtime "
+           "fsdp or deepspeed, or compile off)";
+  }
   if (auto why = rules.refusal(job, strategy)) {
     return "runtime " + std::string(rules.name) + ": " + *why;
   }

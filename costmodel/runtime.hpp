@@ -110,6 +110,10 @@ struct RuntimeRules {
   double loss_backward_bytes_per_logit = 8;
   // What its selective recomputation recomputes (strategy.hpp).
   SelectivePolicy selective = SelectivePolicy::kAttentionCore;
+  // Whether it runs PyTorch's Python models, which torch.compile can compile (Job::compile):
+  // FSDP (torchtitan, Hugging Face) and DeepSpeed (Hugging Face). Loom's executor runs LibTorch's
+  // C++ modules eagerly and Megatron-LM fuses its kernels itself.
+  bool compiles = false;
 };
 
 RuntimeRules runtime_rules(Runtime runtime);

@@ -109,6 +109,7 @@ RuntimeRules deepspeed_runtime_rules() {
   r.reduce_bytes_per_parameter = [](const Job& job) {
     return job.precision == Precision::kBf16 || job.precision == Precision::kFp16 ? 2.0 : 4.0;
   };
+  r.compiles = true;
   return r;
 }
 

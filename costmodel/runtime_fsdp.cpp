@@ -104,6 +104,7 @@ RuntimeRules fsdp_runtime_rules() {
   // Selective checkpointing as torchtitan applies it to FSDP2 models (its per-operator policy,
   // torchtitan's default "selective op" mode).
   r.selective = SelectivePolicy::kOperators;
+  r.compiles = true;
   return r;
 }
 

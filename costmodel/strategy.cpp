@@ -222,6 +222,7 @@ nlohmann::json job_to_json(const Job& j) {
                         {"optimizer", j.optimizer},
                         {"runtime", to_string(j.runtime)}};
   if (j.loss != Loss::kEager) out["loss"] = to_string(j.loss);
+  if (j.compile) out["compile"] = true;
   return out;
 }
 
@@ -237,6 +238,7 @@ Job job_from_json(const nlohmann::json& value, const std::string& source, const 
     j.runtime = *parse_runtime(r.choice("runtime", {"loom", "megatron", "deepspeed", "fsdp"}));
   }
   if (r.has("loss")) j.loss = *parse_loss(r.choice("loss", {"eager", "fused"}));
+  j.compile = r.optional_boolean("compile").value_or(false);
   r.finish();
   return j;
 }

@@ -68,6 +68,10 @@ struct Job {
   std::string optimizer = "adamw";
   Runtime runtime = Runtime::kLoom;  // JSON "runtime", default "loom"
   Loss loss = Loss::kEager;          // JSON "loss", default "eager" (written when fused)
+  // torch.compile (Inductor) around each block: its elementwise chains run as fused kernels
+  // (compute.hpp, KernelFusions::compiled). Only runtimes that run PyTorch's Python models take
+  // it (RuntimeRules::compiles). JSON "compile", default false (written when true).
+  bool compile = false;
   bool operator==(const Job&) const = default;
 };
 

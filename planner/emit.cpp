@@ -150,6 +150,7 @@ std::string deepspeed(const Plan& plan) {
   if (plan.job.precision == Precision::kBf16) config["bf16"] = {{"enabled", true}};
   if (plan.job.precision == Precision::kFp16) config["fp16"] = {{"enabled", true}};
   config["zero_optimization"] = zero;
+  if (plan.job.compile) config["compile"] = {{"enabled", true}, {"backend", "inductor"}};
   std::string out = header(plan, "DeepSpeed");
   if (s.tp > 1) {
     out += "# tp=" + num(s.tp) +
@@ -205,6 +206,9 @@ std::string fsdp(const Plan& plan) {
   }
   if (s.attention == costmodel::Attention::kFlash) {
     out += "#   attention through torch.nn.functional.scaled_dot_product_attention (flash)\n";
+  }
+  if (plan.job.compile) {
+    out += "#   each transformer block compiled before wrapping: block.compile() (torch.compile)\n";
   }
   out += "#   " + num(s.micro_batch) + " samples per GPU per micro-batch, " +
          num(s.num_micro_batches) + " micro-batches per step (gradient accumulation)\n";

@@ -236,10 +236,6 @@ costmodel::Runtime row_runtime(const Fields& row, std::vector<std::string>* assu
     row.fail("runtime", "loom, megatron, deepspeed or fsdp");
   }
   const std::string framework = row.text("framework").value_or("");
-  // Compilers fuse the elementwise kernels that Loom charges one by one.
-  if (contains(framework, "torch.compile")) {
-    assumptions->push_back("torch.compile's kernel fusion is not modelled");
-  }
   if (contains(framework, "xla")) assumptions->push_back("XLA's kernel fusion is not modelled");
   if (contains(framework, "megatron")) return costmodel::Runtime::kMegatron;
   if (contains(framework, "deepspeed") && !contains(framework, "no deepspeed")) {
@@ -321,6 +317,7 @@ std::optional<std::string> row_job_strategy(const Fields& row, RowMapping* out) 
     job.loss = costmodel::Loss::kFused;
     out->assumptions.push_back("llm-foundry's fused cross-entropy (loss_fn fused_crossentropy)");
   }
+  job.compile = contains(row.text("framework").value_or(""), "torch.compile");
   if (auto why_not = costmodel::check_strategy(out->model, gpus, job, s)) return *why_not;
   return std::nullopt;
 }

@@ -24,7 +24,7 @@ struct PlanArgs {
   std::vector<std::string> profile;
   std::optional<int> tp, pp, dp, zero, virtual_stages;
   std::optional<std::int64_t> micro_batch, micro_batch_per_device;
-  std::optional<std::string> schedule, recompute, stages, sp, attention, runtime, loss;
+  std::optional<std::string> schedule, recompute, stages, sp, attention, runtime, loss, compile;
   double memory_margin = 0.9;
   int top = 5;
   std::string output;

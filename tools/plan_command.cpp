@@ -116,7 +116,8 @@ void print_header(std::ostream& out, const planner::Plan& plan, const PlanTextOp
       << "job      global batch " << plan.job.global_batch << ", seq " << plan.job.seq_len
       << ", precision " << profiles::to_string(plan.job.precision)
       << (options.precision_note.empty() ? "" : " (" + options.precision_note + ")") << "\n"
-      << "runtime  " << runtime_text(plan.job.runtime) << "\n"
+      << "runtime  " << runtime_text(plan.job.runtime)
+      << (plan.job.compile ? ", torch.compile" : "") << "\n"
       << "strategy " << strategy_text(plan.strategy) << "\n\n";
 }
 
@@ -222,6 +223,7 @@ costmodel::Job make_job(const PlanArgs& a, const profiles::Cluster& cluster, std
   job.seq_len = a.seq_len;
   if (a.runtime) job.runtime = *costmodel::parse_runtime(*a.runtime);
   if (a.loss) job.loss = *costmodel::parse_loss(*a.loss);
+  if (a.compile) job.compile = *a.compile == "on";
   if (!a.precision) {
     job.precision = profiles::best_precision(cluster.device);
     *note = cluster.device.kind == profiles::DeviceKind::kCpu
@@ -516,6 +518,10 @@ void add_plan_options(CLI::App* cmd, PlanArgs* args) {
                   "eager | fused: a language model's cross-entropy (default eager, PyTorch's on "
                   "fp32 logits; fused writes its gradient in place)")
       ->check(CLI::IsMember({"eager", "fused"}));
+  cmd->add_option("--compile", args->compile,
+                  "on | off: the model runs under torch.compile, its elementwise kernels fused "
+                  "(default off; runtimes fsdp and deepspeed)")
+      ->check(CLI::IsMember({"on", "off"}));
   cmd->add_option("--stages", args->stages,
                   "pin the layer-to-stage partition: inclusive ranges of the layer sequence, one "
                   "per pipeline stage (0 = embedding, last = head), e.g. 0-0,1-13");

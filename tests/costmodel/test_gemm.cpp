@@ -495,3 +495,60 @@ TEST_CASE("torchtitan's per-operator selective policy keeps every other product'
   CHECK(hardware_flops_per_step(gpt2, 8, 1024, Recompute::kSelective, Attention::kFlash) ==
         hardware_flops_per_step(gpt2, 8, 1024, Recompute::kNone, Attention::kFlash));
 }
+
+TEST_CASE("torch.compile fuses a Llama block's RMSNorm, rotary and SwiGLU chains",
+          "[gemm][compile]") {
+  // Llama-3-8B's layer (h 4096, 32 heads, 8 kv heads: k is 1024 wide; MLP 14336) at b = 1,
+  // s = 4096 in bf16 on H100: T = 4096 tokens, n = T h = 16,777,216. The products are the same
+  // eager and compiled; the elementwise bytes of the forward pass differ by
+  //   two residual blocks: eager add 6n + RMSNorm (pow 8n, mean 4n, x * rsqrt 8n, * weight 4n,
+  //     x.float() 6n, .type_as 6n) = 42n each, compiled 8n each: 68n = 1,140,850,688;
+  //   rotary: eager 6 + 8 + 6 = 20 bytes per element of q (T h) and k (T x 1024), compiled 4:
+  //     16 x 20,971,520 = 335,544,320;
+  //   SwiGLU: eager SiLU 4 + product 6, compiled 6 bytes per element of T x 14336: 234,881,024;
+  // 1,711,276,032 bytes in all; the backward pass moves twice as much.
+  profiles::ModelSpec m = llama(32, 4096, 32, 8, 14336);
+  const DeviceRates rates =
+      device_rates(profiles::datasheet_cluster(profiles::load_cluster("dgx-h100")).device,
+                   Precision::kBf16, EfficiencyDefaults{});
+  LayerShape eager{1, 4096, 1, 2};
+  eager.attention = Attention::kFlash;
+  LayerShape compiled = eager;
+  compiled.fusions = KernelFusions::compiled();
+  const LayerTime slow = transformer_layer_time(m, eager, rates);
+  const LayerTime fast = transformer_layer_time(m, compiled, rates);
+  const double saved_s = 1711276032.0 / rates.memory_bytes_per_s;
+  CHECK(slow.forward_s - fast.forward_s == Approx(saved_s).epsilon(1e-9));
+  CHECK(slow.backward_s - fast.backward_s == Approx(2 * saved_s).epsilon(1e-9));
+  // A model without a gated MLP (BERT, GPT-2) has neither chain: the norm and rotary fusions
+  // leave its layer as it was.
+  m.gated_mlp = false;
+  m.kv_heads = 0;
+  LayerShape fused = eager;
+  fused.fusions = KernelFusions::megatron();
+  fused.fusions.norm = false;
+  fused.fusions.rotary = false;
+  LayerShape all = eager;
+  all.fusions = KernelFusions::megatron();
+  CHECK(transformer_layer_time(m, fused, rates).forward_s ==
+        transformer_layer_time(m, all, rates).forward_s);
+}
+
+TEST_CASE("torch.compile is a job field that only PyTorch runtimes take", "[runtime][compile]") {
+  Job job{64, 1024, Precision::kBf16, "adamw"};
+  CHECK_FALSE(job_to_json(job).contains("compile"));
+  job.runtime = Runtime::kFsdp;
+  job.compile = true;
+  CHECK(job_to_json(job)["compile"] == true);
+  CHECK(job_from_json(job_to_json(job), "plan.json", "$.job") == job);
+  Strategy s;
+  CHECK_FALSE(runtime_refusal(job, s).has_value());
+  job.runtime = Runtime::kDeepspeed;
+  CHECK_FALSE(runtime_refusal(job, s).has_value());
+  for (Runtime r : {Runtime::kLoom, Runtime::kMegatron}) {
+    job.runtime = r;
+    const auto why = runtime_refusal(job, s);
+    REQUIRE(why.has_value());
+    CHECK_THAT(*why, Catch::Matchers::Contains("torch.compile is not available"));
+  }
+}

@@ -161,3 +161,22 @@ TEST_CASE("Emit refuses a strategy the runtime cannot run", "[emit]") {
   CHECK_THROWS_AS(planner::emit_plan(plan, costmodel::Runtime::kMegatron), loom::InputError);
   CHECK_NOTHROW(planner::emit_plan(plan, costmodel::Runtime::kFsdp));
 }
+
+TEST_CASE("Emit compiles the blocks of a torch.compile plan, and Megatron refuses it", "[emit]") {
+  planner::Plan plan = gpt2_plan(3, costmodel::Recompute::kNone);
+  plan.strategy.tp = 1;
+  plan.strategy.pp = 1;
+  plan.strategy.dp = 16;
+  plan.strategy.num_micro_batches = 2;
+  plan.strategy.sequence_parallel = false;
+  plan.stages = costmodel::even_partition(plan.model, 1);
+  plan.job.compile = true;
+  CHECK_THAT(planner::emit_plan(plan, costmodel::Runtime::kFsdp),
+             Contains("#   each transformer block compiled before wrapping: block.compile() "
+                      "(torch.compile)\n"));
+  CHECK_THAT(
+      planner::emit_plan(plan, costmodel::Runtime::kDeepspeed),
+      Contains("  \"compile\": {\n    \"enabled\": true,\n    \"backend\": \"inductor\"\n  }"));
+  CHECK_THROWS_WITH(planner::emit_plan(plan, costmodel::Runtime::kMegatron),
+                    Contains("torch.compile is not available"));
+}

@@ -77,6 +77,7 @@ TEST_CASE("an MPT row maps to a tied decoder under FSDP on DGX A100 40GB", "[pub
   CHECK(m.strategy.attention == Attention::kFlash);
   CHECK_FALSE(m.strategy.sequence_parallel);
   CHECK(m.job.loss == loom::costmodel::Loss::kFused);
+  CHECK_FALSE(m.job.compile);  // llm-foundry's MPT runs eager
   CHECK(m.assumptions ==
         std::vector<std::string>{"MPT has no biases: Loom counts GPT-2's",
                                  "A100 form factor not stated: SXM4 (DGX A100) assumed",
