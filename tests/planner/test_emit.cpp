@@ -30,6 +30,18 @@ planner::Plan gpt2_plan(int zero, costmodel::Recompute recompute) {
   return plan;
 }
 
+// The same model on one node's worth of ranks, data parallel only: dp 16, two micro-batches.
+planner::Plan gpt2_dp16_plan(costmodel::Recompute recompute) {
+  planner::Plan plan = gpt2_plan(3, recompute);
+  plan.strategy.tp = 1;
+  plan.strategy.pp = 1;
+  plan.strategy.dp = 16;
+  plan.strategy.num_micro_batches = 2;
+  plan.strategy.sequence_parallel = false;
+  plan.stages = costmodel::even_partition(plan.model, 1);
+  return plan;
+}
+
 // The text from the first line that starts with `start` to the end.
 std::string from(const std::string& text, const std::string& start) {
   const auto at = text.find("\n" + start);
@@ -128,13 +140,7 @@ TEST_CASE("Emit deepspeed: the configuration and the launch line", "[emit]") {
 }
 
 TEST_CASE("Emit fsdp: the sharding strategy and mixed precision", "[emit]") {
-  planner::Plan plan = gpt2_plan(3, costmodel::Recompute::kFull);
-  plan.strategy.tp = 1;
-  plan.strategy.pp = 1;
-  plan.strategy.dp = 16;
-  plan.strategy.num_micro_batches = 2;
-  plan.strategy.sequence_parallel = false;
-  plan.stages = costmodel::even_partition(plan.model, 1);
+  const planner::Plan plan = gpt2_dp16_plan(costmodel::Recompute::kFull);
   const std::string text = planner::emit_plan(plan, costmodel::Runtime::kFsdp);
   CHECK(from(text, "#   model = FSDP") ==
         "#   model = FSDP(model,\n"
@@ -163,13 +169,7 @@ TEST_CASE("Emit refuses a strategy the runtime cannot run", "[emit]") {
 }
 
 TEST_CASE("Emit compiles the blocks of a torch.compile plan, and Megatron refuses it", "[emit]") {
-  planner::Plan plan = gpt2_plan(3, costmodel::Recompute::kNone);
-  plan.strategy.tp = 1;
-  plan.strategy.pp = 1;
-  plan.strategy.dp = 16;
-  plan.strategy.num_micro_batches = 2;
-  plan.strategy.sequence_parallel = false;
-  plan.stages = costmodel::even_partition(plan.model, 1);
+  planner::Plan plan = gpt2_dp16_plan(costmodel::Recompute::kNone);
   plan.job.compile = true;
   CHECK_THAT(planner::emit_plan(plan, costmodel::Runtime::kFsdp),
              Contains("#   each transformer block compiled before wrapping: block.compile() "
