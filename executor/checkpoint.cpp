@@ -87,6 +87,7 @@ nlohmann::json layout_json(const TrainOptions& o) {
   for (const costmodel::StageRange& r : stages) {
     layout["stages"].push_back({r.first_layer, r.last_layer});
   }
+  if (o.zero >= 2) layout[kZeroShardsKey] = kZeroShardsBlocks;
   return layout;
 }
 
@@ -105,6 +106,19 @@ CheckpointLayout read_layout(const nlohmann::json& state, const std::string& sou
   } catch (const nlohmann::json::exception& e) {
     throw InputError(source, "$.layout",
                      std::string("dp, tp, pp, zero, virtual_stages and stages (") + e.what() + ")");
+  }
+  // ZeRO-2/3 shards cut over the whole flat buffer (the layout of earlier builds, whose
+  // trainer_state.json has no zero_shards) would load silently scrambled into block-by-block
+  // engines: refused. With dp = 1 the two layouts are the same buffer.
+  const nlohmann::json& j = state.at("layout");
+  const auto shards = j.find(kZeroShardsKey);
+  const bool blocks = shards != j.end() && *shards == kZeroShardsBlocks;
+  if (l.zero >= 2 && l.dp > 1 && !blocks) {
+    throw InputError(source, std::string("$.layout.") + kZeroShardsKey,
+                     std::string("\"") + kZeroShardsBlocks +
+                         "\": ZeRO-2/3 shards taken block by block (a checkpoint without it was "
+                         "written by an earlier Loom that cut them over the whole buffer; resume "
+                         "or export it with that build)");
   }
   const bool sizes =
       l.dp >= 1 && l.tp >= 1 && l.pp >= 1 && l.virtual_stages >= 1 && l.zero >= 0 && l.zero <= 3;

@@ -40,6 +40,11 @@
 namespace loom::executor {
 
 inline constexpr const char* kCheckpointFormat = "loom-checkpoint/1";
+// A ZeRO-2/3 layout's "zero_shards": each block (the embeddings, each transformer layer, the head)
+// padded to a multiple of dp and cut into dp chunks, a rank's shard its chunks in block order
+// (flat_parameters.hpp). Layouts of ZeRO-0/1 do not carry it (one block: the whole buffer).
+inline constexpr const char* kZeroShardsKey = "zero_shards";
+inline constexpr const char* kZeroShardsBlocks = "blocks";
 inline constexpr const char* kTrainerStateFile = "trainer_state.json";
 
 // "step-NNNNNNNN" (eight digits at least).
@@ -67,10 +72,11 @@ struct CheckpointLayout {
 };
 
 // trainer_state.json's "layout" of a run with `options` (stages: the options', else the even
-// partition of pp * virtual_stages chunks).
+// partition of pp * virtual_stages chunks; "zero_shards": "blocks" with ZeRO-2/3).
 nlohmann::json layout_json(const TrainOptions& options);
 // The "layout" of a many-rank trainer_state.json; InputError (source `source`, "$.layout") when
-// it is missing, malformed, or not world_size = dp * tp * pp ranks of pp * virtual_stages stages.
+// it is missing, malformed, or not world_size = dp * tp * pp ranks of pp * virtual_stages stages,
+// and ("$.layout.zero_shards") for a ZeRO-2/3 layout over dp > 1 without "zero_shards": "blocks".
 CheckpointLayout read_layout(const nlohmann::json& state, const std::string& source);
 
 // LibTorch's default generators' states: the CPU's, then (cuda) GPU device_index's.

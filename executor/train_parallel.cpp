@@ -213,10 +213,10 @@ ParallelRank::ParallelRank(const TrainOptions& o, const RunSize& size,
     chunks_[static_cast<std::size_t>(k)]->set_layer_hooks(flat_->layer_hooks(k));
   }
   tasks_ = costmodel::pipeline_order(o.schedule, o.pp, c_.pp, o.num_micro_batches, v_);
-  // WIRE: the reshard work may add the flat layout's version here (ZeRO-2/3 rank-R.pt now hold
-  // per-block units, FlatParameters::shard_ranges) so that older ZeRO-2/3 checkpoints are refused.
-  layout_ = {{"dp", o.dp},     {"tp", o.tp},           {"pp", o.pp},
-             {"zero", o.zero}, {"virtual_stages", v_}, {"stages", nlohmann::json::array()}};
+  // The checkpoints' layout (checkpoint.hpp), with the stages and chunks this rank really runs.
+  layout_ = layout_json(o);
+  layout_["virtual_stages"] = v_;
+  layout_["stages"] = nlohmann::json::array();
   for (const costmodel::StageRange& r : stages_) {
     layout_["stages"].push_back({r.first_layer, r.last_layer});
   }

@@ -301,3 +301,30 @@ TEST_CASE("Resuming refuses another model and a checkpoint it cannot map from",
     CHECK_THROWS_WITH(train(other, data), Catch::Contains("rank-0.pt"));
   }
 }
+
+TEST_CASE("a ZeRO-2/3 layout says its shards are taken block by block, one without is refused",
+          "[reshard][checkpoint]") {
+  TrainOptions o;
+  o.model = loom::profiles::load_model("tiny-bert");
+  o.dp = 2;
+  o.zero = 3;
+  const nlohmann::json blocks = loom::executor::layout_json(o);
+  CHECK(blocks.at("zero_shards") == "blocks");
+  nlohmann::json state = {{"world_size", 2}, {"layout", blocks}};
+  CHECK(loom::executor::read_layout(state, "ck/trainer_state.json").zero == 3);
+  // Earlier builds cut ZeRO-2/3 shards over the whole buffer and wrote no zero_shards: their rank
+  // files would load scrambled into today's engines.
+  state["layout"].erase("zero_shards");
+  CHECK_THROWS_WITH(loom::executor::read_layout(state, "ck/trainer_state.json"),
+                    Catch::Contains("ck/trainer_state.json") &&
+                        Catch::Contains("$.layout.zero_shards") && Catch::Contains("earlier Loom"));
+  state["layout"]["zero_shards"] = 7;
+  CHECK_THROWS_AS(loom::executor::read_layout(state, "ck/trainer_state.json"), loom::InputError);
+  // One dp rank holds the whole buffer either way; ZeRO-0/1 keep one block and no marker.
+  state["layout"].erase("zero_shards");
+  state["layout"]["dp"] = 1;
+  state["world_size"] = 1;
+  CHECK_NOTHROW(loom::executor::read_layout(state, "ck/trainer_state.json"));
+  o.zero = 1;
+  CHECK_FALSE(loom::executor::layout_json(o).contains("zero_shards"));
+}
