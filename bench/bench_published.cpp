@@ -1,9 +1,9 @@
 // Predicts every published training row of a folder (default bench/published) with the analytical
 // cost model and compares the predictions with the measured throughput and memory: per row, then
-// per file the median |error| and the share of pairs ordered as measured. Rows Loom cannot
-// express are listed with the reason. Files without training rows (GEMM, collectives) are named
-// and skipped.
-// Usage: bench_published [DIR] [--json] [--explain ID]
+// per file the median |error| and the share of pairs ordered as measured, in sample (the shipped,
+// calibrated clusters), leave-one-out and before calibration (the clusters' datasheet values).
+// Rows Loom cannot express are listed with the reason. Files without training rows (GEMM,
+// collectives) are named and skipped. Usage: bench_published [DIR] [--json] [--explain ID]
 //   --json: one document (per file summaries, per row outcomes with their mapping and prediction)
 //   --explain ID: that row's mapping and whole prediction, as JSON
 #include <algorithm>
@@ -33,7 +33,32 @@ struct FileResult {
   FileSummary summary;
   std::vector<RowResult> loo_rows;  // each usable row predicted by a fit that did not see it
   FileSummary loo_summary;
+  std::vector<RowResult> datasheet_rows;  // each row on its cluster's datasheet values
+  FileSummary datasheet_summary;
 };
+
+// Before calibration: every expressible row predicted on its cluster file's datasheet values
+// (the calibration's starting point, profiles::datasheet_cluster), as the model stands alone.
+void on_datasheets(std::vector<FileResult>* files) {
+  std::map<std::string, profiles::Cluster> datasheets;
+  for (FileResult& file : *files) {
+    file.datasheet_rows = file.rows;
+    for (std::size_t r = 0; r < file.prepared.size(); ++r) {
+      const PreparedRow& row = file.prepared[r];
+      if (!row.result.mapping) continue;
+      const std::string& name = row.result.mapping->cluster_file;
+      if (!datasheets.count(name)) {
+        datasheets.emplace(name, profiles::datasheet_cluster(profiles::load_cluster(name)));
+      }
+      const RowFigures figures = predict_prepared(row, datasheets.at(name));
+      RowResult& out = file.datasheet_rows[r];
+      out.predicted = figures.throughput;
+      out.predicted_memory_gib = figures.memory_gib;
+      out.predicted_fits = figures.fits;
+    }
+    file.datasheet_summary = summarize(file.name, file.datasheet_rows);
+  }
+}
 
 // Leave-one-out over every file: the usable rows of each cluster (all files together) fitted
 // with loom calibrate's fit, each row's prediction taken from the fit without it.
@@ -121,6 +146,29 @@ void print_rows(const FileResult& f) {
   }
 }
 
+// "12.3 %", or "-" without a figure.
+std::string abs_pct(const std::optional<double>& v) {
+  if (!v) return "-";
+  char text[32];
+  std::snprintf(text, sizeof text, "%.1f %%", *v);
+  return text;
+}
+
+// One line per file of `summary`'s median errors and ordering, under `title`.
+void print_short(const std::vector<FileResult>& files, FileSummary FileResult::*summary,
+                 const char* title) {
+  std::printf("\n%s:\n", title);
+  std::printf("%-26s %10s %10s  %s\n", "file", "|err| thr", "|err| mem",
+              "ordering (pairs > 5 % apart): all; same job");
+  for (const FileResult& f : files) {
+    const FileSummary& s = f.*summary;
+    std::printf("%-26s %10s %10s  %s; %s\n", s.file.c_str(),
+                abs_pct(s.median_throughput_error_pct).c_str(),
+                abs_pct(s.median_memory_error_pct).c_str(), share_text(s.ordering).c_str(),
+                share_text(s.ordering_same_job).c_str());
+  }
+}
+
 void print_summary(const std::vector<FileResult>& files) {
   std::printf("\n%-26s %5s %5s %5s %9s %7s %10s %9s %10s  %s\n", "file", "rows", "pred", "n/e",
               "oom(agr)", "ran>mem", "|err| thr", "mem rows", "|err| mem",
@@ -130,12 +178,6 @@ void print_summary(const std::vector<FileResult>& files) {
     char oom[32];
     std::snprintf(oom, sizeof oom, "%lld(%lld)", static_cast<long long>(s.num_oom),
                   static_cast<long long>(s.num_oom_agreeing));
-    auto abs_pct = [](const std::optional<double>& v) {
-      if (!v) return std::string("-");
-      char text[32];
-      std::snprintf(text, sizeof text, "%.1f %%", *v);
-      return std::string(text);
-    };
     std::printf("%-26s %5lld %5lld %5lld %9s %7lld %10s %9lld %10s  %s; %s\n", s.file.c_str(),
                 static_cast<long long>(s.num_rows), static_cast<long long>(s.num_predicted),
                 static_cast<long long>(s.num_not_expressible), oom,
@@ -144,22 +186,10 @@ void print_summary(const std::vector<FileResult>& files) {
                 static_cast<long long>(s.num_memory), abs_pct(s.median_memory_error_pct).c_str(),
                 share_text(s.ordering).c_str(), share_text(s.ordering_same_job).c_str());
   }
-  std::printf("\nleave-one-out (each row predicted by a fit of its cluster's other rows):\n");
-  std::printf("%-26s %10s %10s  %s\n", "file", "|err| thr", "|err| mem",
-              "ordering (pairs > 5 % apart): all; same job");
-  for (const FileResult& f : files) {
-    const FileSummary& s = f.loo_summary;
-    auto abs_pct = [](const std::optional<double>& v) {
-      if (!v) return std::string("-");
-      char text[32];
-      std::snprintf(text, sizeof text, "%.1f %%", *v);
-      return std::string(text);
-    };
-    std::printf("%-26s %10s %10s  %s; %s\n", s.file.c_str(),
-                abs_pct(s.median_throughput_error_pct).c_str(),
-                abs_pct(s.median_memory_error_pct).c_str(), share_text(s.ordering).c_str(),
-                share_text(s.ordering_same_job).c_str());
-  }
+  print_short(files, &FileResult::loo_summary,
+              "leave-one-out (each row predicted by a fit of its cluster's other rows)");
+  print_short(files, &FileResult::datasheet_summary,
+              "before calibration (each row on its cluster's datasheet values)");
   std::printf(
       "(pred: rows predicted against a measured throughput; n/e: not expressible; oom(agr): rows "
       "published as out of memory (those the model also says do not fit); ran>mem: rows that ran "
@@ -193,7 +223,10 @@ int run(const std::string& dir, bool json, const std::string& explain) {
     files.push_back(std::move(f));
   }
   if (files.empty()) throw InputError(dir, "", "expected JSON files with training rows");
-  if (explain.empty()) leave_one_out(&files);
+  if (explain.empty()) {
+    leave_one_out(&files);
+    on_datasheets(&files);
+  }
   if (!explain.empty()) {
     for (const FileResult& f : files) {
       for (const RowResult& r : f.rows) {
@@ -208,6 +241,7 @@ int run(const std::string& dir, bool json, const std::string& explain) {
     for (const FileResult& f : files) {
       nlohmann::json summary = summary_to_json(f.summary);
       summary["leave_one_out"] = summary_to_json(f.loo_summary);
+      summary["datasheet"] = summary_to_json(f.datasheet_summary);
       doc["files"].push_back(summary);
       for (const RowResult& r : f.rows) doc["rows"].push_back(row_to_json(r, true));
     }
