@@ -93,8 +93,11 @@ nlohmann::json layout_json(const TrainOptions& o) {
 
 CheckpointLayout read_layout(const nlohmann::json& state, const std::string& source) {
   CheckpointLayout l;
+  bool block_shards = false;
   try {
     const nlohmann::json& j = state.at("layout");
+    const auto shards = j.find(kZeroShardsKey);
+    block_shards = shards != j.end() && *shards == kZeroShardsBlocks;
     l.dp = j.at("dp").get<int>();
     l.tp = j.at("tp").get<int>();
     l.pp = j.at("pp").get<int>();
@@ -110,10 +113,7 @@ CheckpointLayout read_layout(const nlohmann::json& state, const std::string& sou
   // ZeRO-2/3 shards cut over the whole flat buffer (the layout of earlier builds, whose
   // trainer_state.json has no zero_shards) would load silently scrambled into block-by-block
   // engines: refused. With dp = 1 the two layouts are the same buffer.
-  const nlohmann::json& j = state.at("layout");
-  const auto shards = j.find(kZeroShardsKey);
-  const bool blocks = shards != j.end() && *shards == kZeroShardsBlocks;
-  if (l.zero >= 2 && l.dp > 1 && !blocks) {
+  if (l.zero >= 2 && l.dp > 1 && !block_shards) {
     throw InputError(source, std::string("$.layout.") + kZeroShardsKey,
                      std::string("\"") + kZeroShardsBlocks +
                          "\": ZeRO-2/3 shards taken block by block (a checkpoint without it was "

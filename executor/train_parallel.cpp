@@ -213,13 +213,8 @@ ParallelRank::ParallelRank(const TrainOptions& o, const RunSize& size,
     chunks_[static_cast<std::size_t>(k)]->set_layer_hooks(flat_->layer_hooks(k));
   }
   tasks_ = costmodel::pipeline_order(o.schedule, o.pp, c_.pp, o.num_micro_batches, v_);
-  // The checkpoints' layout (checkpoint.hpp), with the stages and chunks this rank really runs.
+  // The checkpoints' layout (checkpoint.hpp): its stages are stages_ as computed above.
   layout_ = layout_json(o);
-  layout_["virtual_stages"] = v_;
-  layout_["stages"] = nlohmann::json::array();
-  for (const costmodel::StageRange& r : stages_) {
-    layout_["stages"].push_back({r.first_layer, r.last_layer});
-  }
   if (o.resume) {
     if (const std::optional<std::string> checkpoint = latest_checkpoint(o.checkpoint_dir)) {
       resume(*checkpoint);

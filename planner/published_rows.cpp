@@ -311,13 +311,14 @@ std::optional<std::string> row_job_strategy(const Fields& row, RowMapping* out) 
   job.seq_len = row.object("model").required_integer("seq_len", 1);
   job.precision = *precision;
   job.runtime = row_runtime(row, &out->assumptions);
+  const std::string framework = row.text("framework").value_or("");
   // llm-foundry's MPT models train with its fused cross-entropy (loss_fn: fused_crossentropy,
   // flash-attn's kernel), which writes the logits' gradient in place.
-  if (contains(row.text("framework").value_or(""), "llm-foundry")) {
+  if (contains(framework, "llm-foundry")) {
     job.loss = costmodel::Loss::kFused;
     out->assumptions.push_back("llm-foundry's fused cross-entropy (loss_fn fused_crossentropy)");
   }
-  job.compile = contains(row.text("framework").value_or(""), "torch.compile");
+  job.compile = contains(framework, "torch.compile");
   if (auto why_not = costmodel::check_strategy(out->model, gpus, job, s)) return *why_not;
   return std::nullopt;
 }

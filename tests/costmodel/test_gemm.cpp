@@ -533,22 +533,3 @@ TEST_CASE("torch.compile fuses a Llama block's RMSNorm, rotary and SwiGLU chains
   CHECK(transformer_layer_time(m, fused, rates).forward_s ==
         transformer_layer_time(m, all, rates).forward_s);
 }
-
-TEST_CASE("torch.compile is a job field that only PyTorch runtimes take", "[runtime][compile]") {
-  Job job{64, 1024, Precision::kBf16, "adamw"};
-  CHECK_FALSE(job_to_json(job).contains("compile"));
-  job.runtime = Runtime::kFsdp;
-  job.compile = true;
-  CHECK(job_to_json(job)["compile"] == true);
-  CHECK(job_from_json(job_to_json(job), "plan.json", "$.job") == job);
-  Strategy s;
-  CHECK_FALSE(runtime_refusal(job, s).has_value());
-  job.runtime = Runtime::kDeepspeed;
-  CHECK_FALSE(runtime_refusal(job, s).has_value());
-  for (Runtime r : {Runtime::kLoom, Runtime::kMegatron}) {
-    job.runtime = r;
-    const auto why = runtime_refusal(job, s);
-    REQUIRE(why.has_value());
-    CHECK_THAT(*why, Catch::Matchers::Contains("torch.compile is not available"));
-  }
-}

@@ -294,3 +294,22 @@ TEST_CASE("an eager language-model loss allocates fp32 gradients of its logits",
   CHECK(job_to_json(fused)["loss"] == "fused");
   CHECK(job_from_json(job_to_json(fused), "plan.json", "$.job") == fused);
 }
+
+TEST_CASE("torch.compile is a job field that only PyTorch runtimes take", "[runtime][compile]") {
+  Job job{64, 1024, Precision::kBf16, "adamw"};
+  CHECK_FALSE(job_to_json(job).contains("compile"));
+  job.runtime = Runtime::kFsdp;
+  job.compile = true;
+  CHECK(job_to_json(job)["compile"] == true);
+  CHECK(job_from_json(job_to_json(job), "plan.json", "$.job") == job);
+  Strategy s;
+  CHECK_FALSE(runtime_refusal(job, s).has_value());
+  job.runtime = Runtime::kDeepspeed;
+  CHECK_FALSE(runtime_refusal(job, s).has_value());
+  for (Runtime r : {Runtime::kLoom, Runtime::kMegatron}) {
+    job.runtime = r;
+    const auto why = runtime_refusal(job, s);
+    REQUIRE(why.has_value());
+    CHECK_THAT(*why, Catch::Matchers::Contains("torch.compile is not available"));
+  }
+}
