@@ -86,6 +86,7 @@ struct StageLoad {
   double activation_bytes = 0;  // what one micro-batch keeps for backward, all chunks
   double num_layers = 0;        // transformer layers on this rank
   double largest_chunk_num_parameters = 0;
+  double lookup_num_parameters = 0;  // of num_parameters, embedding tables only looked up
 };
 
 // Per-micro-batch cost of each kind of entry of the layer sequence on one rank, tensor-parallel

@@ -34,6 +34,10 @@ ParameterCounts count_parameters(const ModelSpec& m) {
     c.transformer_layer.sharded = qkv * h + qkv + h * h + h * f + f + f * h;
     c.transformer_layer.replicated = h + 4 * h + h;  // output bias, 2 LayerNorms, down bias
   }
+  // Every table above is looked up; the word table is also read by a tied LM head.
+  const bool head_reads_word = !m.num_labels && m.tied_embeddings;
+  c.lookup_tables.sharded = head_reads_word ? 0 : v * h;
+  c.lookup_tables.replicated = c.embedding.replicated - (!m.gated_mlp && encoder ? 2 * h : 0);
   const std::int64_t pooler = h * h + h;
   const std::int64_t final_norm = m.gated_mlp ? h : 2 * h;
   if (encoder) {

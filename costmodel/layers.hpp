@@ -28,7 +28,11 @@ struct ParameterCounts {
   LayerParameters embedding;          // word (vocab-parallel), position, token type, LayerNorm
   LayerParameters transformer_layer;  // one transformer layer
   LayerParameters head;               // pooler + classifier, LM head, or final LayerNorm + LM head
-  std::int64_t total = 0;             // embedding + layers * transformer_layer + head
+  // Of the embedding: the tables only looked up (word, unless a tied LM head multiplies by it;
+  // position; token type). A lookup's backward scatters the gradient into rows without reading
+  // the table, so Loom's ZeRO-3 leaves them out of the backward pass's gathers.
+  LayerParameters lookup_tables;
+  std::int64_t total = 0;  // embedding + layers * transformer_layer + head
   // What Hugging Face's base model (BertModel, RobertaModel, GPT2Model) holds: embeddings,
   // layers, and the pooler (encoders) or the final LayerNorm (decoders).
   std::int64_t base_model = 0;

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "costmodel/layers.hpp"
+
 namespace loom::costmodel {
 
 ChunkContent chunk_content(const StageRange& range, int sequence_length) {
@@ -46,7 +48,11 @@ std::vector<ChunkCost> lower_chunks(const profiles::ModelSpec& model, const Stra
       p += entry_cost.num_parameters;
       a += entry_cost.activation_bytes;
     };
-    if (k.content.embedding) add_entry(terms.embedding, cost.embedding);
+    if (k.content.embedding) {
+      add_entry(terms.embedding, cost.embedding);
+      k.lookup_num_parameters =
+          static_cast<double>(count_parameters(model).lookup_tables.per_rank(s.tp));
+    }
     if (k.content.head) {
       add_entry(terms.head, cost.head);
       p += tied_head_copy_parameters(model, s.tp, k.pipeline_rank);
@@ -66,6 +72,7 @@ std::vector<StageLoad> stage_loads(const std::vector<ChunkCost>& chunks, int pp)
   for (const ChunkCost& k : chunks) {
     StageLoad& l = out[static_cast<std::size_t>(k.pipeline_rank)];
     l.num_parameters += k.num_parameters;
+    l.lookup_num_parameters += k.lookup_num_parameters;
     l.activation_bytes += k.activation_bytes;
     l.num_layers += k.content.num_layers;
     l.largest_chunk_num_parameters = std::max(l.largest_chunk_num_parameters, k.num_parameters);

@@ -63,6 +63,9 @@ struct RuntimeMemory {
 struct DataParallelInput {
   std::function<double(Collective, double bytes)> time_s;  // over the dp group
   double num_parameters = 0;                               // on this rank
+  // Of them, what the backward pass's ZeRO-3 gathers leave out (the lookup tables, for a runtime
+  // with RuntimeRules::skips_lookup_gathers).
+  double backward_ungathered_num_parameters = 0;
   double layer_num_parameters = 0;
   double forward_window_s = 0;   // one micro-batch's forward pass on this rank (0: nothing hides)
   double backward_window_s = 0;  // one micro-batch's backward pass (0: nothing hides)
@@ -114,6 +117,10 @@ struct RuntimeRules {
   // FSDP (torchtitan, Hugging Face) and DeepSpeed (Hugging Face). Loom's executor runs LibTorch's
   // C++ modules eagerly and Megatron-LM fuses its kernels itself.
   bool compiles = false;
+  // Whether ZeRO-3 leaves the embedding's lookup tables (ParameterCounts::lookup_tables) out of
+  // the backward pass's gathers: Loom's executor knows its model; FSDP and DeepSpeed gather each
+  // wrapped block whole.
+  bool skips_lookup_gathers = false;
 };
 
 RuntimeRules runtime_rules(Runtime runtime);

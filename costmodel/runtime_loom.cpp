@@ -83,7 +83,8 @@ RuntimeMemory loom_memory(const Job& job, const Strategy& s, const RankMemoryInp
 // ZeRO-2/3 reduce-scatter each block during every micro-batch's (the gradients cannot accumulate
 // unsharded): NCCL's reduce-scatter, and on Gloo (CPU ranks) an all-reduce of the block, which
 // ran faster there than a ring of point-to-point sends. ZeRO-1/2 all-gather the updated shards
-// after the optimizer step; ZeRO-3 gathers every block in every forward and backward pass, the next
+// after the optimizer step; ZeRO-3 gathers every block in every forward and backward pass (the
+// backward's without the embedding's lookup tables, whose backward reads no values), the next
 // block's gather hidden behind the current block's compute: the pass's first block is exposed, and
 // what the pass cannot hide.
 DataParallelExposure loom_exposure(const Job&, const Strategy& s, const DataParallelInput& in) {
@@ -104,13 +105,17 @@ DataParallelExposure loom_exposure(const Job&, const Strategy& s, const DataPara
           : last;
   if (zero.gathers_per_block) {
     const double gather = in.time_s(Collective::kAllGather, grads);
+    const double backward_gather =
+        in.time_s(Collective::kAllGather,
+                  (in.num_parameters - in.backward_ungathered_num_parameters) * in.element_bytes);
     const double block = in.layer_num_parameters > 0 ? in.layer_num_parameters : in.num_parameters;
     const double first =
         in.time_s(Collective::kAllGather, std::min(block, in.num_parameters) * in.element_bytes);
     out.parameter_s =
         static_cast<double>(in.num_micro_batches) *
         (exposed_after_window_s(gather, in.forward_window_s, first, in.overlap_slowdown) +
-         exposed_after_window_s(gather, in.backward_window_s, first, in.overlap_slowdown));
+         exposed_after_window_s(backward_gather, in.backward_window_s,
+                                std::min(first, backward_gather), in.overlap_slowdown));
   } else if (zero.gathers_after_step) {
     out.parameter_s = in.time_s(Collective::kAllGather, grads);
   }
@@ -128,6 +133,7 @@ RuntimeRules loom_runtime_rules() {
   };
   r.memory = loom_memory;
   r.exposure = loom_exposure;
+  r.skips_lookup_gathers = true;
   r.host_floor = true;
   r.autocast = true;
   r.reduce_bytes_per_parameter = [](const Job&) { return 4.0; };  // fp32 gradients

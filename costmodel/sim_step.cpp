@@ -112,16 +112,18 @@ class StepBuilder {
 
   // ZeRO-3 before a pass of chunk c: its first block's all-gather, which the pass waits for, and
   // the other blocks' gathers on the zero stream beside the pass (each in flight while the block
-  // before it computes). Returns the task the pass follows.
+  // before it computes); the backward pass's gathers move backward_gather_bytes. Returns the task
+  // the pass follows.
   int block_gathers(int r, const ChunkSpec& c, Phase pass, const std::string& what, int prev) {
     const double blocks = std::max(1, c.range.last_layer - c.range.first_layer + 1);
-    const double first = c.gradient_bytes / blocks;
+    const double bytes = pass == Phase::kBackward ? c.backward_gather_bytes : c.gradient_bytes;
+    const double first = bytes / blocks;
     const int head = flow(r, Stream::kZero, pass,
                           comms_->collective(Collective::kAllGather, Group::kData, r, first),
                           "all-gather zero block " + what + " " + profiles::bytes_text(first));
     engine_.depend(prev, head);
-    if (c.gradient_bytes > first) {
-      const double rest = c.gradient_bytes - first;
+    if (bytes > first) {
+      const double rest = bytes - first;
       const int others = flow(r, Stream::kZero, pass,
                               comms_->collective(Collective::kAllGather, Group::kData, r, rest),
                               "all-gather zero blocks " + what + " " + profiles::bytes_text(rest));

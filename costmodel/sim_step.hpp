@@ -50,6 +50,7 @@ struct ChunkSpec {
   TpSpec tp_backward;
   double activation_bytes = 0;
   double gradient_bytes = 0;
+  double backward_gather_bytes = 0;  // ZeRO-3: what the backward pass's gathers move
 };
 
 struct StepSpec {

@@ -388,10 +388,6 @@ torch::Tensor contiguous_buffer(const torch::Tensor& tensor) {
   return tensor.is_contiguous() ? tensor : tensor.contiguous();
 }
 
-// Gloo's all-gather works in pieces of at most this many elements per rank (4 MiB of fp32): its
-// temporaries stay bounded by the piece, not the buffer.
-constexpr std::int64_t kGlooPieceElements = std::int64_t{1} << 20;
-
 }  // namespace
 
 std::unique_ptr<PendingOperation::Impl> ProcessGroup::new_operation(std::string name) const {
@@ -463,9 +459,11 @@ void ProcessGroup::allgather(torch::Tensor& output, const torch::Tensor& input) 
   }
 }
 
-// NCCL gathers the whole flat buffer at once. Gloo's list all-gather stages its output in a
-// temporary as large as the output, so it runs in pieces of at most kGlooPieceElements per rank:
-// the temporary stays bounded.
+// NCCL gathers the whole flat buffer at once. On Gloo each rank broadcasts its chunk straight
+// into its slice of the output: the same bytes per rank as a ring all-gather, with no temporary
+// and no copies, where Gloo's list all-gather flattens the input, stages the whole output in a
+// temporary and copies it out (about twice the time on CPU ranks: bench/RESULTS.md, "Gloo's
+// all-gather as broadcasts").
 std::vector<PendingOperation> ProcessGroup::allgather_async(torch::Tensor& output,
                                                             const torch::Tensor& input) {
   const std::int64_t n = input.numel();
@@ -476,8 +474,9 @@ std::vector<PendingOperation> ProcessGroup::allgather_async(torch::Tensor& outpu
   std::vector<PendingOperation> out;
   torch::Tensor flat_in = input.view({n});
   torch::Tensor flat_out = output.view({size() * n});
+  torch::Tensor mine = flat_out.narrow(0, static_cast<std::int64_t>(rank_) * n, n);
   if (size() == 1) {
-    if (flat_out.data_ptr() != flat_in.data_ptr()) flat_out.copy_(flat_in);
+    if (mine.data_ptr() != flat_in.data_ptr()) mine.copy_(flat_in);
     return out;
   }
   refuse_host_tensor("allgather", output);
@@ -494,30 +493,12 @@ std::vector<PendingOperation> ProcessGroup::allgather_async(torch::Tensor& outpu
     out.emplace_back(std::move(impl));
     return out;
   }
-  for (std::int64_t begin = 0; begin < n; begin += kGlooPieceElements) {
-    out.push_back(
-        start_allgather_piece(flat_out, flat_in, begin, std::min(kGlooPieceElements, n - begin)));
+  if (mine.data_ptr() != flat_in.data_ptr()) mine.copy_(flat_in);
+  for (int root = 0; root < size(); ++root) {
+    torch::Tensor slice = flat_out.narrow(0, static_cast<std::int64_t>(root) * n, n);
+    out.push_back(start_broadcast(slice, root, "allgather"));
   }
   return out;
-}
-
-PendingOperation ProcessGroup::start_allgather_piece(torch::Tensor& flat_out,
-                                                     const torch::Tensor& flat_in,
-                                                     std::int64_t begin, std::int64_t length) {
-  const std::int64_t n = flat_in.numel();
-  auto impl = new_operation("allgather");
-  c10d::AllgatherOptions options;
-  options.timeout = timeout_;
-  std::vector<torch::Tensor> inputs{flat_in.narrow(0, begin, length)};
-  std::vector<std::vector<torch::Tensor>> outputs(1);
-  for (int r = 0; r < size(); ++r) outputs[0].push_back(flat_out.narrow(0, r * n + begin, length));
-  try {
-    impl->work = impl_->backend->allgather(outputs, inputs, options);
-  } catch (const std::exception& e) {
-    fail("allgather", error_text(e));
-  }
-  impl->keep_alive = flat_out;
-  return PendingOperation(std::move(impl));
 }
 
 void ProcessGroup::reduce_scatter_sum(torch::Tensor& output, const torch::Tensor& input) {
@@ -529,30 +510,61 @@ void ProcessGroup::reduce_scatter_sum(torch::Tensor& output, const torch::Tensor
     output.copy_(input.reshape(output.sizes()));
     return;
   }
-  if (impl_->kind == CommBackend::kNccl) {
-    refuse_host_tensor("reduce_scatter_sum", output);
-    torch::Tensor flat_in = contiguous_buffer(input).view({size() * n});
-    torch::Tensor flat_out = contiguous_buffer(output).view({n});
-    auto impl = new_operation("reduce_scatter_sum");
-    c10d::ReduceScatterOptions options;
-    options.reduceOp = c10d::ReduceOp::SUM;
-    options.timeout = timeout_;
-    try {
-      impl->work = impl_->backend->_reduce_scatter_base(flat_out, flat_in, options);
-    } catch (const std::exception& e) {
-      fail("reduce_scatter_sum", error_text(e));
-    }
-    PendingOperation(std::move(impl)).wait();
-    if (flat_out.data_ptr() != output.data_ptr()) output.copy_(flat_out.view(output.sizes()));
-    return;
-  }
-  // Gloo: the all-reduce of the whole input, then this rank's chunk. Gloo's all-reduce moves twice
-  // the bytes of a ring reduce-scatter but ran faster on CPU ranks than a ring of point-to-point
-  // sends (bench/RESULTS.md, ZeRO on the CPU); costmodel's loom runtime charges it so.
+  refuse_host_tensor("reduce_scatter_sum", output);
   torch::Tensor flat_in = contiguous_buffer(input).view({size() * n});
-  allreduce_sum(flat_in);
+  reduce_scatter_sum_async(flat_in).wait();
   const torch::Tensor mine = flat_in.narrow(0, static_cast<std::int64_t>(rank_) * n, n);
   if (mine.data_ptr() != output.data_ptr()) output.copy_(mine.view(output.sizes()));
+}
+
+// NCCL reduce-scatters in place (the output is this rank's chunk of the input). Gloo all-reduces
+// the whole input: twice the bytes of a ring reduce-scatter, but faster on CPU ranks than a ring
+// of point-to-point sends (bench/RESULTS.md, ZeRO on the CPU); costmodel's loom runtime charges
+// it so.
+PendingOperation ProcessGroup::reduce_scatter_sum_async(torch::Tensor& input) {
+  const std::int64_t n = input.numel() / size();
+  if (input.numel() != n * size() || !input.is_contiguous()) {
+    fail("reduce_scatter_sum",
+         "a contiguous input of a multiple of " + std::to_string(size()) + " elements (a bug)");
+  }
+  if (impl_->kind != CommBackend::kNccl || size() == 1) return allreduce_sum_async(input);
+  refuse_host_tensor("reduce_scatter_sum", input);
+  torch::Tensor flat_in = input.view({size() * n});
+  torch::Tensor mine = flat_in.narrow(0, static_cast<std::int64_t>(rank_) * n, n);
+  auto impl = new_operation("reduce_scatter_sum");
+  c10d::ReduceScatterOptions options;
+  options.reduceOp = c10d::ReduceOp::SUM;
+  options.timeout = timeout_;
+  try {
+    impl->work = impl_->backend->_reduce_scatter_base(mine, flat_in, options);
+  } catch (const std::exception& e) {
+    fail("reduce_scatter_sum", error_text(e));
+  }
+  impl->keep_alive = flat_in;
+  return PendingOperation(std::move(impl));
+}
+
+PendingOperation ProcessGroup::start_broadcast(torch::Tensor& tensor, int root,
+                                               const std::string& operation) {
+  auto impl = new_operation(operation);
+  std::vector<torch::Tensor> tensors{tensor};
+  c10d::BroadcastOptions options;
+  options.rootRank = root;
+  options.timeout = timeout_;
+  try {
+    impl->work = impl_->backend->broadcast(tensors, options);
+  } catch (const std::exception& e) {
+    fail(operation, error_text(e));
+  }
+  impl->keep_alive = tensor;
+  return PendingOperation(std::move(impl));
+}
+
+PendingOperation ProcessGroup::broadcast_async(torch::Tensor& tensor, int root) {
+  if (size() == 1) return PendingOperation(new_operation("broadcast"));
+  if (!tensor.is_contiguous()) fail("broadcast", "a non-contiguous tensor (a bug)");
+  refuse_host_tensor("broadcast", tensor);
+  return start_broadcast(tensor, root, "broadcast");
 }
 
 void ProcessGroup::broadcast(torch::Tensor& tensor, int root) {
@@ -561,17 +573,7 @@ void ProcessGroup::broadcast(torch::Tensor& tensor, int root) {
       stages_through_device(tensor)
           ? tensor.to(torch::Device(torch::kCUDA, impl_->device_index)).contiguous()
           : contiguous_buffer(tensor);
-  auto impl = new_operation("broadcast");
-  std::vector<torch::Tensor> tensors{buffer};
-  c10d::BroadcastOptions options;
-  options.rootRank = root;
-  options.timeout = timeout_;
-  try {
-    impl->work = impl_->backend->broadcast(tensors, options);
-  } catch (const std::exception& e) {
-    fail("broadcast", error_text(e));
-  }
-  PendingOperation(std::move(impl)).wait();
+  start_broadcast(buffer, root, "broadcast").wait();
   if (!buffer.is_same(tensor)) tensor.copy_(buffer);
 }
 

@@ -15,9 +15,8 @@
 //   control values: a stop flag, a loss, an evaluation's counts), staged through this rank's
 //   device; the other operations refuse a CPU tensor there (a bug). The reductions are sums (SUM
 //   then divide for averages: Gloo on 1.13 has no AVG, no reduce_scatter and no flat all-gather).
-//   On Gloo the all-gather is a list all-gather and the reduce-scatter a ring over point-to-point
-//   sends (each rank sends (size - 1) / size of the input, as NCCL's ring), both run in pieces so
-//   that their temporaries stay below ~8 MiB.
+//   On Gloo the all-gather is one in-place broadcast per rank (no temporary) and the
+//   reduce-scatter an all-reduce of the input and a copy of the rank's chunk.
 // - Ranks are numbered as Megatron-LM does: rank = tp_rank + tp * (dp_rank + dp * pp_rank).
 #pragma once
 
@@ -159,11 +158,18 @@ class ProcessGroup {
   std::vector<PendingOperation> allgather_async(torch::Tensor& output, const torch::Tensor& input);
   // output [n] = this rank's n-element chunk of the element-wise sum of every rank's input
   // [size * n]: NCCL's reduce-scatter; on Gloo an all-reduce of the input (which then holds the
-  // whole sum: a contiguous input is overwritten) and a copy of the rank's chunk. The output may
-  // be this rank's chunk of the input (in place).
+  // whole sum). A contiguous input is overwritten (at least this rank's chunk); the output may be
+  // that chunk (in place).
   void reduce_scatter_sum(torch::Tensor& output, const torch::Tensor& input);
+  // Starts reduce_scatter_sum() in place: after wait(), this rank's chunk of the contiguous
+  // `input` [size * n] holds the sum of every rank's chunk (on Gloo the whole input then holds
+  // the sum). The input must stay alive until then.
+  PendingOperation reduce_scatter_sum_async(torch::Tensor& input);
   // In place: every rank gets root's tensor (root is a group rank).
   void broadcast(torch::Tensor& tensor, int root);
+  // Starts broadcast() of a contiguous tensor (on NCCL, on this rank's device); it must stay
+  // alive until wait().
+  PendingOperation broadcast_async(torch::Tensor& tensor, int root);
   // Point to point (group ranks; tags >= 0 matched on both sides). send() returns at once; the
   // tensor must stay alive and unchanged until the handle's wait(). recv() blocks.
   PendingOperation send(const torch::Tensor& tensor, int destination, int tag);
@@ -187,9 +193,9 @@ class ProcessGroup {
   std::string describe_p2p(bool send, int peer, int tag) const;
   // A pending operation of this group: its timeout, its failure naming `name`, Gloo or not.
   std::unique_ptr<PendingOperation::Impl> new_operation(std::string name) const;
-  // One piece of the Gloo all-gather: every rank's [begin, begin + length) of its n elements.
-  PendingOperation start_allgather_piece(torch::Tensor& flat_out, const torch::Tensor& flat_in,
-                                         std::int64_t begin, std::int64_t length);
+  // Starts an in-place broadcast of a contiguous tensor from group rank `root`; a failure names
+  // `operation`.
+  PendingOperation start_broadcast(torch::Tensor& tensor, int root, const std::string& operation);
 
   std::string name_;
   std::vector<int> members_;

@@ -45,6 +45,16 @@ void allocate_storage(const torch::Tensor& buffer, std::int64_t numel) {
   storage->set_nbytes(bytes);
 }
 
+// Appends [start, start + length) to sorted, disjoint ranges, merging it with the last one when
+// they touch.
+void add_range(FlatRanges& ranges, std::int64_t start, std::int64_t length) {
+  if (!ranges.empty() && ranges.back().first + ranges.back().second == start) {
+    ranges.back().second += length;
+  } else {
+    ranges.emplace_back(start, length);
+  }
+}
+
 }  // namespace
 
 // The hooks chunk k's model calls around each layer.
@@ -156,6 +166,7 @@ void FlatParameters::make_units(const std::vector<std::vector<FlatParameter>>& c
       Unit& u = units_.back();
       parameters_.push_back(entry.tensor);
       within.push_back(u.padded);  // the unit's unpadded numel so far
+      if (entry.read_by_backward) add_range(u.backward_ranges, u.padded, entry.tensor.numel());
       numels_.push_back(entry.tensor.numel());
       shapes_.push_back(entry.tensor.sizes().vec());
       numel_ += entry.tensor.numel();
@@ -164,6 +175,12 @@ void FlatParameters::make_units(const std::vector<std::vector<FlatParameter>>& c
     }
     chunk.end = units_.size();
     chunk.next = chunk.end;
+    for (std::size_t u = chunk.begin; u < chunk.end; ++u) {  // all read: the whole unit
+      const FlatRanges& ranges = units_[u].backward_ranges;
+      if (ranges.size() == 1 && ranges[0].first == 0 && ranges[0].second == units_[u].padded) {
+        units_[u].backward_ranges.clear();
+      }
+    }
     chunk_units_.push_back(chunk);
   }
   const int rank = groups_.coordinates().dp;
@@ -257,21 +274,44 @@ std::size_t FlatParameters::unit_of(int k, int layer) const {
                          std::to_string(layer));
 }
 
-void FlatParameters::start_gather(std::size_t u) {
+void FlatParameters::start_gather(std::size_t u, bool backward) {
   Unit& unit = units_[u];
+  const bool partial = backward && !unit.backward_ranges.empty();
+  if (unit.partial && !partial) free_unit(u);  // the forward pass needs the whole unit
   if (unit.held || !unit.gathering.empty()) return;
   allocate_storage(unit.gathered, unit.padded);
   gathered_numel_ += unit.padded;
   peak_gathered_ = std::max(peak_gathered_, gathered_numel_);
   ++gather_count_;
+  unit.partial = partial;
   torch::Tensor mine = shard_.narrow(0, unit.shard_offset, unit.shard_numel);
-  unit.gathering = groups_.dp().allgather_async(unit.gathered, mine);
+  if (!partial) {
+    gathered_elements_ += unit.padded;
+    unit.gathering = groups_.dp().allgather_async(unit.gathered, mine);
+  } else {
+    // Each range's part in rank r's chunk comes from rank r (one broadcast per part, the same
+    // list on every rank); this rank's own parts are copied from its shard.
+    const int dp = groups_.dp_size();
+    const int rank = groups_.coordinates().dp;
+    for (const auto& [start, length] : unit.backward_ranges) {
+      gathered_elements_ += length;
+      for (int r = 0; r < dp; ++r) {
+        const std::int64_t chunk_begin = r * unit.shard_numel;
+        const std::int64_t from = std::max(start, chunk_begin);
+        const std::int64_t to = std::min(start + length, chunk_begin + unit.shard_numel);
+        if (from >= to) continue;
+        torch::Tensor part = unit.gathered.narrow(0, from, to - from);
+        if (r == rank) part.copy_(mine.narrow(0, from - chunk_begin, to - from));
+        if (dp > 1) unit.gathering.push_back(groups_.dp().broadcast_async(part, r));
+      }
+    }
+  }
   if (unit.gathering.empty()) unit.held = true;  // a group of one copied at once
 }
 
-void FlatParameters::gather(std::size_t u) {
+void FlatParameters::gather(std::size_t u, bool backward) {
   Unit& unit = units_[u];
-  start_gather(u);
+  start_gather(u, backward);
   for (PendingOperation& p : unit.gathering) p.wait();
   unit.gathering.clear();
   unit.held = true;
@@ -280,10 +320,12 @@ void FlatParameters::gather(std::size_t u) {
 void FlatParameters::free_unit(std::size_t u) {
   Unit& unit = units_[u];
   if (materialized_) return;
+  const bool in_flight = !unit.gathering.empty();
   for (PendingOperation& p : unit.gathering) p.wait();
   unit.gathering.clear();
-  if (!unit.held) return;
+  if (!unit.held && !in_flight) return;
   unit.held = false;
+  unit.partial = false;
   free_storage(unit.gathered);
   gathered_numel_ -= unit.padded;
 }
@@ -303,9 +345,9 @@ torch::Tensor FlatParameters::exit_forward(int k, int layer, const torch::Tensor
 }
 
 void FlatParameters::enter_backward(std::size_t u) {
-  gather(u);
+  gather(u, true);
   const ChunkUnits& chunk = chunk_units_[static_cast<std::size_t>(units_[u].chunk)];
-  if (u > chunk.begin) start_gather(u - 1);
+  if (u > chunk.begin) start_gather(u - 1, true);
 }
 
 void FlatParameters::zero_grad() {
@@ -313,6 +355,7 @@ void FlatParameters::zero_grad() {
   if (shard_grad_.defined()) shard_grad_.zero_();
   reduction_log_.clear();
   gather_count_ = 0;
+  gathered_elements_ = 0;
   peak_gathered_ = gathered_numel_;
 }
 
@@ -320,6 +363,7 @@ void FlatParameters::finish_backward(int k) {
   ChunkUnits& chunk = chunk_units_[static_cast<std::size_t>(k)];
   if (sharded_gradients_) {
     while (chunk.next > chunk.begin) reduce_unit(--chunk.next);
+    settle_reduction();
     for (std::size_t u = chunk.begin; u < chunk.end; ++u) {
       units_[u].remaining = units_[u].last - units_[u].first;
     }
@@ -456,6 +500,7 @@ void FlatParameters::reduce_unit(std::size_t index) {
   const int rank = groups_.coordinates().dp;
   for (std::int64_t at = 0; at < unit.shard_numel; at += piece) {
     const std::int64_t length = std::min(piece, unit.shard_numel - at);
+    settle_reduction();  // the staging buffer is free again
     torch::Tensor buffer = staging_.narrow(0, 0, length * dp);
     for (int r = 0; r < dp; ++r) {
       // Elements [begin, begin + length) of the unit: rank r's chunk, from `at`.
@@ -471,14 +516,23 @@ void FlatParameters::reduce_unit(std::size_t index) {
             .copy_(g.reshape({numels_[i]}).narrow(0, from - offsets_[i], to - from));
       }
     }
-    // In place: this rank's sum lands in its own slot of the staging buffer.
-    torch::Tensor mine = buffer.narrow(0, rank * length, length);
-    groups_.dp().reduce_scatter_sum(mine, buffer);
-    shard_grad_.narrow(0, unit.shard_offset + at, length).add_(mine);
+    // In place: this rank's sum lands in its own slot of the staging buffer, added to the shard
+    // when the buffer is needed again or the backward pass ends; the backward pass goes on
+    // meanwhile.
+    in_flight_ = InFlight{groups_.dp().reduce_scatter_sum_async(buffer),
+                          buffer.narrow(0, rank * length, length), unit.shard_offset + at};
   }
   for (std::size_t i = unit.first; i < unit.last; ++i)
     parameters_[i].mutable_grad() = torch::Tensor();
   if (per_block_) free_unit(index);
+}
+
+void FlatParameters::settle_reduction() {
+  if (!in_flight_) return;
+  in_flight_->operation.wait();
+  torch::NoGradGuard no_grad;
+  shard_grad_.narrow(0, in_flight_->shard_at, in_flight_->mine.numel()).add_(in_flight_->mine);
+  in_flight_.reset();
 }
 
 void FlatParameters::make_buckets(std::int64_t bucket_numel) {

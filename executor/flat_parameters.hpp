@@ -23,17 +23,20 @@
 //     the full buffer, then the dp group all-gathers the updated shards into the full buffer.
 //   ZeRO-2: full parameters, no full gradient buffer: a gradient shard of S elements and one
 //     staging buffer of at most a bucket. After every backward pass of a chunk (not only the last
-//     micro-batch's), as soon as a unit's gradients are all there, they are reduce-scattered
-//     through the staging buffer (pieces of at most bucket_bytes / dp per rank), this rank's
-//     chunk added to its gradient shard and the parameters' gradients freed, as DeepSpeed's
-//     ZeRO-2 does. The shard is divided by dp; AdamW updates the shard; the updated chunks are
-//     all-gathered unit by unit.
+//     micro-batch's), as soon as a unit's gradients are all there, they are copied into the
+//     staging buffer (pieces of at most bucket_bytes / dp per rank), the parameters' gradients
+//     freed and the buffer reduce-scattered asynchronously while the backward pass goes on; this
+//     rank's chunk of the sum is added to its gradient shard when the buffer is needed for the
+//     next piece or the chunk's backward pass ends (one reduction in flight at a time), as
+//     DeepSpeed's ZeRO-2 overlaps its reductions. The shard is divided by dp; AdamW updates the
+//     shard; the updated chunks are all-gathered unit by unit.
 //   ZeRO-3: gradients as ZeRO-2, but the rank keeps only its parameter shard. Each unit has a
 //     gathered buffer whose memory exists only while the unit is in use: all-gathered just before
 //     the unit's forward (layer_hooks(), which the model calls around each layer) and freed after
-//     it; gathered again just before its backward (a hook on its output's gradient) and freed
-//     when its gradients have been reduce-scattered. While unit u computes, the next unit's
-//     gather is in flight (u + 1 in the forward, u - 1 in the backward, within the chunk):
+//     it; gathered again just before its backward (a hook on its output's gradient: only the
+//     parameters the backward reads, FlatParameter::read_by_backward) and freed when its
+//     gradients have been reduce-scattered. While unit u computes, the next unit's gather is in
+//     flight (u + 1 in the forward, u - 1 in the backward, within the chunk):
 //     asynchronous on Gloo's worker threads, on NCCL's stream on CUDA. So a rank holds its shard
 //     plus at most two gathered units (kGatheredUnits). AdamW updates the shard; no all-gather
 //     after the step. materialize() gathers every unit and holds them until release() (an
@@ -63,6 +66,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -79,6 +83,9 @@ struct FlatParameter {
   bool decays = true;   // AdamW's weight decay applies (weight_decay_applies)
   bool counted = true;  // counts in the global norm (false: a tp-replicated copy on tp rank > 0)
   int unit = 0;  // ZeRO-2/3 unit within the chunk: the entry of the layer sequence it belongs to
+  // Whether the backward pass reads its values (false: an embedding table only looked up, whose
+  // backward scatters the gradient into rows; ZeRO-3 then leaves it out of the backward gather).
+  bool read_by_backward = true;
 };
 
 // ZeRO-3 holds at most this many gathered units at once: the one computing and the one whose
@@ -144,6 +151,9 @@ class FlatParameters {
   // gathered-buffer elements this rank held at once.
   std::int64_t gather_count() const { return gather_count_; }
   std::int64_t peak_gathered_numel() const { return peak_gathered_; }
+  // ZeRO-3: the elements of the units those gathers held (a backward gather counts only the
+  // parameters the backward pass reads).
+  std::int64_t gathered_elements() const { return gathered_elements_; }
   // The (start, length) ranges of the gradient buffer whose dp reductions this rank issued since
   // zero_grad, in issue order (every dp rank must list the same).
   const FlatRanges& reduction_log() const { return reduction_log_; }
@@ -164,6 +174,10 @@ class FlatParameters {
     torch::Tensor gathered;
     bool held = false;
     std::vector<PendingOperation> gathering;
+    // ZeRO-3's backward gather: the unit-relative ranges of the parameters the backward pass
+    // reads, when some are not read (empty: the whole unit); `partial` while only they are held.
+    FlatRanges backward_ranges;
+    bool partial = false;
   };
   struct ChunkUnits {  // units [begin, end) of one chunk; `next` is the next to reduce (from end)
     std::size_t begin = 0;
@@ -185,10 +199,13 @@ class FlatParameters {
   void make_units(const std::vector<std::vector<FlatParameter>>& chunks, bool per_layer, int dp);
   void make_unit_hooks();
   void reduce_unit(std::size_t index);
+  // Waits for the reduction in flight, if any, and adds this rank's sum to its gradient shard.
+  void settle_reduction();
   // ZeRO-3: starts the gather of unit u unless it is held or in flight; makes it held and
   // complete; frees it (unless materialized).
-  void start_gather(std::size_t u);
-  void gather(std::size_t u);
+  // For the backward pass (`backward`), only the unit's backward_ranges are gathered.
+  void start_gather(std::size_t u, bool backward = false);
+  void gather(std::size_t u, bool backward = false);
   void free_unit(std::size_t u);
   // The layer hooks' actions: before unit u's forward, after it, before its backward.
   void enter_forward(int k, int layer);
@@ -217,13 +234,22 @@ class FlatParameters {
   std::int64_t gathered_numel_ = 0;
   std::int64_t peak_gathered_ = 0;
   std::int64_t gather_count_ = 0;
-  torch::Tensor flat_;   // all parameters (undefined with ZeRO-3)
-  torch::Tensor grad_;   // all gradients (undefined with sharded gradients)
-  torch::Tensor shard_;  // ZeRO-3: this rank's parameters
+  std::int64_t gathered_elements_ = 0;  // elements all-gathered since zero_grad()
+  torch::Tensor flat_;                  // all parameters (undefined with ZeRO-3)
+  torch::Tensor grad_;                  // all gradients (undefined with sharded gradients)
+  torch::Tensor shard_;                 // ZeRO-3: this rank's parameters
   bool sharded_gradients_ = false;
   torch::Tensor shard_grad_;        // sharded gradients: this rank's summed gradient shard
   torch::Tensor staging_;           // sharded gradients: the reduction buffer (at most a bucket)
   std::int64_t staging_piece_ = 0;  // elements of each rank's chunk the staging buffer holds
+  // The staging buffer's reduction in flight: its sum (this rank's chunk of the staging buffer)
+  // goes into the gradient shard at `shard_at` once it is done.
+  struct InFlight {
+    PendingOperation operation;
+    torch::Tensor mine;
+    std::int64_t shard_at = 0;
+  };
+  std::optional<InFlight> in_flight_;
   // (start, length) ranges of the updated part where weight decay applies, and where the global
   // norm counts the elements.
   FlatRanges decay_ranges_;

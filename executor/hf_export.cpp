@@ -357,8 +357,8 @@ std::vector<std::vector<FlatParameter>> flat_parameters_of(
     for (const auto& [name, tensor] : chunk->local_parameters()) {
       const ParameterInfo& info = infos[i++];
       const bool replicated = info.split == TensorParallelSplit::kReplicated;
-      parameters.push_back(
-          {tensor, weight_decay_applies(name), first_tp || !replicated, info.layer});
+      parameters.push_back({tensor, weight_decay_applies(name), first_tp || !replicated, info.layer,
+                            !lookup_table(name)});
     }
     out.push_back(std::move(parameters));
   }

@@ -126,6 +126,12 @@ void write_shard(torch::Tensor& full, const torch::Tensor& shard, TensorParallel
 
 }  // namespace
 
+bool lookup_table(const std::string& name) {
+  return ends_with(name, "embeddings.word_embeddings.weight") ||
+         ends_with(name, "embeddings.position_embeddings.weight") ||
+         ends_with(name, "embeddings.token_type_embeddings.weight");
+}
+
 std::vector<ParameterInfo> parameter_table(const ModelSpec& spec) {
   check_encoder(spec);
   using S = TensorParallelSplit;

@@ -138,6 +138,11 @@ struct ParameterInfo {
   int layer = 0;  // index in the layer sequence (0 = embeddings, L + 1 = head)
 };
 
+// Whether the parameter `name` (Hugging Face name) is an embedding table the model only looks
+// rows up in (word, position, token type): the lookup's backward scatters the gradient into rows
+// without reading the table (costmodel's ParameterCounts::lookup_tables counts them).
+bool lookup_table(const std::string& name);
+
 // Refuses (InputError, source "model NAME", path "model_type" or empty) a spec that is not a
 // BERT/RoBERTa encoder with positive sizes, heads dividing hidden and a positive label count.
 void check_encoder(const profiles::ModelSpec& spec);

@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "costmodel/estimate.hpp"
+#include "costmodel/layers.hpp"
 #include "costmodel/process_memory.hpp"
 #include "costmodel/runtime.hpp"
 #include "profiles/loader.hpp"
@@ -312,4 +313,28 @@ TEST_CASE("torch.compile is a job field that only PyTorch runtimes take", "[runt
     REQUIRE(why.has_value());
     CHECK_THAT(*why, Catch::Matchers::Contains("torch.compile is not available"));
   }
+}
+
+TEST_CASE("loom's ZeRO-3 backward gathers leave the lookup tables out", "[runtime][zero]") {
+  // 1e9 parameters, 3e8 of them embedding tables only looked up; nothing hides the gathers:
+  // bf16, 1 GB/s. Per micro-batch the forward gathers 2 GB (2 s) and the backward 1.4 GB (1.4 s);
+  // two micro-batches: 6.8 s. FSDP gathers each wrapped block whole: 2 * (2 + 2) = 8 s.
+  DataParallelInput in = linear_links(1e9, 1e8, 2);
+  in.forward_window_s = 0;
+  in.backward_window_s = 0;
+  in.backward_ungathered_num_parameters = 3e8;
+  CHECK(loom_runtime_rules().exposure(bf16_job(Runtime::kLoom), dp8(3), in).parameter_s ==
+        Approx(6.8));
+  CHECK(loom_runtime_rules().skips_lookup_gathers);
+  CHECK_FALSE(fsdp_runtime_rules().skips_lookup_gathers);
+  CHECK_FALSE(deepspeed_runtime_rules().skips_lookup_gathers);
+  // The tables: BERT-base's word (30522 x 768), position (512 x 768) and token-type (2 x 768)
+  // embeddings; a tied LM head reads the word table, so only positions and types remain.
+  loom::profiles::ModelSpec bert = load_model("bert-base");
+  CHECK(count_parameters(bert).lookup_tables.sharded == 30522 * 768);
+  CHECK(count_parameters(bert).lookup_tables.replicated == (512 + 2) * 768);
+  bert.num_labels.reset();
+  bert.tied_embeddings = true;
+  CHECK(count_parameters(bert).lookup_tables.sharded == 0);
+  CHECK(count_parameters(bert).lookup_tables.replicated == (512 + 2) * 768);
 }

@@ -10,6 +10,7 @@
 #include <memory>
 #include <vector>
 
+#include "costmodel/layers.hpp"
 #include "costmodel/zero.hpp"
 #include "executor/distributed.hpp"
 #include "executor/flat_parameters.hpp"
@@ -111,7 +112,7 @@ TEST_CASE("ZeRO-3 gathers each block before its forward and its backward, two at
     }
   }
   const auto store = loom::executor::make_local_store();
-  std::vector<std::int64_t> gathers(kDp), peak(kDp), held_after(kDp);
+  std::vector<std::int64_t> gathers(kDp), peak(kDp), held_after(kDp), elements(kDp);
   run_ranks(kDp, [&](int rank) {
     ParallelGroups groups(store, rank, kDp, 1, 1, quick(false));
     EncoderOptions model_options;
@@ -133,6 +134,7 @@ TEST_CASE("ZeRO-3 gathers each block before its forward and its backward, two at
     flat.finish_backward(0);
     gathers[static_cast<std::size_t>(rank)] = flat.gather_count();
     peak[static_cast<std::size_t>(rank)] = flat.peak_gathered_numel();
+    elements[static_cast<std::size_t>(rank)] = flat.gathered_elements();
     // Nothing stays gathered after the backward pass: a second step starts from the shard.
     flat.zero_grad();
     held_after[static_cast<std::size_t>(rank)] = flat.peak_gathered_numel();
@@ -151,5 +153,11 @@ TEST_CASE("ZeRO-3 gathers each block before its forward and its backward, two at
     CHECK(adjacent_pair == 2 * 8544);
     CHECK(peak[i] <= loom::costmodel::kZero3GatheredUnits * largest);
     CHECK(held_after[i] == 0);
+    // The backward pass gathers the embeddings' LayerNorm only: the word, position and token-type
+    // tables, (40 + 16 + 2) * 32 = 1 856 elements, are looked up, and a lookup's backward reads
+    // no values. The cost model leaves out the same tables.
+    const std::int64_t lookup = (40 + 16 + 2) * 32;
+    CHECK(loom::costmodel::count_parameters(spec).lookup_tables.per_rank(1) == lookup);
+    CHECK(elements[i] == 2 * (1920 + 3 * 8544 + 1122) - lookup);
   }
 }

@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# ZeRO step time on this machine's CPUs, side by side with another build: mini-bert (the model of
+# bench/zero_memory.sh), fp32, global batch 8, micro-batch 2, seq 64, at dp = 2 and 4 with ZeRO 0,
+# 2 and 3 (ZeRO-0 as the control: its code path is the same in most builds). Each round runs every
+# plan with this build's `loom validate` and with MAIN's, alternating which goes first from round
+# to round, so that the machine's drift falls on both. Prints each plan's step times per round,
+# the medians and their ratio (this build / MAIN).
+#
+# Usage: MAIN=/path/to/other/build bench/zero_step.sh [ROUNDS]   (default 3 rounds, 8 steps each,
+#        the first 3 left out)            BUILD=build-foo, OUT=dir (default /tmp/loom-zero-step)
+set -euo pipefail
+ROUNDS=${1:-3}
+STEPS=8
+WARMUP=3
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+BUILD=${BUILD:-build}
+LOOM="$ROOT/$BUILD/tools/loom"
+OUT=${OUT:-/tmp/loom-zero-step}
+[ -x "$LOOM" ] || { echo "zero_step.sh: $LOOM not found: build first" >&2; exit 2; }
+[ -n "${MAIN:-}" ] || { echo "zero_step.sh: set MAIN to the build folder to compare with" >&2; exit 2; }
+[ -x "$MAIN/tools/loom" ] || { echo "zero_step.sh: $MAIN/tools/loom not found" >&2; exit 2; }
+rm -rf "$OUT"
+mkdir -p "$OUT" && cd "$OUT"
+MODEL="$ROOT/bench/models/mini-bert.json"
+sed 's/"devices_per_node": 2/"devices_per_node": 4/; s/"name": "local-cpu"/"name": "local-cpu-4"/' \
+  "$ROOT/profiles/clusters/local-cpu.json" >local-cpu-4.json
+
+PLANS=()
+for dp in 2 4; do
+  cluster=local-cpu
+  [ "$dp" -le 2 ] || cluster=local-cpu-4.json
+  for zero in 0 2 3; do
+    id="dp$dp-zero$zero"
+    "$LOOM" plan --model "$MODEL" --cluster "$cluster" --global-batch 8 --seq-len 64 \
+      --precision fp32 --dp "$dp" --tp 1 --pp 1 --zero "$zero" --micro-batch 2 \
+      -o "plan-$id.json" >/dev/null
+    PLANS+=("$id")
+  done
+done
+
+run() {  # run BUILD_LABEL LOOM_BINARY PLAN_ID ROUND
+  "$2" validate "plan-$3.json" --steps "$STEPS" --warmup "$WARMUP" --json >"$1-$3-$4.json"
+}
+for round in $(seq 1 "$ROUNDS"); do
+  for id in "${PLANS[@]}"; do
+    echo "== round $round $id" >&2
+    if [ $((round % 2)) -eq 1 ]; then
+      run this "$LOOM" "$id" "$round"
+      run main "$MAIN/tools/loom" "$id" "$round"
+    else
+      run main "$MAIN/tools/loom" "$id" "$round"
+      run this "$LOOM" "$id" "$round"
+    fi
+  done
+done
+
+python3 - "$ROUNDS" "${PLANS[@]}" <<'PY'
+import json, statistics, sys
+rounds, plans = int(sys.argv[1]), sys.argv[2:]
+def steps(label, pid):
+    return [json.load(open(f"{label}-{pid}-{r}.json"))["measured"]["step_time_s"]
+            for r in range(1, rounds + 1)]
+print("| plan | this build, step s per round | MAIN | median this / MAIN | ratio |")
+print("|---|---|---|---|---|")
+for pid in plans:
+    this, main = steps("this", pid), steps("main", pid)
+    a, b = statistics.median(this), statistics.median(main)
+    print(f"| {pid} | {' '.join(f'{t:.3f}' for t in this)} | {' '.join(f'{t:.3f}' for t in main)}"
+          f" | {a:.3f} / {b:.3f} | {a / b:.2f} |")
+PY
