@@ -32,18 +32,12 @@ if [ -n "${MAIN:-}" ] && [ ! -x "$MAIN/tools/loom" ]; then
 fi
 [ -n "${KEEP:-}" ] || rm -rf "$OUT"
 mkdir -p "$OUT" && cd "$OUT"
-MODEL="$ROOT/bench/models/mini-bert.json"
-sed 's/"devices_per_node": 2/"devices_per_node": 4/; s/"name": "local-cpu"/"name": "local-cpu-4"/' \
-  "$ROOT/profiles/clusters/local-cpu.json" >local-cpu-4.json
+. "$ROOT/bench/zero_plans.sh"
 
 for dp in ${DPS:-2 4}; do
-  cluster=local-cpu
-  [ "$dp" -le 2 ] || cluster=local-cpu-4.json
   for zero in 0 1 2 3; do
     id="dp$dp-zero$zero"
-    "$LOOM" plan --model "$MODEL" --cluster "$cluster" --global-batch 8 --seq-len 64 \
-      --precision fp32 --dp "$dp" --tp 1 --pp 1 --zero "$zero" --micro-batch 2 \
-      -o "plan-$id.json" >/dev/null
+    zero_plan "$LOOM" "$ROOT" "$dp" "$zero"
     echo "== $id" >&2
     "$LOOM" validate "plan-$id.json" --steps "$STEPS" --warmup $WARMUP --json >"validate-$id.json"
     if [ -n "${MAIN:-}" ]; then

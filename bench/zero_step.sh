@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# ZeRO step time on this machine's CPUs, side by side with another build: mini-bert (the model of
-# bench/zero_memory.sh), fp32, global batch 8, micro-batch 2, seq 64, at dp = 2 and 4 with ZeRO 0,
-# 2 and 3 (ZeRO-0 as the control: its code path is the same in most builds). Each round runs every
-# plan with this build's `loom validate` and with MAIN's, alternating which goes first from round
+# ZeRO step time on this machine's CPUs, side by side with another build: the mini-bert plans of
+# bench/zero_plans.sh (those of bench/zero_memory.sh) at dp = 2 and 4 with ZeRO 0, 2 and 3
+# (ZeRO-0 as the control: its code path is the same in most builds). Each round runs every plan
+# with this build's `loom validate` and with MAIN's, alternating which goes first from round
 # to round, so that the machine's drift falls on both. Prints each plan's step times per round,
 # the medians and their ratio (this build / MAIN).
 #
@@ -22,20 +22,13 @@ OUT=${OUT:-/tmp/loom-zero-step}
 [ -x "$MAIN/tools/loom" ] || { echo "zero_step.sh: $MAIN/tools/loom not found" >&2; exit 2; }
 rm -rf "$OUT"
 mkdir -p "$OUT" && cd "$OUT"
-MODEL="$ROOT/bench/models/mini-bert.json"
-sed 's/"devices_per_node": 2/"devices_per_node": 4/; s/"name": "local-cpu"/"name": "local-cpu-4"/' \
-  "$ROOT/profiles/clusters/local-cpu.json" >local-cpu-4.json
+. "$ROOT/bench/zero_plans.sh"
 
 PLANS=()
 for dp in 2 4; do
-  cluster=local-cpu
-  [ "$dp" -le 2 ] || cluster=local-cpu-4.json
   for zero in 0 2 3; do
-    id="dp$dp-zero$zero"
-    "$LOOM" plan --model "$MODEL" --cluster "$cluster" --global-batch 8 --seq-len 64 \
-      --precision fp32 --dp "$dp" --tp 1 --pp 1 --zero "$zero" --micro-batch 2 \
-      -o "plan-$id.json" >/dev/null
-    PLANS+=("$id")
+    zero_plan "$LOOM" "$ROOT" "$dp" "$zero"
+    PLANS+=("dp$dp-zero$zero")
   done
 done
 
