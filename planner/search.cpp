@@ -44,6 +44,10 @@ struct Candidate {
   std::int64_t order = 0;  // enumeration order, for deterministic ties
 };
 
+// A step time in whole nanoseconds: the rankings' key, so that plans whose times differ only by
+// rounding (GPipe and 1F1B when memory allows both) tie and the tie goes to the smaller one.
+std::int64_t nanoseconds(double seconds) { return std::llround(seconds * 1e9); }
+
 // The value of one dimension, for "X chosen over Y" explanations.
 struct Dimension {
   const char* name;
@@ -188,7 +192,8 @@ std::vector<Strategy> candidate_strategies(const profiles::ModelSpec& model,
     worlds = divisors(all_devices);
     std::reverse(worlds.begin(), worlds.end());  // all devices first (the order of ties)
   }
-  const costmodel::Attention attention = o.attention.value_or(default_attention(cluster, job.precision));
+  const costmodel::Attention attention =
+      o.attention.value_or(default_attention(cluster, job.precision));
   const bool gpu = cluster.device.kind == profiles::DeviceKind::kGpu;
   std::vector<Strategy> out;
   for (const int devices : worlds) {
@@ -405,7 +410,11 @@ void refine_by_simulation(ShapeCosts& costs, std::vector<Plan>* plans, bool pinn
   std::vector<std::size_t> order(plans->size());
   std::iota(order.begin(), order.end(), 0);
   std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
-    return (*plans)[a].predicted.step_time_s < (*plans)[b].predicted.step_time_s;
+    const costmodel::Prediction& x = (*plans)[a].predicted;
+    const costmodel::Prediction& y = (*plans)[b].predicted;
+    const std::int64_t tx = nanoseconds(x.step_time_s), ty = nanoseconds(y.step_time_s);
+    if (tx != ty) return tx < ty;
+    return x.peak_memory_bytes < y.peak_memory_bytes;
   });
   std::vector<Plan> ranked;
   ranked.reserve(order.size());
@@ -597,7 +606,13 @@ SearchResult search(const costmodel::CostModel& cost, const costmodel::Job& job,
     if (c.fits) ranked.push_back(&c);
   }
   std::stable_sort(ranked.begin(), ranked.end(), [](const Candidate* a, const Candidate* b) {
-    if (a->step_time_s != b->step_time_s) return a->step_time_s < b->step_time_s;
+    // Equally fast (to the nanosecond): the one that holds less memory (1F1B over GPipe), then
+    // enumeration order.
+    const std::int64_t ta = nanoseconds(a->step_time_s), tb = nanoseconds(b->step_time_s);
+    if (ta != tb) return ta < tb;
+    if (a->peak_memory_bytes != b->peak_memory_bytes) {
+      return a->peak_memory_bytes < b->peak_memory_bytes;
+    }
     return a->order < b->order;
   });
   std::size_t keep =
