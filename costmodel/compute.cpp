@@ -51,6 +51,8 @@ DeviceRates device_rates(const profiles::DeviceSpec& device, Precision precision
     // at 1/8 of the rate on V100: a quarter of them).
     r.gemm.prologue_scale = std::min(
         1.0, device.peak_tflops.of(precision) / tensor_tflops * r.gemm.element_bytes / 2.0);
+    // Tensor cores (16-bit types and tf32) read 16-byte vectors; fp32 runs on CUDA cores.
+    r.gemm.alignment_elements = precision == Precision::kFp32 ? 0 : 16 / r.gemm.element_bytes;
   }
   return r;
 }
@@ -79,8 +81,9 @@ struct Pass {
                      rates.kernel_launch_s});
   }
   // A matrix product C[m,n] = A[m,k] B[k,n]: forward once; backward as the gradients of A
-  // (m x k, inner n) and of B (k x n, inner m), each from its shape under the shape model, two
-  // products of the forward's cost under the roofline.
+  // (m x k, inner n) and of B (k x n, inner m), each from its shape under the shape model (all
+  // three unaligned when n or k is: operands_aligned), two products of the forward's cost under
+  // the roofline.
   double matmul(const GemmShape& x) {
     ++forward_kernels;
     const bool kept = matmuls++ % 2 == 0;
@@ -91,11 +94,12 @@ struct Pass {
       if (kept) kept_matmul_s += t;
       return t;
     }
-    double t = gemm_time(x, rates.gemm).time_s;
+    const bool unaligned = !operands_aligned(x.n, x.k, rates.gemm.alignment_elements);
+    double t = gemm_time({x.m, x.n, x.k, x.batch, unaligned}, rates.gemm).time_s;
     if (kept) kept_matmul_s += t;
     forward_s += t;
-    backward_s += gemm_time({x.m, x.k, x.n, x.batch}, rates.gemm).time_s +
-                  gemm_time({x.k, x.n, x.m, x.batch}, rates.gemm).time_s;
+    backward_s += gemm_time({x.m, x.k, x.n, x.batch, unaligned}, rates.gemm).time_s +
+                  gemm_time({x.k, x.n, x.m, x.batch, unaligned}, rates.gemm).time_s;
     return t;
   }
   // An elementwise or reduction kernel moving `bytes`; backward moves about twice as much.

@@ -5,9 +5,18 @@
 
 namespace loom::costmodel {
 
+bool operands_aligned(double n, double k, int alignment_elements) {
+  if (alignment_elements <= 0) return true;
+  auto whole_vectors = [alignment_elements](double v) {
+    return v == std::round(v) && std::fmod(v, alignment_elements) == 0;
+  };
+  return whole_vectors(n) && whole_vectors(k);
+}
+
 GemmTime gemm_time(const GemmShape& x, const GemmDevice& d, const GemmFit& fit) {
   const double sms = d.sm_count;
-  const double sm_rate = d.peak_flops_per_s * fit.sm_rate_fraction / sms;
+  const double rate = x.unaligned && d.alignment_elements > 0 ? fit.unaligned_rate_fraction : 1.0;
+  const double sm_rate = d.peak_flops_per_s * fit.sm_rate_fraction * rate / sms;
   GemmTime best;
   double best_compute_s = -1;
   for (const TileShape& tile : kTileShapes) {
@@ -24,7 +33,7 @@ GemmTime gemm_time(const GemmShape& x, const GemmDevice& d, const GemmFit& fit) 
       best.waves = static_cast<std::int64_t>(waves);
     }
   }
-  const double compute_s = std::max(best_compute_s, x.flops() / d.ceiling_flops_per_s);
+  const double compute_s = std::max(best_compute_s, x.flops() / (d.ceiling_flops_per_s * rate));
   const double memory_s = x.bytes(d.element_bytes) / d.memory_bytes_per_s;
   best.memory_bound = memory_s > compute_s;
   best.time_s = fit.fixed_s + std::max(compute_s, memory_s);

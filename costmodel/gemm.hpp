@@ -26,6 +26,9 @@ struct GemmShape {
   double n = 1;
   double k = 1;
   double batch = 1;
+  // The operands' rows are not a whole number of 16-byte vectors (GemmDevice::alignment_elements),
+  // so the kernel loads them in narrower pieces (set by the caller: see operands_aligned).
+  bool unaligned = false;
   double flops() const { return 2 * m * n * k * batch; }
   // A and B read once and C written once, `element_bytes` each.
   double bytes(int element_bytes) const { return element_bytes * batch * (m * k + k * n + m * n); }
@@ -43,7 +46,17 @@ struct GemmDevice {
   // 16-bit type at the device's tensor-core rate. A precision at a fraction f of that rate whose
   // elements are w bytes spends f * w / 2 as many steps on them (costmodel::device_rates).
   double prologue_scale = 1;
+  // Tensor-core kernels read their operands in 16-byte vectors: the row length of every operand
+  // must be a multiple of this many elements (8 for 16-bit types, 4 for tf32); 0 = no such rule
+  // (CUDA-core fp32, CPUs).
+  int alignment_elements = 0;
 };
+
+// Whether the product of a layer with weight dims `n` x `k` (the forward's C[m,n] = A[m,k] B[k,n],
+// m the tokens) keeps every operand's rows a multiple of `alignment_elements`, in the forward and
+// in both backward products: their leading dimensions are n and k, never the tokens. A fractional
+// dimension (a tensor-parallel share not padded) is unaligned.
+bool operands_aligned(double n, double k, int alignment_elements);
 
 // The fitted constants (see the header comment).
 struct GemmFit {
@@ -51,6 +64,10 @@ struct GemmFit {
   double prologue_k = 160;             // per tile, in steps of k
   double sm_rate_fraction = 0.89;      // one SM's rate as a fraction of peak / sm_count
   double small_tile_efficiency = 0.8;  // tiles of fewer than 128 x 128 outputs
+  // An unaligned product's rate (GemmShape::unaligned) as a fraction of the aligned one's: what
+  // makes GPT-2 124M's step 1.25x as long with its vocabulary of 50257 as with 50304 on A100, as
+  // nanoGPT measured (docs/cost-model.md, "Alignment").
+  double unaligned_rate_fraction = 0.35;
   bool operator==(const GemmFit&) const = default;
 };
 

@@ -24,12 +24,14 @@ Strategy pipeline(int pp, std::int64_t micro_batches) {
 }
 }  // namespace
 
-TEST_CASE("balanced partition: GPT-2's heavy LM head shares the last stage with one layer",
+TEST_CASE("balanced partition: GPT-2's heavy LM head takes the last stage alone",
           "[planner][partition]") {
-  // The LM head is a 768 x 50257 matmul, V / (12 h) = 5.5 transformer layers of FLOPs; but on
-  // A100's 108 SMs a layer's 1024 x 768 products run at about 30 % of peak (few tiles, small k)
-  // where the head's 1024 x 50257 product runs at 70 %, so with its fp32 cross-entropy the head
-  // takes about 2 layers of time (680 us against 332 us forward): 3 + 4 + 4 + (1 + head).
+  // The LM head is a 768 x 50257 matmul, V / (12 h) = 5.5 transformer layers of FLOPs. On A100's
+  // 108 SMs a layer's 1024 x 768 products run at about 30 % of peak (few tiles, small k) where
+  // an aligned 1024 x 50304 product would run at 70 %; but 50257 is not a whole number of 16-byte
+  // vectors, so the head's products run at 0.35 of that rate (gemm.hpp), and with its fp32
+  // cross-entropy the head takes 4 layers of time (1340 us against 332 us forward):
+  // (embedding + 4) + 4 + 4 + head.
   profiles::Cluster four = profiles::with_nodes(
       profiles::datasheet_cluster(profiles::load_cluster("dgx-a100-80g")), 1, "test");
   four.devices_per_node = 4;
@@ -44,9 +46,9 @@ TEST_CASE("balanced partition: GPT-2's heavy LM head shares the last stage with 
   REQUIRE(balanced.has_value());
   const auto even = costmodel::even_partition(cost.model(), 4);
   CHECK(even == std::vector<StageRange>{{0, 3}, {4, 6}, {7, 9}, {10, 13}});
-  CHECK(*balanced == std::vector<StageRange>{{0, 3}, {4, 7}, {8, 11}, {12, 13}});
+  CHECK(*balanced == std::vector<StageRange>{{0, 4}, {5, 8}, {9, 12}, {13, 13}});
   CHECK(cost.estimate(job, s, *balanced).step_time_s <
-        0.8 * cost.estimate(job, s, even).step_time_s);
+        0.65 * cost.estimate(job, s, even).step_time_s);
 }
 
 TEST_CASE("balanced partition: every stage within the memory limit, or none",
