@@ -4,7 +4,8 @@
 // calibrated clusters), leave-one-out and before calibration (the clusters' datasheet values).
 // Rows Loom cannot express are listed with the reason. Files without training rows (GEMM,
 // collectives) are named and skipped. Usage: bench_published [DIR] [--json] [--explain ID]
-//   --json: one document (per file summaries, per row outcomes with their mapping and prediction)
+//   --json: one document (per file summaries, per row outcomes with their mapping and prediction,
+//           and each expressible row's leave-one-out and before-calibration predictions)
 //   --explain ID: that row's mapping and whole prediction, as JSON
 #include <algorithm>
 #include <cstdio>
@@ -243,7 +244,15 @@ int run(const std::string& dir, bool json, const std::string& explain) {
       summary["leave_one_out"] = summary_to_json(f.loo_summary);
       summary["datasheet"] = summary_to_json(f.datasheet_summary);
       doc["files"].push_back(summary);
-      for (const RowResult& r : f.rows) doc["rows"].push_back(row_to_json(r, true));
+      for (std::size_t r = 0; r < f.rows.size(); ++r) {
+        nlohmann::json row = row_to_json(f.rows[r], true);
+        if (!f.rows[r].not_expressible) {
+          row["leave_one_out_predicted"] = f.loo_rows[r].predicted;
+          row["before_calibration_predicted"] = f.datasheet_rows[r].predicted;
+          row["before_calibration_memory_gib"] = f.datasheet_rows[r].predicted_memory_gib;
+        }
+        doc["rows"].push_back(row);
+      }
     }
     std::cout << doc.dump(2) << "\n";
     return 0;

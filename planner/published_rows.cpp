@@ -181,16 +181,11 @@ profiles::ModelSpec decoder_model(profiles::ModelSpec m, std::int64_t seq,
   return m;
 }
 
-profiles::ModelSpec encoder_model(profiles::ModelSpec m, std::int64_t seq, const Fields& row,
-                                  std::vector<std::string>* assumptions) {
+profiles::ModelSpec encoder_model(profiles::ModelSpec m, std::int64_t seq, const Fields& row) {
   m.family = profiles::Family::kEncoder;
   m.model_type = profiles::ModelType::kBert;
   m.max_positions = std::max<std::int64_t>(seq, 512);
-  bool bert = !contains(m.name, "distilbert") && !contains(m.name, "deberta");
-  m.type_vocab = bert ? 2 : 0;
-  if (contains(m.name, "deberta")) {
-    assumptions->push_back("DeBERTa's disentangled attention is not modelled (BERT's is)");
-  }
+  m.type_vocab = contains(m.name, "distilbert") ? 0 : 2;
   // GLUE MNLI classifies into 3 labels; SQuAD's span head gives 2 logits per token, the size of
   // the 2-label classifier Loom fine-tunes by default.
   m.num_labels = contains(row.text("notes").value_or(""), "mnli") ? 3 : 2;
@@ -213,7 +208,7 @@ profiles::ModelSpec row_model(const Fields& row, const std::string& file, const 
   if (family == "decoder") {
     m = decoder_model(m, seq, assumptions);
   } else if (family == "encoder") {
-    m = encoder_model(m, seq, row, assumptions);
+    m = encoder_model(m, seq, row);
   } else {
     f.fail("family", "\"encoder\" or \"decoder\"");
   }
@@ -352,6 +347,12 @@ MappedRow map_row(const nlohmann::json& row_json, const std::string& file, const
   const Fields row(row_json, file, path);
   RowMapping out;
   out.model = row_model(row, file, path, &out.assumptions);
+  if (contains(out.model.name, "deberta")) {
+    // Its attention adds content-to-position and position-to-content score products and their
+    // gathers over relative positions to every layer: work BERT's attention has not.
+    return std::string(
+        "DeBERTa's disentangled attention: Loom's models have only BERT's and GPT's");
+  }
   auto cluster = row_cluster(row, file, cluster_file, &out);
   if (auto* why = std::get_if<std::string>(&cluster)) return *why;
   out.cluster = std::get<profiles::Cluster>(std::move(cluster));
