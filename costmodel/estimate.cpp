@@ -318,7 +318,7 @@ EntryActivations activation_terms(const TermsInput& in, Terms& t) {
   a.head = 3 * e * in.b * in.h;
   if (!m.num_labels) {
     a.head = (m.family == Family::kEncoder ? 3 : 1) * e * sbh / sp_split +
-             (e + 4) * in.b * in.seq * in.v / s.tp;  // logits and their fp32 softmax
+             head_kept_bytes_per_logit(in.job) * in.b * in.seq * in.v / s.tp;
   }
   if (s.recompute != Recompute::kNone) {
     double full = transformer_layer_activation_bytes(ashape, s.tp, s.sequence_parallel,

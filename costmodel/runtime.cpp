@@ -14,6 +14,12 @@ int state_element_bytes(const Job& job) {
   return trains_under_autocast(job) ? 4 : element_bytes(job.precision);
 }
 
+double head_kept_bytes_per_logit(const Job& job) {
+  const double e = element_bytes(job.precision);
+  if (job.loss == Loss::kFused && runtime_rules(job.runtime).runs_job_loss) return e;
+  return e + 4;
+}
+
 RuntimeRules runtime_rules(Runtime runtime) {
   switch (runtime) {
     case Runtime::kLoom:

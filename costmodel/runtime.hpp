@@ -111,6 +111,9 @@ struct RuntimeRules {
   // the logits (8) beside the kept log-probabilities; Megatron-LM's vocab-parallel cross-entropy
   // writes its gradient into the softmax it kept (0), as a fused loss does.
   double loss_backward_bytes_per_logit = 8;
+  // Whether the runtime runs the job's loss (Job::loss): Megatron-LM always runs its own
+  // vocab-parallel cross-entropy, which keeps the fp32 softmax.
+  bool runs_job_loss = true;
   // What its selective recomputation recomputes (strategy.hpp).
   SelectivePolicy selective = SelectivePolicy::kAttentionCore;
   // Whether it runs PyTorch's Python models, which torch.compile can compile (Job::compile):
@@ -131,6 +134,13 @@ bool trains_under_autocast(const Job& job);
 // Bytes per element of the weights and gradients a rank holds and communicates: 4 under
 // autocast, else the job's precision's.
 int state_element_bytes(const Job& job);
+// Bytes per logit a language-model head keeps for the backward pass: the logits and their fp32
+// softmax (the job's element bytes + 4: an eager loss, and Megatron-LM's); a fused loss the
+// runtime runs (Job::loss, RuntimeRules::runs_job_loss) keeps only the logits, from which its
+// backward recomputes the softmax with the per-row log-sum-exp it saved (4 bytes a row, left
+// out) and into which it writes the gradient (flash-attn's cross-entropy, which llm-foundry's
+// fused_crossentropy runs).
+double head_kept_bytes_per_logit(const Job& job);
 
 // The rules of each runtime, one file each (runtime_<name>.cpp).
 RuntimeRules loom_runtime_rules();

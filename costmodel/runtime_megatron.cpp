@@ -100,6 +100,7 @@ RuntimeRules megatron_runtime_rules() {
   r.memory = megatron_memory;
   r.exposure = megatron_exposure;
   r.loss_backward_bytes_per_logit = 0;
+  r.runs_job_loss = false;
   r.reduce_bytes_per_parameter = [](const Job& job) {
     return megatron_bytes(job.precision).gradients;
   };

@@ -263,7 +263,7 @@ TEST_CASE("Loom's autocast keeps fp32 states and 16-bit weight copies, and one G
         Approx(4 * 2 * kLayer + 4 * 2 * 4 * 4096.0 * 4096));
 }
 
-TEST_CASE("an eager language-model loss allocates fp32 gradients of its logits",
+TEST_CASE("an eager language-model loss allocates fp32 gradients; a fused one keeps the logits",
           "[runtime][memory]") {
   // GPT-2 (vocabulary 50,257) under FSDP on 8 A100s, micro-batch 4 of 1024 tokens: the eager
   // cross-entropy's backward starts with the fp32 gradients of the log-probabilities and of the
@@ -283,11 +283,21 @@ TEST_CASE("an eager language-model loss allocates fp32 gradients of its logits",
   const double without =
       cost.estimate(fused, s, even_partition(model, 1)).memory_by_stage[0].buffer_bytes;
   CHECK(with - without == Approx(1646821376.0));
+  // The eager loss keeps the bf16 logits and their fp32 softmax (6 bytes a logit); the fused one
+  // only the logits (2), from which it recomputes the softmax: 4 x 4 x 1024 x 50,257 =
+  // 823,410,688 fewer activation bytes for the one micro-batch in flight.
+  CHECK(head_kept_bytes_per_logit(eager) == 6);
+  CHECK(head_kept_bytes_per_logit(fused) == 2);
+  CHECK(cost.estimate(eager, s, even_partition(model, 1)).memory_by_stage[0].activation_bytes -
+            cost.estimate(fused, s, even_partition(model, 1)).memory_by_stage[0].activation_bytes ==
+        Approx(823410688.0));
   Job megatron = eager;
   megatron.runtime = Runtime::kMegatron;
   Job megatron_fused = megatron;
   megatron_fused.loss = Loss::kFused;
   s.zero = 1;
+  // Megatron-LM runs its own loss whatever the job says: it keeps the fp32 softmax.
+  CHECK(head_kept_bytes_per_logit(megatron_fused) == 6);
   CHECK(cost.estimate(megatron, s, even_partition(model, 1)).peak_memory_bytes ==
         cost.estimate(megatron_fused, s, even_partition(model, 1)).peak_memory_bytes);
   // The plan's job says so only when fused.
