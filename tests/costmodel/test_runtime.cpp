@@ -263,7 +263,7 @@ TEST_CASE("Loom's autocast keeps fp32 states and 16-bit weight copies, and one G
         Approx(4 * 2 * kLayer + 4 * 2 * 4 * 4096.0 * 4096));
 }
 
-TEST_CASE("an eager language-model loss allocates fp32 gradients; a fused one keeps the logits",
+TEST_CASE("an eager language-model loss allocates fp32 gradients, a fused one keeps the logits",
           "[runtime][memory]") {
   // GPT-2 (vocabulary 50,257) under FSDP on 8 A100s, micro-batch 4 of 1024 tokens: the eager
   // cross-entropy's backward starts with the fp32 gradients of the log-probabilities and of the
