@@ -128,7 +128,13 @@ RuntimeRules loom_runtime_rules() {
   RuntimeRules r;
   r.name = "loom";
   r.engine = "Loom's executor";
-  r.refusal = [](const Job&, const Strategy&) -> std::optional<std::string> {
+  // Its head runs LibTorch's eager cross-entropy: a plan may not promise a fused loss's memory.
+  r.refusal = [](const Job& job, const Strategy&) -> std::optional<std::string> {
+    if (job.loss == Loss::kFused) {
+      return std::string(
+          "Loom's executor runs the eager loss (use loss eager, or runtime fsdp or "
+          "deepspeed for a fused one)");
+    }
     return std::nullopt;
   };
   r.memory = loom_memory;

@@ -300,6 +300,14 @@ TEST_CASE("an eager language-model loss allocates fp32 gradients, a fused one ke
   CHECK(head_kept_bytes_per_logit(megatron_fused) == 6);
   CHECK(cost.estimate(megatron, s, even_partition(model, 1)).peak_memory_bytes ==
         cost.estimate(megatron_fused, s, even_partition(model, 1)).peak_memory_bytes);
+  // Loom's executor runs only the eager loss, so its runtime refuses a fused one.
+  const Strategy plain;
+  CHECK_FALSE(runtime_refusal(fused, plain).has_value());
+  Job loom_fused = fused;
+  loom_fused.runtime = Runtime::kLoom;
+  const auto why = runtime_refusal(loom_fused, plain);
+  REQUIRE(why.has_value());
+  CHECK_THAT(*why, Catch::Matchers::Contains("runs the eager loss"));
   // The plan's job says so only when fused.
   CHECK_FALSE(job_to_json(eager).contains("loss"));
   CHECK(job_to_json(fused)["loss"] == "fused");
