@@ -388,6 +388,21 @@ torch::Tensor contiguous_buffer(const torch::Tensor& tensor) {
   return tensor.is_contiguous() ? tensor : tensor.contiguous();
 }
 
+// Starts the collective `issue()` calls on the backend (it returns the c10d work), keeping
+// `tensor` alive until the operation completes; an exception from c10d becomes the group's
+// failure (the operation's on_failure throws).
+template <typename Issue>
+PendingOperation started(std::unique_ptr<PendingOperation::Impl> impl, const torch::Tensor& tensor,
+                         Issue&& issue) {
+  try {
+    impl->work = issue();
+  } catch (const std::exception& e) {
+    impl->on_failure(error_text(e));
+  }
+  impl->keep_alive = tensor;
+  return PendingOperation(std::move(impl));
+}
+
 }  // namespace
 
 std::unique_ptr<PendingOperation::Impl> ProcessGroup::new_operation(std::string name) const {
@@ -427,17 +442,13 @@ PendingOperation ProcessGroup::allreduce_sum_async(torch::Tensor& tensor) {
   if (size() == 1) return PendingOperation(std::move(impl));
   refuse_host_tensor("allreduce_sum", tensor);
   if (!tensor.is_contiguous()) fail("allreduce_sum", "a non-contiguous tensor (a bug)");
-  std::vector<torch::Tensor> tensors{tensor};
   c10d::AllreduceOptions options;
   options.reduceOp = c10d::ReduceOp::SUM;
   options.timeout = timeout_;
-  try {
-    impl->work = impl_->backend->allreduce(tensors, options);
-  } catch (const std::exception& e) {
-    fail("allreduce_sum", error_text(e));
-  }
-  impl->keep_alive = tensor;
-  return PendingOperation(std::move(impl));
+  return started(std::move(impl), tensor, [&] {
+    std::vector<torch::Tensor> tensors{tensor};
+    return impl_->backend->allreduce(tensors, options);
+  });
 }
 
 void ProcessGroup::allgather(torch::Tensor& output, const torch::Tensor& input) {
@@ -481,16 +492,11 @@ std::vector<PendingOperation> ProcessGroup::allgather_async(torch::Tensor& outpu
   }
   refuse_host_tensor("allgather", output);
   if (impl_->kind == CommBackend::kNccl) {
-    auto impl = new_operation("allgather");
     c10d::AllgatherOptions options;
     options.timeout = timeout_;
-    try {
-      impl->work = impl_->backend->_allgather_base(flat_out, flat_in, options);
-    } catch (const std::exception& e) {
-      fail("allgather", error_text(e));
-    }
-    impl->keep_alive = flat_out;
-    out.emplace_back(std::move(impl));
+    out.push_back(started(new_operation("allgather"), flat_out, [&] {
+      return impl_->backend->_allgather_base(flat_out, flat_in, options);
+    }));
     return out;
   }
   if (mine.data_ptr() != flat_in.data_ptr()) mine.copy_(flat_in);
@@ -510,7 +516,6 @@ void ProcessGroup::reduce_scatter_sum(torch::Tensor& output, const torch::Tensor
     output.copy_(input.reshape(output.sizes()));
     return;
   }
-  refuse_host_tensor("reduce_scatter_sum", output);
   torch::Tensor flat_in = contiguous_buffer(input).view({size() * n});
   reduce_scatter_sum_async(flat_in).wait();
   const torch::Tensor mine = flat_in.narrow(0, static_cast<std::int64_t>(rank_) * n, n);
@@ -531,33 +536,22 @@ PendingOperation ProcessGroup::reduce_scatter_sum_async(torch::Tensor& input) {
   refuse_host_tensor("reduce_scatter_sum", input);
   torch::Tensor flat_in = input.view({size() * n});
   torch::Tensor mine = flat_in.narrow(0, static_cast<std::int64_t>(rank_) * n, n);
-  auto impl = new_operation("reduce_scatter_sum");
   c10d::ReduceScatterOptions options;
   options.reduceOp = c10d::ReduceOp::SUM;
   options.timeout = timeout_;
-  try {
-    impl->work = impl_->backend->_reduce_scatter_base(mine, flat_in, options);
-  } catch (const std::exception& e) {
-    fail("reduce_scatter_sum", error_text(e));
-  }
-  impl->keep_alive = flat_in;
-  return PendingOperation(std::move(impl));
+  return started(new_operation("reduce_scatter_sum"), flat_in,
+                 [&] { return impl_->backend->_reduce_scatter_base(mine, flat_in, options); });
 }
 
 PendingOperation ProcessGroup::start_broadcast(torch::Tensor& tensor, int root,
                                                const std::string& operation) {
-  auto impl = new_operation(operation);
-  std::vector<torch::Tensor> tensors{tensor};
   c10d::BroadcastOptions options;
   options.rootRank = root;
   options.timeout = timeout_;
-  try {
-    impl->work = impl_->backend->broadcast(tensors, options);
-  } catch (const std::exception& e) {
-    fail(operation, error_text(e));
-  }
-  impl->keep_alive = tensor;
-  return PendingOperation(std::move(impl));
+  return started(new_operation(operation), tensor, [&] {
+    std::vector<torch::Tensor> tensors{tensor};
+    return impl_->backend->broadcast(tensors, options);
+  });
 }
 
 PendingOperation ProcessGroup::broadcast_async(torch::Tensor& tensor, int root) {
