@@ -720,7 +720,7 @@ Prediction CostModel::estimate(const Job& job, const Strategy& s,
       in.time_s = dp_time;
       in.num_parameters = l.num_parameters;
       in.backward_ungathered_num_parameters =
-          runtime.skips_lookup_gathers ? l.lookup_num_parameters : 0;
+          backward_ungathered_num_parameters(job, l.lookup_num_parameters);
       in.layer_num_parameters = layer_parameters;
       in.forward_window_s = cpu ? 0 : with_tp[r].forward_s;
       in.backward_window_s = cpu ? 0 : with_tp[r].backward_s;

@@ -20,6 +20,10 @@ double head_kept_bytes_per_logit(const Job& job) {
   return e + 4;
 }
 
+double backward_ungathered_num_parameters(const Job& job, double lookup_num_parameters) {
+  return runtime_rules(job.runtime).skips_lookup_gathers ? lookup_num_parameters : 0;
+}
+
 RuntimeRules runtime_rules(Runtime runtime) {
   switch (runtime) {
     case Runtime::kLoom:

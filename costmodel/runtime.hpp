@@ -141,6 +141,9 @@ int state_element_bytes(const Job& job);
 // out) and into which it writes the gradient (flash-attn's cross-entropy, which llm-foundry's
 // fused_crossentropy runs).
 double head_kept_bytes_per_logit(const Job& job);
+// Of a chunk's parameters, those ZeRO-3 leaves out of the gather before its backward pass: its
+// lookup tables where the runtime knows them (RuntimeRules::skips_lookup_gathers), else none.
+double backward_ungathered_num_parameters(const Job& job, double lookup_num_parameters);
 
 // The rules of each runtime, one file each (runtime_<name>.cpp).
 RuntimeRules loom_runtime_rules();

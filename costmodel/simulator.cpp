@@ -127,7 +127,7 @@ SimulationResult collect(Engine& engine, const StepSpec& spec, int ranks_per_sta
 // The tasks' inputs for one chunk: its compute from the lowering, its tensor-parallel collectives
 // (every entry's, in sequence order) lumped into one flow per pass.
 ChunkSpec chunk_spec(Comms& comms, const StepTerms& terms, const StageRange& range,
-                     const ChunkCost& k, double state_bytes, bool skips_lookup_gathers) {
+                     const ChunkCost& k, double state_bytes, const Job& job) {
   ChunkSpec out;
   out.range = range;
   out.forward_s = k.compute_s.forward_s;
@@ -135,7 +135,8 @@ ChunkSpec chunk_spec(Comms& comms, const StepTerms& terms, const StageRange& ran
   out.activation_bytes = k.activation_bytes;
   out.gradient_bytes = k.num_parameters * state_bytes;
   out.backward_gather_bytes =
-      (k.num_parameters - (skips_lookup_gathers ? k.lookup_num_parameters : 0)) * state_bytes;
+      (k.num_parameters - backward_ungathered_num_parameters(job, k.lookup_num_parameters)) *
+      state_bytes;
   const int r = k.pipeline_rank;
   auto add = [&](TpSpec& tp, const TensorParallelCollectives& list, double times) {
     if (times <= 0) return;
@@ -206,8 +207,7 @@ SimulationResult simulate(const CostModel& cost, const Job& job, const Strategy&
   const std::vector<StageLoad> load = stage_loads(lowered, s.pp);
   for (int c = 0; c < chunks; ++c) {
     spec.chunks.push_back(chunk_spec(comms, terms, stages[static_cast<std::size_t>(c)],
-                                     lowered[static_cast<std::size_t>(c)], reduce_bytes,
-                                     runtime_rules(job.runtime).skips_lookup_gathers));
+                                     lowered[static_cast<std::size_t>(c)], reduce_bytes, job));
   }
 
   std::vector<MemoryBreakdown> memory(static_cast<std::size_t>(s.pp));
