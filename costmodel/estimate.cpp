@@ -721,6 +721,9 @@ Prediction CostModel::estimate(const Job& job, const Strategy& s,
       in.num_parameters = l.num_parameters;
       in.backward_ungathered_num_parameters =
           backward_ungathered_num_parameters(job, l.lookup_num_parameters);
+      in.forward_ungathered_num_parameters =
+          forward_ungathered_num_parameters(job, m, s, l.lookup_num_parameters);
+      in.lookup_mask_bytes = lookup_mask_bytes(job, m, s, l.lookup_num_parameters);
       in.layer_num_parameters = layer_parameters;
       in.forward_window_s = cpu ? 0 : with_tp[r].forward_s;
       in.backward_window_s = cpu ? 0 : with_tp[r].backward_s;

@@ -1,5 +1,7 @@
 #include "costmodel/layers.hpp"
 
+#include <algorithm>
+
 namespace loom::costmodel {
 
 using profiles::Family;
@@ -80,6 +82,38 @@ std::vector<LayerProduct> layer_products(const ModelSpec& m) {
   return layer_products(h, static_cast<double>(m.ffn_hidden),
                         h * static_cast<double>(m.key_value_heads()) / static_cast<double>(m.heads),
                         m.gated_mlp);
+}
+
+namespace {
+
+// The rows of each lookup table on one tp rank: word (0 when a tied LM head reads it),
+// positions, token types.
+struct LookupTableRows {
+  std::int64_t word = 0;
+  std::int64_t positions = 0;
+  std::int64_t types = 0;
+};
+
+LookupTableRows lookup_table_rows_of(const ModelSpec& m, int tp) {
+  LookupTableRows r;
+  if (count_parameters(m).lookup_tables.sharded > 0) r.word = (m.vocab + tp - 1) / tp;
+  if (!m.gated_mlp) r.positions = m.max_positions;
+  r.types = m.type_vocab;
+  return r;
+}
+
+}  // namespace
+
+std::int64_t lookup_rows_read(const ModelSpec& m, int tp, std::int64_t tokens,
+                              std::int64_t seq_len) {
+  const LookupTableRows r = lookup_table_rows_of(m, tp);
+  return m.hidden *
+         (std::min(r.word, tokens) + std::min(r.positions, seq_len) + std::min(r.types, tokens));
+}
+
+std::int64_t lookup_table_rows(const ModelSpec& m, int tp) {
+  const LookupTableRows r = lookup_table_rows_of(m, tp);
+  return r.word + r.positions + r.types;
 }
 
 double transformer_layer_forward_flops(const ModelSpec& m, std::int64_t batch,

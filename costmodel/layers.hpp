@@ -40,6 +40,15 @@ struct ParameterCounts {
 
 ParameterCounts count_parameters(const profiles::ModelSpec& model);
 
+// Of one tp rank's lookup tables (ParameterCounts::lookup_tables), the parameters in the rows a
+// micro-batch of `tokens` tokens, in sequences of `seq_len`, can read at most: the word table's
+// min(its rows on this rank, tokens), the positions' min(max_positions, seq_len), the token
+// types' min(type_vocab, tokens); each row `hidden` parameters.
+std::int64_t lookup_rows_read(const profiles::ModelSpec& model, int tp, std::int64_t tokens,
+                              std::int64_t seq_len);
+// The rows of one tp rank's lookup tables.
+std::int64_t lookup_table_rows(const profiles::ModelSpec& model, int tp);
+
 // Forward matrix-product FLOPs of one micro-batch of `batch` samples (whole layer, before tp).
 double transformer_layer_forward_flops(const profiles::ModelSpec& model, std::int64_t batch,
                                        std::int64_t seq_len);

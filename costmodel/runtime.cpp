@@ -24,6 +24,28 @@ double backward_ungathered_num_parameters(const Job& job, double lookup_num_para
   return runtime_rules(job.runtime).skips_lookup_gathers ? lookup_num_parameters : 0;
 }
 
+namespace {
+
+bool gathers_lookup_rows(const Job& job, const Strategy& s, double lookup_num_parameters) {
+  return runtime_rules(job.runtime).skips_lookup_gathers && lookup_num_parameters > 0 && s.dp > 1;
+}
+
+}  // namespace
+
+double forward_ungathered_num_parameters(const Job& job, const profiles::ModelSpec& model,
+                                         const Strategy& s, double lookup_num_parameters) {
+  if (!gathers_lookup_rows(job, s, lookup_num_parameters)) return 0;
+  const double read = static_cast<double>(
+      lookup_rows_read(model, s.tp, s.dp * s.micro_batch * job.seq_len, job.seq_len));
+  return std::max(0.0, lookup_num_parameters - read);
+}
+
+double lookup_mask_bytes(const Job& job, const profiles::ModelSpec& model, const Strategy& s,
+                         double lookup_num_parameters) {
+  if (!gathers_lookup_rows(job, s, lookup_num_parameters)) return 0;
+  return 4.0 * static_cast<double>(lookup_table_rows(model, s.tp));
+}
+
 RuntimeRules runtime_rules(Runtime runtime) {
   switch (runtime) {
     case Runtime::kLoom:

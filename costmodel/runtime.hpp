@@ -23,6 +23,7 @@
 #include "costmodel/compute.hpp"
 #include "costmodel/memory.hpp"
 #include "costmodel/strategy.hpp"
+#include "profiles/model_spec.hpp"
 
 namespace loom::costmodel {
 
@@ -66,6 +67,10 @@ struct DataParallelInput {
   // Of them, what the backward pass's ZeRO-3 gathers leave out (the lookup tables, for a runtime
   // with RuntimeRules::skips_lookup_gathers).
   double backward_ungathered_num_parameters = 0;
+  // Of them, what the forward pass's ZeRO-3 gathers leave out, and the mask all-reduced first
+  // (forward_ungathered_num_parameters, lookup_mask_bytes).
+  double forward_ungathered_num_parameters = 0;
+  double lookup_mask_bytes = 0;
   double layer_num_parameters = 0;
   double forward_window_s = 0;   // one micro-batch's forward pass on this rank (0: nothing hides)
   double backward_window_s = 0;  // one micro-batch's backward pass (0: nothing hides)
@@ -144,6 +149,16 @@ double head_kept_bytes_per_logit(const Job& job);
 // Of a chunk's parameters, those ZeRO-3 leaves out of the gather before its backward pass: its
 // lookup tables where the runtime knows them (RuntimeRules::skips_lookup_gathers), else none.
 double backward_ungathered_num_parameters(const Job& job, double lookup_num_parameters);
+// Of a chunk's parameters, those ZeRO-3 leaves out of the gather before a forward pass: where
+// the runtime knows its lookup tables (RuntimeRules::skips_lookup_gathers) and the chunk has
+// them, the rows no dp rank looks up in the micro-batch (at most dp * micro_batch * seq_len
+// tokens read, lookup_rows_read), else none.
+double forward_ungathered_num_parameters(const Job& job, const profiles::ModelSpec& model,
+                                         const Strategy& s, double lookup_num_parameters);
+// What the dp ranks all-reduce before that gather to agree on the rows: a mask of the tables'
+// rows in fp32 (0 where the forward gather is whole).
+double lookup_mask_bytes(const Job& job, const profiles::ModelSpec& model, const Strategy& s,
+                         double lookup_num_parameters);
 
 // The rules of each runtime, one file each (runtime_<name>.cpp).
 RuntimeRules loom_runtime_rules();

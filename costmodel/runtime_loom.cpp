@@ -83,10 +83,11 @@ RuntimeMemory loom_memory(const Job& job, const Strategy& s, const RankMemoryInp
 // ZeRO-2/3 reduce-scatter each block during every micro-batch's (the gradients cannot accumulate
 // unsharded): NCCL's reduce-scatter, and on Gloo (CPU ranks) an all-reduce of the block, which
 // ran faster there than a ring of point-to-point sends. ZeRO-1/2 all-gather the updated shards
-// after the optimizer step; ZeRO-3 gathers every block in every forward and backward pass (the
-// backward's without the embedding's lookup tables, whose backward reads no values), the next
-// block's gather hidden behind the current block's compute: the pass's first block is exposed, and
-// what the pass cannot hide.
+// after the optimizer step; ZeRO-3 gathers every block in every forward and backward pass, the
+// next block's gather hidden behind the current block's compute: the pass's first block is
+// exposed, and what the pass cannot hide. Of the embedding's lookup tables the forward pass
+// gathers only the rows some dp rank looks up (after an all-reduce of a mask of the rows,
+// exposed), and the backward pass none: a lookup's backward reads no values.
 DataParallelExposure loom_exposure(const Job&, const Strategy& s, const DataParallelInput& in) {
   const ZeroPolicy zero = zero_policy(s.zero);
   const double grads = in.num_parameters * in.element_bytes;
@@ -104,7 +105,11 @@ DataParallelExposure loom_exposure(const Job&, const Strategy& s, const DataPara
                 last
           : last;
   if (zero.gathers_per_block) {
-    const double gather = in.time_s(Collective::kAllGather, grads);
+    const double gather =
+        in.time_s(Collective::kAllGather,
+                  (in.num_parameters - in.forward_ungathered_num_parameters) * in.element_bytes);
+    const double mask =
+        in.lookup_mask_bytes > 0 ? in.time_s(Collective::kAllReduce, in.lookup_mask_bytes) : 0.0;
     const double backward_gather =
         in.time_s(Collective::kAllGather,
                   (in.num_parameters - in.backward_ungathered_num_parameters) * in.element_bytes);
@@ -113,7 +118,9 @@ DataParallelExposure loom_exposure(const Job&, const Strategy& s, const DataPara
         in.time_s(Collective::kAllGather, std::min(block, in.num_parameters) * in.element_bytes);
     out.parameter_s =
         static_cast<double>(in.num_micro_batches) *
-        (exposed_after_window_s(gather, in.forward_window_s, first, in.overlap_slowdown) +
+        (mask +
+         exposed_after_window_s(gather, in.forward_window_s, std::min(first, gather),
+                                in.overlap_slowdown) +
          exposed_after_window_s(backward_gather, in.backward_window_s,
                                 std::min(first, backward_gather), in.overlap_slowdown));
   } else if (zero.gathers_after_step) {

@@ -112,12 +112,19 @@ class StepBuilder {
 
   // ZeRO-3 before a pass of chunk c: its first block's all-gather, which the pass waits for, and
   // the other blocks' gathers on the zero stream beside the pass (each in flight while the block
-  // before it computes); the backward pass's gathers move backward_gather_bytes. Returns the task
-  // the pass follows.
+  // before it computes); the passes' gathers move forward_gather_bytes and backward_gather_bytes,
+  // the forward pass's after the lookup mask's all-reduce. Returns the task the pass follows.
   int block_gathers(int r, const ChunkSpec& c, Phase pass, const std::string& what, int prev) {
     const double blocks = std::max(1, c.range.last_layer - c.range.first_layer + 1);
-    const double bytes = pass == Phase::kBackward ? c.backward_gather_bytes : c.gradient_bytes;
+    const bool backward = pass == Phase::kBackward;
+    const double bytes = backward ? c.backward_gather_bytes : c.forward_gather_bytes;
     const double first = bytes / blocks;
+    if (!backward && c.lookup_mask_bytes > 0) {
+      prev = chain(prev, flow(r, Stream::kZero, pass,
+                              comms_->collective(Collective::kAllReduce, Group::kData, r,
+                                                 c.lookup_mask_bytes),
+                              "all-reduce lookup rows " + what));
+    }
     const int head = flow(r, Stream::kZero, pass,
                           comms_->collective(Collective::kAllGather, Group::kData, r, first),
                           "all-gather zero block " + what + " " + profiles::bytes_text(first));

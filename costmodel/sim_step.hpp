@@ -50,7 +50,11 @@ struct ChunkSpec {
   TpSpec tp_backward;
   double activation_bytes = 0;
   double gradient_bytes = 0;
-  double backward_gather_bytes = 0;  // ZeRO-3: what the backward pass's gathers move
+  // ZeRO-3: what the forward and backward passes' gathers move, and the lookup mask all-reduced
+  // before the forward pass's first gather (runtime.hpp, lookup_mask_bytes).
+  double forward_gather_bytes = 0;
+  double lookup_mask_bytes = 0;
+  double backward_gather_bytes = 0;
 };
 
 struct StepSpec {

@@ -127,13 +127,18 @@ SimulationResult collect(Engine& engine, const StepSpec& spec, int ranks_per_sta
 // The tasks' inputs for one chunk: its compute from the lowering, its tensor-parallel collectives
 // (every entry's, in sequence order) lumped into one flow per pass.
 ChunkSpec chunk_spec(Comms& comms, const StepTerms& terms, const StageRange& range,
-                     const ChunkCost& k, double state_bytes, const Job& job) {
+                     const ChunkCost& k, double state_bytes, const Job& job, const Strategy& s,
+                     const profiles::ModelSpec& m) {
   ChunkSpec out;
   out.range = range;
   out.forward_s = k.compute_s.forward_s;
   out.backward_s = k.compute_s.backward_s;
   out.activation_bytes = k.activation_bytes;
   out.gradient_bytes = k.num_parameters * state_bytes;
+  out.forward_gather_bytes =
+      (k.num_parameters - forward_ungathered_num_parameters(job, m, s, k.lookup_num_parameters)) *
+      state_bytes;
+  out.lookup_mask_bytes = lookup_mask_bytes(job, m, s, k.lookup_num_parameters);
   out.backward_gather_bytes =
       (k.num_parameters - backward_ungathered_num_parameters(job, k.lookup_num_parameters)) *
       state_bytes;
@@ -207,7 +212,8 @@ SimulationResult simulate(const CostModel& cost, const Job& job, const Strategy&
   const std::vector<StageLoad> load = stage_loads(lowered, s.pp);
   for (int c = 0; c < chunks; ++c) {
     spec.chunks.push_back(chunk_spec(comms, terms, stages[static_cast<std::size_t>(c)],
-                                     lowered[static_cast<std::size_t>(c)], reduce_bytes, job));
+                                     lowered[static_cast<std::size_t>(c)], reduce_bytes, job, s,
+                                     m));
   }
 
   std::vector<MemoryBreakdown> memory(static_cast<std::size_t>(s.pp));

@@ -61,7 +61,9 @@ void add_range(FlatRanges& ranges, std::int64_t start, std::int64_t length) {
 class FlatParameters::UnitHooks final : public LayerHooks {
  public:
   UnitHooks(FlatParameters& flat, int k) : flat_(flat), k_(k) {}
-  void before_forward(int layer) override { flat_.enter_forward(k_, layer); }
+  void before_forward(int layer, const std::vector<LookupRows>& lookups) override {
+    flat_.enter_forward(k_, layer, lookups);
+  }
   torch::Tensor after_forward(int layer, const torch::Tensor& output) override {
     return flat_.exit_forward(k_, layer, output);
   }
@@ -330,11 +332,94 @@ void FlatParameters::free_unit(std::size_t u) {
   gathered_numel_ -= unit.padded;
 }
 
-void FlatParameters::enter_forward(int k, int layer) {
+void FlatParameters::enter_forward(int k, int layer, const std::vector<LookupRows>& lookups) {
   const std::size_t u = unit_of(k, layer);
-  gather(u);
+  if (lookups.empty() || groups_.dp_size() == 1) {
+    gather(u);
+  } else {
+    gather_rows(u, lookups);
+  }
   // The next unit of the chunk gathers while this one computes.
   if (u + 1 < chunk_units_[static_cast<std::size_t>(k)].end) start_gather(u + 1);
+}
+
+void FlatParameters::gather_rows(std::size_t u, const std::vector<LookupRows>& lookups) {
+  Unit& unit = units_[u];
+  if (unit.held && !unit.partial) return;
+  if (!unit.gathering.empty() || unit.held) {  // already on its way whole, or held in part
+    gather(u);
+    return;
+  }
+  torch::NoGradGuard no_grad;
+  const torch::TensorOptions longs = torch::TensorOptions().dtype(torch::kLong);
+  // Which of the unit's parameters are looked up, and the rows any dp rank reads (a mask over
+  // all their rows, summed over the group).
+  std::vector<std::pair<std::size_t, torch::Tensor>> tables;
+  std::int64_t all_rows = 0;
+  for (std::size_t i = unit.first; i < unit.last; ++i) {
+    for (const LookupRows& l : lookups) {
+      if (l.table.is_same(parameters_[i]) && shapes_[i].size() == 2) {
+        tables.emplace_back(i, l.rows.reshape({-1}).to(torch::kCPU, torch::kLong));
+        all_rows += shapes_[i][0];
+      }
+    }
+  }
+  torch::Tensor mask = torch::zeros({all_rows}, shard_.options());
+  std::int64_t at = 0;
+  for (const auto& [i, rows] : tables) {
+    mask.narrow(0, at, shapes_[i][0]).index_fill_(0, rows.to(mask.device()), 1.0);
+    at += shapes_[i][0];
+  }
+  groups_.dp().allreduce_sum(mask);
+  const torch::Tensor read = mask.gt(0).to(torch::kCPU);
+  // The unit-relative elements to gather, ascending: whole parameters, and the read rows of the
+  // tables.
+  std::vector<torch::Tensor> parts;
+  at = 0;
+  std::size_t next_table = 0;
+  for (std::size_t i = unit.first; i < unit.last; ++i) {
+    const std::int64_t start = offsets_[i] - unit.offset;
+    if (next_table < tables.size() && tables[next_table].first == i) {
+      const std::int64_t rows = shapes_[i][0];
+      const std::int64_t width = numels_[i] / std::max<std::int64_t>(rows, 1);
+      const torch::Tensor kept = read.narrow(0, at, rows).nonzero().reshape({-1, 1});
+      parts.push_back((start + kept * width + torch::arange(width, longs)).reshape({-1}));
+      at += rows;
+      ++next_table;
+    } else {
+      parts.push_back(torch::arange(start, start + numels_[i], longs));
+    }
+  }
+  const torch::Tensor index = torch::cat(parts);
+  // Rank r's part: the elements in its chunk [r * S, (r + 1) * S), a contiguous run of `index`.
+  const int dp = groups_.dp_size();
+  const int rank = groups_.coordinates().dp;
+  const torch::Tensor bounds =
+      torch::searchsorted(index, torch::arange(dp + 1, longs) * unit.shard_numel);
+  const auto* bound = bounds.data_ptr<std::int64_t>();
+  torch::Tensor values = torch::empty({index.numel()}, shard_.options());
+  allocate_storage(unit.gathered, unit.padded);
+  gathered_numel_ += unit.padded;
+  peak_gathered_ = std::max(peak_gathered_, gathered_numel_);
+  ++gather_count_;
+  gathered_elements_ += index.numel();
+  const torch::Tensor mine = shard_.narrow(0, unit.shard_offset, unit.shard_numel);
+  const torch::Tensor device_index = index.to(shard_.device());
+  std::vector<PendingOperation> pending;
+  for (int r = 0; r < dp; ++r) {
+    const std::int64_t length = bound[r + 1] - bound[r];
+    if (length == 0) continue;
+    torch::Tensor part = values.narrow(0, bound[r], length);
+    if (r == rank) {
+      part.copy_(
+          mine.index_select(0, device_index.narrow(0, bound[r], length) - r * unit.shard_numel));
+    }
+    pending.push_back(groups_.dp().broadcast_async(part, r));
+  }
+  for (PendingOperation& p : pending) p.wait();
+  unit.gathered.index_copy_(0, device_index, values);
+  unit.held = true;
+  unit.partial = true;
 }
 
 torch::Tensor FlatParameters::exit_forward(int k, int layer, const torch::Tensor& output) {

@@ -35,7 +35,9 @@
 //     the unit's forward (layer_hooks(), which the model calls around each layer) and freed after
 //     it; gathered again just before its backward (a hook on its output's gradient: only the
 //     parameters the backward reads, FlatParameter::read_by_backward) and freed when its
-//     gradients have been reduce-scattered. While unit u computes, the next unit's gather is in
+//     gradients have been reduce-scattered. Of the lookup tables the model names before a
+//     unit's forward (LayerHooks::before_forward), the forward gather takes only the rows some
+//     dp rank reads (gather_rows). While unit u computes, the next unit's gather is in
 //     flight (u + 1 in the forward, u - 1 in the backward, within the chunk):
 //     asynchronous on Gloo's worker threads, on NCCL's stream on CUDA. So a rank holds its shard
 //     plus at most two gathered units (kGatheredUnits). AdamW updates the shard; no all-gather
@@ -46,7 +48,8 @@
 //
 // Order of the dp collectives in a step, the same on every rank:
 //   1. ZeRO-3: during every forward pass, each unit's all-gather in unit order (started while
-//      the previous unit computes); during every backward pass, each unit's all-gather in reverse
+//      the previous unit computes; a unit with lookup tables: the mask's all-reduce, then one
+//      broadcast per rank holding some of the rows); during every backward pass, each unit's all-gather in reverse
 //      unit order, interleaved with the reduce-scatters of 2.
 //   2. During the backward passes: ZeRO-0/1 with `overlap`: the last backward pass's gradient
 //      hooks (after arm()) start bucket all-reduces asynchronously, in bucket index order only;
@@ -207,8 +210,14 @@ class FlatParameters {
   void start_gather(std::size_t u, bool backward = false);
   void gather(std::size_t u, bool backward = false);
   void free_unit(std::size_t u);
+  // ZeRO-3 with dp > 1, before the forward pass of unit u, which looks up `lookups`: gathers the
+  // unit's parameters except the rows of those tables that no dp rank looks up (the union over
+  // the group, all-reduced as a mask of rows). Each rank's part of what is gathered is one
+  // contiguous run of its chunk's elements in unit order, broadcast from it. The unit is then
+  // held partially, and freed after its forward pass.
+  void gather_rows(std::size_t u, const std::vector<LookupRows>& lookups);
   // The layer hooks' actions: before unit u's forward, after it, before its backward.
-  void enter_forward(int k, int layer);
+  void enter_forward(int k, int layer, const std::vector<LookupRows>& lookups);
   torch::Tensor exit_forward(int k, int layer, const torch::Tensor& output);
   void enter_backward(std::size_t u);
   std::size_t unit_of(int k, int layer) const;

@@ -349,50 +349,63 @@ torch::Tensor EncoderClassifier::row_linear(const torch::Tensor& x, const Linear
          shard_used(w.bias);
 }
 
-torch::Tensor EncoderClassifier::embed(const EncoderInputs& inputs) const {
-  const EmbeddingWeights& e = *embeddings_;
+EncoderClassifier::EmbeddingIds EncoderClassifier::embedding_ids(
+    const EncoderInputs& inputs) const {
   const torch::Tensor& ids = inputs.input_ids;
   const std::int64_t batch = ids.size(0);
   const std::int64_t seq = ids.size(1);
-  torch::Tensor positions;
-  if (spec_.model_type == ModelType::kRoberta) {
-    const torch::Tensor real = ids.ne(pad_id_).to(torch::kLong);
-    positions = torch::cumsum(real, 1) * real + pad_id_;
-  } else {
-    positions = torch::arange(seq, ids.options()).unsqueeze(0).expand({batch, seq});
-  }
-  torch::Tensor x;
   const int tp = parallel_.tp_size();
   if (sequence_parallel_ && seq % tp != 0) {
     throw InputError("model " + spec_.name, "sequence_parallel",
                      "a sequence length divisible by tp = " + std::to_string(tp) + ", got " +
                          std::to_string(seq));
   }
-  if (tp == 1) {
-    x = torch::embedding(e.word, ids, pad_id_);
+  EmbeddingIds out;
+  if (spec_.model_type == ModelType::kRoberta) {
+    const torch::Tensor real = ids.ne(pad_id_).to(torch::kLong);
+    out.positions = torch::cumsum(real, 1) * real + pad_id_;
   } else {
-    // This rank looks up the ids of its vocabulary rows, zeros elsewhere; the sum over the tp
-    // group is the full lookup (its backward needs no communication).
-    const SplitRange r = split_range(spec_.vocab, parallel_.tp_rank(), tp);
-    const torch::Tensor outside = ids.lt(r.start).logical_or(ids.ge(r.start + r.length));
-    const torch::Tensor local = (ids - r.start).masked_fill(outside, 0);
-    const std::int64_t pad =
-        pad_id_ >= r.start && pad_id_ < r.start + r.length ? pad_id_ - r.start : -1;
-    x = torch::embedding(e.word, local, pad).masked_fill(outside.unsqueeze(-1), 0.0);
-    x = sequence_parallel_ ? reduce_scatter_sequence_parallel(x, parallel_.tp)
-                           : reduce_from_tensor_parallel(x, parallel_.tp);
+    out.positions = torch::arange(seq, ids.options()).unsqueeze(0).expand({batch, seq});
   }
-  torch::Tensor types =
-      inputs.token_type_ids.defined() ? inputs.token_type_ids : torch::zeros_like(ids);
+  out.word = ids;
+  out.word_pad = pad_id_;
+  if (tp > 1) {
+    // This rank looks up the ids of its vocabulary rows (row 0 in place of the others).
+    const SplitRange r = split_range(spec_.vocab, parallel_.tp_rank(), tp);
+    out.outside = ids.lt(r.start).logical_or(ids.ge(r.start + r.length));
+    out.word = (ids - r.start).masked_fill(out.outside, 0);
+    out.word_pad = pad_id_ >= r.start && pad_id_ < r.start + r.length ? pad_id_ - r.start : -1;
+  }
+  out.types = inputs.token_type_ids.defined() ? inputs.token_type_ids : torch::zeros_like(ids);
   if (sequence_parallel_) {
     // The rest of the embedding works on this rank's positions.
     const std::int64_t shard = seq / tp;
-    positions = positions.narrow(1, parallel_.tp_rank() * shard, shard);
-    types = types.narrow(1, parallel_.tp_rank() * shard, shard);
+    out.positions = out.positions.narrow(1, parallel_.tp_rank() * shard, shard);
+    out.types = out.types.narrow(1, parallel_.tp_rank() * shard, shard);
   }
-  x = x + torch::embedding(shard_used(e.position), positions,
+  return out;
+}
+
+std::vector<LookupRows> EncoderClassifier::lookup_rows(const EmbeddingIds& ids) const {
+  const EmbeddingWeights& e = *embeddings_;
+  std::vector<LookupRows> rows = {{e.word, ids.word}, {e.position, ids.positions}};
+  if (e.token_type.defined()) rows.push_back({e.token_type, ids.types});
+  return rows;
+}
+
+torch::Tensor EncoderClassifier::embed(const EmbeddingIds& ids) const {
+  const EmbeddingWeights& e = *embeddings_;
+  torch::Tensor x = torch::embedding(e.word, ids.word, ids.word_pad);
+  if (ids.outside.defined()) {
+    // Zeros where another rank holds the row; the sum over the tp group is the full lookup (its
+    // backward needs no communication).
+    x = x.masked_fill(ids.outside.unsqueeze(-1), 0.0);
+    x = sequence_parallel_ ? reduce_scatter_sequence_parallel(x, parallel_.tp)
+                           : reduce_from_tensor_parallel(x, parallel_.tp);
+  }
+  x = x + torch::embedding(shard_used(e.position), ids.positions,
                            spec_.model_type == ModelType::kRoberta ? pad_id_ : -1);
-  if (e.token_type.defined()) x = x + torch::embedding(shard_used(e.token_type), types);
+  if (e.token_type.defined()) x = x + torch::embedding(shard_used(e.token_type), ids.types);
   return hidden_dropout(layer_norm(x, e.norm));
 }
 
@@ -545,16 +558,17 @@ torch::Tensor EncoderClassifier::head(const torch::Tensor& x) const {
 
 torch::Tensor EncoderClassifier::forward(const EncoderInputs& inputs, const torch::Tensor& hidden) {
   // The layer hooks around entry `layer` of the layer sequence (ZeRO-3's per-block gathers).
-  auto before = [this](int layer) {
-    if (hooks_) hooks_->before_forward(layer);
+  auto before = [this](int layer, const std::vector<LookupRows>& lookups = {}) {
+    if (hooks_) hooks_->before_forward(layer, lookups);
   };
   auto after = [this](int layer, const torch::Tensor& out) {
     return hooks_ ? hooks_->after_forward(layer, out) : out;
   };
   torch::Tensor x;
   if (has_embeddings()) {
-    before(0);
-    x = after(0, embed(inputs));
+    const EmbeddingIds ids = embedding_ids(inputs);
+    before(0, hooks_ ? lookup_rows(ids) : std::vector<LookupRows>());
+    x = after(0, embed(ids));
   } else {
     TORCH_CHECK(hidden.defined(), "EncoderClassifier: a stage without embeddings needs hidden");
     x = hidden;

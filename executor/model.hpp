@@ -162,11 +162,19 @@ double layer_norm_eps(profiles::ModelType type);
 
 // What runs around each entry of the layer sequence a stage computes (ZeRO-3's per-block
 // parameter gathers, executor/flat_parameters.hpp). `layer` is the index in the layer sequence.
+// Rows of a lookup table that a layer's forward pass reads: `rows` (int64, any shape, repeats
+// allowed) index the first dimension of `table`, one of the layer's parameters.
+struct LookupRows {
+  torch::Tensor table;
+  torch::Tensor rows;
+};
+
 class LayerHooks {
  public:
   virtual ~LayerHooks() = default;
-  // Before the layer's forward (its parameters must then be readable).
-  virtual void before_forward(int layer) = 0;
+  // Before the layer's forward: its parameters must then be readable, except the rows of the
+  // tables in `lookups` that are not listed (the embeddings' forward reads only those).
+  virtual void before_forward(int layer, const std::vector<LookupRows>& lookups) = 0;
   // After the layer's forward: returns what the stage continues with in place of `output` (the
   // same values; it may carry an action for the backward pass).
   virtual torch::Tensor after_forward(int layer, const torch::Tensor& output) = 0;
@@ -283,7 +291,16 @@ class EncoderClassifier : public torch::nn::Module {
     Linear out;    // BERT: classifier; RoBERTa: classifier.out_proj
   };
 
-  torch::Tensor embed(const EncoderInputs& inputs) const;
+  // The ids the embeddings look up: the word table's (this rank's vocabulary rows under tp:
+  // `outside` marks the ids another rank holds, looked up as row 0 and zeroed), the positions'
+  // and the token types' (this rank's sequence shard under sequence parallelism).
+  struct EmbeddingIds {
+    torch::Tensor word, outside, positions, types;
+    std::int64_t word_pad = -1;  // the padding row of the word table on this rank (-1: none)
+  };
+  EmbeddingIds embedding_ids(const EncoderInputs& inputs) const;
+  std::vector<LookupRows> lookup_rows(const EmbeddingIds& ids) const;
+  torch::Tensor embed(const EmbeddingIds& ids) const;
   torch::Tensor transformer_layer(const LayerWeights& w, const torch::Tensor& x,
                                   const torch::Tensor& keep) const;
   torch::Tensor attention_core(const torch::Tensor& q, const torch::Tensor& k,

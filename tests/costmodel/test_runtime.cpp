@@ -356,3 +356,47 @@ TEST_CASE("loom's ZeRO-3 backward gathers leave the lookup tables out", "[runtim
   CHECK(count_parameters(bert).lookup_tables.sharded == 0);
   CHECK(count_parameters(bert).lookup_tables.replicated == (512 + 2) * 768);
 }
+
+TEST_CASE("loom's ZeRO-3 forward gathers read only the rows the dp group looks up",
+          "[runtime][zero]") {
+  // BERT-base's tables: 30 522 word, 512 position and 2 token-type rows of 768. At dp 8, one
+  // sample of 128 tokens a rank, the group looks up at most 1 024 word rows, 128 positions and
+  // both types: 768 * 1 154 = 886 272 parameters of the 31 036 * 768 = 23 835 648.
+  const loom::profiles::ModelSpec bert = load_model("bert-base");
+  Job job = bf16_job(Runtime::kLoom);
+  job.seq_len = 128;
+  const Strategy s = dp8(3);
+  const double lookup = 31036.0 * 768;
+  CHECK(count_parameters(bert).lookup_tables.per_rank(1) == lookup);
+  CHECK(lookup_rows_read(bert, 1, 8 * 128, 128) == 886272);
+  CHECK(forward_ungathered_num_parameters(job, bert, s, lookup) == lookup - 886272);
+  // First the ranks all-reduce a mask of the rows in fp32: 4 * 31 036 bytes.
+  CHECK(lookup_table_rows(bert, 1) == 31036);
+  CHECK(lookup_mask_bytes(job, bert, s, lookup) == 124144);
+  // Enough tokens to read every row: nothing is left out. Under tp 2 a rank holds 15 261 word
+  // rows.
+  CHECK(lookup_rows_read(bert, 1, 1 << 20, 128) == (30522 + 128 + 2) * 768);
+  CHECK(lookup_rows_read(bert, 2, 1 << 20, 128) == (15261 + 128 + 2) * 768);
+  CHECK(lookup_table_rows(bert, 2) == 15261 + 512 + 2);
+  // No tables on the chunk, one dp rank, or a runtime that gathers blocks whole: all gathered.
+  CHECK(forward_ungathered_num_parameters(job, bert, s, 0) == 0);
+  CHECK(lookup_mask_bytes(job, bert, s, 0) == 0);
+  Strategy alone = s;
+  alone.dp = 1;
+  CHECK(forward_ungathered_num_parameters(job, bert, alone, lookup) == 0);
+  job.runtime = Runtime::kFsdp;
+  CHECK(forward_ungathered_num_parameters(job, bert, s, lookup) == 0);
+  CHECK(lookup_mask_bytes(job, bert, s, lookup) == 0);
+
+  // The exposure at 1 GB/s, nothing hidden: 1e9 parameters (bf16), 2.9e8 of them rows no rank
+  // reads, 3e8 tables. Per micro-batch: the mask (4 MB, 0.004 s), the forward's 1.42 GB and the
+  // backward's 1.4 GB; two micro-batches: 5.648 s.
+  DataParallelInput in = linear_links(1e9, 1e8, 2);
+  in.forward_window_s = 0;
+  in.backward_window_s = 0;
+  in.backward_ungathered_num_parameters = 3e8;
+  in.forward_ungathered_num_parameters = 2.9e8;
+  in.lookup_mask_bytes = 4e6;
+  CHECK(loom_runtime_rules().exposure(bf16_job(Runtime::kLoom), dp8(3), in).parameter_s ==
+        Approx(5.648));
+}

@@ -128,7 +128,8 @@ TEST_CASE("ZeRO-3 gathers each block before its forward and its backward, two at
     chunks[0]->set_layer_hooks(flat.layer_hooks(0));
     flat.zero_grad();
     EncoderInputs inputs;
-    inputs.input_ids = torch::arange(16, torch::kLong).remainder(40).view({2, 8});
+    // Rank 0 looks up word rows 0-15, rank 1 rows 8-23.
+    inputs.input_ids = (torch::arange(16, torch::kLong) + 8 * rank).remainder(40).view({2, 8});
     const torch::Tensor labels = torch::tensor({0, 1}, torch::kLong);
     torch::nn::functional::cross_entropy(chunks[0]->forward(inputs), labels).backward();
     flat.finish_backward(0);
@@ -158,6 +159,11 @@ TEST_CASE("ZeRO-3 gathers each block before its forward and its backward, two at
     // no values. The cost model leaves out the same tables.
     const std::int64_t lookup = (40 + 16 + 2) * 32;
     CHECK(loom::costmodel::count_parameters(spec).lookup_tables.per_rank(1) == lookup);
-    CHECK(elements[i] == 2 * (1920 + 3 * 8544 + 1122) - lookup);
+    // The forward pass gathers the rows some rank looks up: words 0-23, positions 0-7, type 0,
+    // (24 + 8 + 1) * 32 = 1 056 elements. The cost model's bound for 2 ranks of 16 tokens:
+    // 32 word rows, 8 positions, 2 types.
+    const std::int64_t read = (24 + 8 + 1) * 32;
+    CHECK(loom::costmodel::lookup_rows_read(spec, 1, 2 * 16, 8) == (32 + 8 + 2) * 32);
+    CHECK(elements[i] == 2 * (1920 + 3 * 8544 + 1122) - lookup - (lookup - read));
   }
 }
