@@ -4,7 +4,8 @@
 # (ZeRO-0 as the control: its code path is the same in most builds). Each round runs every plan
 # with this build's `loom validate` and with MAIN's, alternating which goes first from round
 # to round, so that the machine's drift falls on both. Prints each plan's step times per round,
-# the medians and their ratio (this build / MAIN).
+# the medians and their ratio (this build / MAIN), and the ratio of each round's pair with the
+# median of those.
 #
 # Usage: MAIN=/path/to/other/build bench/zero_step.sh [ROUNDS]   (default 3 rounds, 8 steps each,
 #        the first 3 left out)            BUILD=build-foo, OUT=dir (default /tmp/loom-zero-step)
@@ -54,11 +55,15 @@ rounds, plans = int(sys.argv[1]), sys.argv[2:]
 def steps(label, pid):
     return [json.load(open(f"{label}-{pid}-{r}.json"))["measured"]["step_time_s"]
             for r in range(1, rounds + 1)]
-print("| plan | this build, step s per round | MAIN | median this / MAIN | ratio |")
-print("|---|---|---|---|---|")
+print("| plan | this build, step s per round | MAIN | median this / MAIN | ratio "
+      "| per-round ratios | their median |")
+print("|---|---|---|---|---|---|---|")
 for pid in plans:
     this, main = steps("this", pid), steps("main", pid)
     a, b = statistics.median(this), statistics.median(main)
+    # Each round's two runs are side by side: their ratio cancels the machine's drift.
+    paired = [t / m for t, m in zip(this, main)]
     print(f"| {pid} | {' '.join(f'{t:.3f}' for t in this)} | {' '.join(f'{t:.3f}' for t in main)}"
-          f" | {a:.3f} / {b:.3f} | {a / b:.2f} |")
+          f" | {a:.3f} / {b:.3f} | {a / b:.2f} | {' '.join(f'{r:.2f}' for r in paired)}"
+          f" | {statistics.median(paired):.2f} |")
 PY
