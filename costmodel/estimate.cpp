@@ -104,6 +104,13 @@ CostModel CostModel::with_calibration(std::shared_ptr<const Calibration> calibra
   return out;
 }
 
+CostModel CostModel::with_model(profiles::ModelSpec model) const {
+  CostModel out(std::move(model), cluster_, options_, links_.shared_topology(),
+                links_.device_of_rank());
+  out.calibration_ = calibration_;
+  return out;
+}
+
 namespace {
 
 // Every per-micro-batch quantity of one (job, strategy): compute and tensor-parallel time per

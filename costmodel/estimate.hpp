@@ -188,6 +188,9 @@ class CostModel {
   // The same with layer figures taken from a measured profile (calibration.hpp); nullptr goes
   // back to the roofline. Links are calibrated on the cluster instead (calibrated_cluster()).
   CostModel with_calibration(std::shared_ptr<const Calibration> calibration) const;
+  // The same cluster, options, mapping and calibration for another model (a variant of this one:
+  // the calibration's layer figures are kept).
+  CostModel with_model(profiles::ModelSpec model) const;
   const Calibration* calibration() const { return calibration_.get(); }
   // Where each entry kind's figures come from for this job and strategy, one line per kind
   // ("encoder layer: measured (b=4 s=128 tp=1 threads=2)"); empty without a calibration.
