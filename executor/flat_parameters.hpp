@@ -49,8 +49,8 @@
 // Order of the dp collectives in a step, the same on every rank:
 //   1. ZeRO-3: during every forward pass, each unit's all-gather in unit order (started while
 //      the previous unit computes; a unit with lookup tables: the mask's all-reduce, then one
-//      broadcast per rank holding some of the rows); during every backward pass, each unit's all-gather in reverse
-//      unit order, interleaved with the reduce-scatters of 2.
+//      broadcast per rank holding some of the rows); during every backward pass, each unit's
+//      all-gather in reverse unit order, interleaved with the reduce-scatters of 2.
 //   2. During the backward passes: ZeRO-0/1 with `overlap`: the last backward pass's gradient
 //      hooks (after arm()) start bucket all-reduces asynchronously, in bucket index order only;
 //      ZeRO-2/3: each unit's reduce-scatter, in reverse unit order within the chunk (a hook
@@ -124,6 +124,9 @@ class FlatParameters {
   // ZeRO-3: what chunk k's model calls around each entry of its layer sequence (gathering and
   // freeing units); null otherwise. Keeps a pointer to this engine.
   std::shared_ptr<LayerHooks> layer_hooks(int k);
+  // ZeRO-3 with dp > 1: every forward pass runs dp collectives (its gathers), so every dp rank
+  // must run the same forward passes, training or not.
+  bool gathers_in_forward() const { return per_block_ && groups_.dp_size() > 1; }
   void zero_grad();
   // After every backward pass of chunk k (ZeRO-2/3 with dp > 1; a no-op otherwise): reduces the
   // chunk's buckets that its hooks have not reduced yet (parameters without a gradient count as

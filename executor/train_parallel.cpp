@@ -448,7 +448,14 @@ std::optional<Evaluation> ParallelRank::evaluate_pipeline() {
   bool stopped = false;
   for (std::int64_t r = 0; r < rounds && !stopped; ++r) {
     const std::int64_t b = r * o_.dp + c_.dp;
-    if (b < batches) evaluate_batch(all, b, batches, sums);
+    if (b < batches) {
+      evaluate_batch(all, b, batches, sums);
+    } else if (flat_->gathers_in_forward()) {
+      // ZeRO-3's forward gathers are dp collectives: a replica without a batch this round runs
+      // the last one again and drops its scores, so that every dp rank gathers alike.
+      torch::Tensor dropped = torch::zeros_like(sums);
+      evaluate_batch(all, batches - 1, batches, dropped);
+    }
     if (o_.stop_signal != nullptr && (r + 1) % kStopCheckRounds == 0 && r + 1 < rounds) {
       torch::Tensor votes =
           torch::zeros({kStopSignalSlots}, torch::TensorOptions().dtype(torch::kDouble));
