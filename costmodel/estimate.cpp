@@ -635,6 +635,11 @@ MemoryBreakdown CostModel::stage_memory_from(double recompute_buffer, const Job&
   if (pipeline_rank == 0 && load.activation_bytes > 0) {
     in.embedding_table_num_parameters = static_cast<double>(model_.vocab) * hidden / s.tp;
   }
+  const ParameterCounts counts = count_parameters(model_);
+  in.largest_block_num_parameters =
+      std::max({load.num_layers > 0 ? in.layer_num_parameters : 0.0,
+                pipeline_rank == 0 ? static_cast<double>(counts.embedding.per_rank(s.tp)) : 0.0,
+                pipeline_rank == s.pp - 1 ? static_cast<double>(counts.head.per_rank(s.tp)) : 0.0});
   in.activation_bytes = mem.activation_bytes;
   in.chunk_activation_bytes = load.activation_bytes / s.virtual_stages;
   in.recompute_buffer_bytes = recompute_buffer;

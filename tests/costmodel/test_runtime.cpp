@@ -152,6 +152,20 @@ TEST_CASE("loom's ZeRO-2 reduce-scatters on NCCL and all-reduces on Gloo", "[run
   CHECK(loom.exposure(bf16_job(Runtime::kLoom), dp8(1), in).gradient_s == Approx(4.0));
 }
 
+TEST_CASE("loom's ZeRO-2 staging buffer is at most a bucket and at most the largest block",
+          "[runtime][zero]") {
+  // The executor copies one block's gradients at a time into its staging buffer, in pieces of at
+  // most a bucket (25 MiB). A GPT layer of 201 M parameters: the bucket bounds it. A rank whose
+  // largest block has 1 M parameters stages 4 MB, 25 MiB - 4 MB less.
+  RankMemoryInput in = layers_on_rank(1);
+  const double bucketed = memory_of(Runtime::kLoom, dp8(2), in).buffer_bytes;
+  in.largest_block_num_parameters = 1e8;
+  CHECK(memory_of(Runtime::kLoom, dp8(2), in).buffer_bytes == Approx(bucketed));
+  in.largest_block_num_parameters = 1e6;
+  CHECK(bucketed - memory_of(Runtime::kLoom, dp8(2), in).buffer_bytes ==
+        Approx(25.0 * 1024 * 1024 - 4e6));
+}
+
 TEST_CASE("a runtime refuses what its engine cannot run", "[runtime]") {
   const auto model = load_model("gpt2");
   Strategy s;
