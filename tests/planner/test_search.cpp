@@ -14,6 +14,16 @@ costmodel::CostModel bert_on_dgx() {
                               profiles::load_cluster("dgx-a100-80g"));
 }
 const costmodel::Job kJob{512, 512, profiles::Precision::kBf16, "adamw"};
+// Options that pin the layout and the micro-batch.
+SearchOptions pinned(int dp, int tp, int pp, int zero, std::int64_t micro_batch) {
+  SearchOptions o;
+  o.dp = dp;
+  o.tp = tp;
+  o.pp = pp;
+  o.zero = zero;
+  o.micro_batch = micro_batch;
+  return o;
+}
 }  // namespace
 
 TEST_CASE("a fully pinned search evaluates exactly that strategy", "[planner]") {
@@ -153,12 +163,7 @@ TEST_CASE("the search turns sequence parallelism on when only that fits", "[plan
 TEST_CASE("CPU plans keep sequence parallelism off unless pinned", "[planner]") {
   costmodel::CostModel cost(profiles::load_model("tiny-bert"), profiles::load_cluster("local-cpu"));
   const costmodel::Job job{16, 64, profiles::Precision::kFp32, "adamw"};
-  SearchOptions o;
-  o.tp = 2;
-  o.pp = 1;
-  o.dp = 1;
-  o.zero = 0;
-  o.micro_batch = 16;
+  SearchOptions o = pinned(1, 2, 1, 0, 16);
   o.recompute = costmodel::Recompute::kNone;
   o.simulate = false;
   const SearchResult off = search(cost, job, o);
@@ -180,12 +185,7 @@ TEST_CASE("an LM head whose vocabulary is not padded gets the padded plan's time
   const profiles::ModelSpec gpt2 = profiles::load_model("gpt2");
   const costmodel::CostModel cost(gpt2, profiles::load_cluster("dgx-a100-80g"));
   const costmodel::Job job{64, 1024, profiles::Precision::kBf16, "adamw"};
-  SearchOptions o;
-  o.dp = 8;
-  o.tp = 1;
-  o.pp = 1;
-  o.zero = 0;
-  o.micro_batch = 8;
+  SearchOptions o = pinned(8, 1, 1, 0, 8);
   auto note_of = [](const Plan& p) {
     for (const std::string& w : p.why) {
       if (w.rfind("vocabulary ", 0) == 0) return w;
