@@ -628,14 +628,13 @@ MemoryBreakdown CostModel::stage_memory_from(double recompute_buffer, const Job&
   RankMemoryInput in;
   in.num_parameters = load.num_parameters;
   in.num_layers = load.num_layers;
-  in.layer_num_parameters =
-      static_cast<double>(count_parameters(model_).transformer_layer.per_rank(s.tp));
+  const ParameterCounts counts = count_parameters(model_);
+  in.layer_num_parameters = static_cast<double>(counts.transformer_layer.per_rank(s.tp));
   in.largest_tensor_num_parameters =
       static_cast<double>(std::max(model_.vocab, model_.ffn_hidden)) * hidden / s.tp;
   if (pipeline_rank == 0 && load.activation_bytes > 0) {
     in.embedding_table_num_parameters = static_cast<double>(model_.vocab) * hidden / s.tp;
   }
-  const ParameterCounts counts = count_parameters(model_);
   in.largest_block_num_parameters =
       std::max({load.num_layers > 0 ? in.layer_num_parameters : 0.0,
                 pipeline_rank == 0 ? static_cast<double>(counts.embedding.per_rank(s.tp)) : 0.0,

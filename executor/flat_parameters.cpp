@@ -276,15 +276,19 @@ std::size_t FlatParameters::unit_of(int k, int layer) const {
                          std::to_string(layer));
 }
 
+void FlatParameters::allocate_gathered(Unit& unit) {
+  allocate_storage(unit.gathered, unit.padded);
+  gathered_numel_ += unit.padded;
+  peak_gathered_ = std::max(peak_gathered_, gathered_numel_);
+  ++gather_count_;
+}
+
 void FlatParameters::start_gather(std::size_t u, bool backward) {
   Unit& unit = units_[u];
   const bool partial = backward && !unit.backward_ranges.empty();
   if (unit.partial && !partial) free_unit(u);  // the forward pass needs the whole unit
   if (unit.held || !unit.gathering.empty()) return;
-  allocate_storage(unit.gathered, unit.padded);
-  gathered_numel_ += unit.padded;
-  peak_gathered_ = std::max(peak_gathered_, gathered_numel_);
-  ++gather_count_;
+  allocate_gathered(unit);
   unit.partial = partial;
   torch::Tensor mine = shard_.narrow(0, unit.shard_offset, unit.shard_numel);
   if (!partial) {
@@ -359,7 +363,7 @@ void FlatParameters::gather_rows(std::size_t u, const std::vector<LookupRows>& l
   for (std::size_t i = unit.first; i < unit.last; ++i) {
     for (const LookupRows& l : lookups) {
       if (l.table.is_same(parameters_[i]) && shapes_[i].size() == 2) {
-        tables.emplace_back(i, l.rows.reshape({-1}).to(torch::kCPU, torch::kLong));
+        tables.emplace_back(i, l.rows.reshape({-1}).to(shard_.device(), torch::kLong));
         all_rows += shapes_[i][0];
       }
     }
@@ -367,7 +371,7 @@ void FlatParameters::gather_rows(std::size_t u, const std::vector<LookupRows>& l
   torch::Tensor mask = torch::zeros({all_rows}, shard_.options());
   std::int64_t at = 0;
   for (const auto& [i, rows] : tables) {
-    mask.narrow(0, at, shapes_[i][0]).index_fill_(0, rows.to(mask.device()), 1.0);
+    mask.narrow(0, at, shapes_[i][0]).index_fill_(0, rows, 1.0);
     at += shapes_[i][0];
   }
   groups_.dp().allreduce_sum(mask);
@@ -398,10 +402,7 @@ void FlatParameters::gather_rows(std::size_t u, const std::vector<LookupRows>& l
       torch::searchsorted(index, torch::arange(dp + 1, longs) * unit.shard_numel);
   const auto* bound = bounds.data_ptr<std::int64_t>();
   torch::Tensor values = torch::empty({index.numel()}, shard_.options());
-  allocate_storage(unit.gathered, unit.padded);
-  gathered_numel_ += unit.padded;
-  peak_gathered_ = std::max(peak_gathered_, gathered_numel_);
-  ++gather_count_;
+  allocate_gathered(unit);
   gathered_elements_ += index.numel();
   const torch::Tensor mine = shard_.narrow(0, unit.shard_offset, unit.shard_numel);
   const torch::Tensor device_index = index.to(shard_.device());

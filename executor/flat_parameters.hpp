@@ -211,6 +211,9 @@ class FlatParameters {
   // complete; frees it (unless materialized).
   // For the backward pass (`backward`), only the unit's backward_ranges are gathered.
   void start_gather(std::size_t u, bool backward = false);
+  // Gives the unit's gathered buffer its memory and counts the gather (its elements are counted
+  // by the caller).
+  void allocate_gathered(Unit& unit);
   void gather(std::size_t u, bool backward = false);
   void free_unit(std::size_t u);
   // ZeRO-3 with dp > 1, before the forward pass of unit u, which looks up `lookups`: gathers the
