@@ -8,10 +8,11 @@
 # median of those.
 #
 # Usage: MAIN=/path/to/other/build bench/zero_step.sh [ROUNDS]   (default 3 rounds, 8 steps each,
-#        the first 3 left out)            BUILD=build-foo, OUT=dir (default /tmp/loom-zero-step)
+#        the first 3 left out)            BUILD=build-foo, OUT=dir (default /tmp/loom-zero-step),
+#        STEPS=n (steps per run, of which the first 3 are left out), ZEROS="2 3" (default "0 2 3")
 set -euo pipefail
 ROUNDS=${1:-3}
-STEPS=8
+STEPS=${STEPS:-8}
 WARMUP=3
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -27,7 +28,7 @@ mkdir -p "$OUT" && cd "$OUT"
 
 PLANS=()
 for dp in 2 4; do
-  for zero in 0 2 3; do
+  for zero in ${ZEROS:-0 2 3}; do
     zero_plan "$LOOM" "$ROOT" "$dp" "$zero"
     PLANS+=("dp$dp-zero$zero")
   done
