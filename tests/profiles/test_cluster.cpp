@@ -69,7 +69,9 @@ TEST_CASE("dgx-a100-80g holds the datasheet figures", "[profiles][cluster]") {
 }
 
 TEST_CASE("GPU files carry SM counts and measured matrix ceilings", "[profiles][cluster]") {
-  // A100 SXM: 108 SMs, 271.2 bf16 TFLOP/s measured; H100 and H200 SXM: 132 SMs, 794.5.
+  // A100 SXM: 108 SMs, 271.2 bf16 TFLOP/s measured; H100 and H200 SXM: 132 SMs, 794.5, and a
+  // sustained clock of 755 / 834 (H200's sustainable over achievable matmul rate); A100 has no
+  // such measurement.
   Cluster a100 = loom::profiles::load_cluster("dgx-a100-80g");
   CHECK(a100.device.sm_count == 108);
   CHECK(datasheet(a100, "device.achievable_tflops.bf16",
@@ -78,10 +80,12 @@ TEST_CASE("GPU files carry SM counts and measured matrix ceilings", "[profiles][
                   a100.device.achievable_tflops.of(Precision::kTf32)) == 135.6);
   CHECK(datasheet(a100, "device.attention_efficiency",
                   a100.device.attention_efficiency.value_or(0.65)) == 0.65);
+  CHECK_FALSE(a100.device.sustained_clock_fraction.has_value());
   for (const char* name : {"dgx-h100", "h100-x1", "h200-x1"}) {
     INFO(name);
     Cluster h = loom::profiles::load_cluster(name);
     CHECK(h.device.sm_count == 132);
+    CHECK(h.device.sustained_clock_fraction.value_or(1) == Approx(755.0 / 834.0).epsilon(1e-3));
     CHECK(datasheet(h, "device.achievable_tflops.bf16",
                     h.device.achievable_tflops.of(Precision::kBf16)) == 794.5);
     CHECK(datasheet(h, "device.achievable_tflops.tf32",
