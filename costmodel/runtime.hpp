@@ -35,8 +35,7 @@ struct RankMemoryInput {
   // The largest tensor of the model on one rank (the word table or an MLP weight, after tp).
   double largest_tensor_num_parameters = 0;
   // The largest entry of the layer sequence this rank holds (embeddings, a transformer layer or
-  // the head, after tp): ZeRO-2/3's staging buffer is at most one; 0 = unknown (the rank's
-  // parameters bound it).
+  // the head, after tp): ZeRO-2/3's staging buffer is at most one.
   double largest_block_num_parameters = 0;
   // The word table on this rank (after tp) when it holds the embedding and keeps activations,
   // else 0: its backward makes a dense gradient of the whole table.

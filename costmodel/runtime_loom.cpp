@@ -40,10 +40,7 @@ RuntimeMemory loom_memory(const Job& job, const Strategy& s, const RankMemoryInp
   if (s.dp > 1 && zero.reduces_every_micro_batch) {
     // The staging buffer holds a piece of one block at a time: at most a bucket, at most the
     // largest block.
-    const double block_bytes = in.largest_block_num_parameters > 0
-                                   ? 4.0 * in.largest_block_num_parameters
-                                   : out.states.gradient_bytes * s.dp;
-    const double staging = std::min(in.bucket_bytes, block_bytes);
+    const double staging = std::min(in.bucket_bytes, 4.0 * in.largest_block_num_parameters);
     persistent += staging;
     transient = std::max(transient, staging);
     if (zero.gathers_per_block) {

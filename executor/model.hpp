@@ -160,8 +160,6 @@ double layer_norm_eps(profiles::ModelType type);
 // ---------------------------------------------------------------------------------------------
 // The model
 
-// What runs around each entry of the layer sequence a stage computes (ZeRO-3's per-block
-// parameter gathers, executor/flat_parameters.hpp). `layer` is the index in the layer sequence.
 // Rows of a lookup table that a layer's forward pass reads: `rows` (int64, any shape, repeats
 // allowed) index the first dimension of `table`, one of the layer's parameters.
 struct LookupRows {
@@ -169,6 +167,8 @@ struct LookupRows {
   torch::Tensor rows;
 };
 
+// What runs around each entry of the layer sequence a stage computes (ZeRO-3's per-block
+// parameter gathers, executor/flat_parameters.hpp). `layer` is the index in the layer sequence.
 class LayerHooks {
  public:
   virtual ~LayerHooks() = default;

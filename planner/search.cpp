@@ -311,7 +311,6 @@ double slowest_stage_s(const costmodel::CostModel& cost, const costmodel::Job& j
   return *std::max_element(per_rank.begin(), per_rank.end());
 }
 
-// Reasons about the chosen plan itself: its partition, its mapping, its tensor-parallel traffic.
 // Megatron-LM pads the vocabulary to a multiple of this times tp (--make-vocab-size-divisible-by).
 constexpr std::int64_t kVocabularyMultiple = 128;
 
@@ -343,6 +342,7 @@ std::optional<std::string> vocabulary_note(const Plan& plan, const costmodel::Co
   return std::string(buf);
 }
 
+// Reasons about the chosen plan itself: its partition, its mapping, its tensor-parallel traffic.
 std::vector<std::string> describe(const Plan& plan, const costmodel::CostModel& cost,
                                   bool pinned_stages) {
   std::vector<std::string> why;
