@@ -201,6 +201,18 @@ void rotary(double n, const LayerShape& x, const Dims& d, Pass& p) {
   p.memory((4 + d.e) * n);
 }
 
+// The GeLU of n elements: one kernel; Hugging Face's gelu_new run eagerly (transformers,
+// activations.py: 0.5 * x * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 * x^3)))) one kernel per
+// operation: 0.5 x, x^3, 0.044715 *, x +, sqrt(2 / pi) *, tanh, 1 +, the product.
+void gelu(const profiles::ModelSpec& m, const LayerShape& x, double n, const Dims& d, Pass& p) {
+  if (m.activation != profiles::Activation::kGeluNew || x.fusions.activation ||
+      !p.rates.shape_model()) {
+    p.memory(2 * d.e * n);
+    return;
+  }
+  for (double tensors : {2, 2, 2, 3, 2, 2, 2, 3}) p.memory(tensors * d.e * n);
+}
+
 // Dropout, the residual add and LayerNorm after a row-parallel product, over `tokens` x h
 // (1/tp of the tokens with sequence parallelism). Llama blocks (gated MLPs) have no dropout and
 // an RMSNorm.
@@ -260,7 +272,7 @@ LayerTime transformer_layer_time(const profiles::ModelSpec& m, const LayerShape&
   const double ffn = tokens * d.f / d.t;
   if (!m.gated_mlp) {
     p.matmul({tokens, d.f / d.t, d.h});  // MLP up
-    p.memory(2 * d.e * ffn);             // GeLU
+    gelu(m, x, ffn, d, p);
   } else {
     if (!shapes || x.fusions.fused_gate_up) {
       p.matmul({tokens, 2 * d.f / d.t, d.h});  // W1 and W3

@@ -108,9 +108,13 @@ struct KernelFusions {
   // elementwise kernels through fp32 (transformer_layer_time).
   bool norm = false;
   bool rotary = false;
-  static KernelFusions megatron() { return {true, true, true, true, true, true, true}; }
+  // The MLP's activation in one kernel whatever the model's code writes (ModelSpec::activation:
+  // Hugging Face's gelu_new is eight elementwise operations, eight kernels eagerly). Megatron-LM
+  // runs its own bias-GeLU kernel.
+  bool activation = false;
+  static KernelFusions megatron() { return {true, true, true, true, true, true, true, true}; }
   // torch.compile (Inductor): every elementwise chain fused; the products stay as written.
-  static KernelFusions compiled() { return {false, false, true, true, true, true, true}; }
+  static KernelFusions compiled() { return {false, false, true, true, true, true, true, true}; }
   bool operator==(const KernelFusions&) const = default;
 };
 

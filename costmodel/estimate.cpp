@@ -277,7 +277,7 @@ LayerShape layer_shape(const TermsInput& in, std::int64_t micro_batch, std::int6
   x.attention = in.s.attention;
   x.sequence_parallel = in.s.sequence_parallel;
   const RuntimeRules rules = runtime_rules(in.job.runtime);
-  x.fusions = in.job.compile ? KernelFusions::compiled() : rules.fusions;
+  x.fusions = kernel_fusions(in.job);
   x.host_floor = rules.host_floor;
   x.selective = rules.selective;
   x.stage_layers = std::max<std::int64_t>(1, (in.m.layers + in.s.pp - 1) / in.s.pp);
@@ -297,6 +297,8 @@ ActivationShape activation_shape(const TermsInput& in, std::int64_t micro_batch,
                     in.m.ffn_hidden, in.e,        in.m.kv_heads, in.m.gated_mlp};
   a.autocast = in.autocast;
   a.selective = runtime_rules(in.job.runtime).selective;
+  a.activation_chain =
+      in.m.activation == profiles::Activation::kGeluNew && !kernel_fusions(in.job).activation;
   return a;
 }
 

@@ -227,9 +227,10 @@ double transformer_layer_activation_bytes(const ActivationShape& x, int tp, bool
   // dropout output (e).
   double attention = e * sbh * outside + (e + e * kv + e * kv + e) * sbh / t + sbh * outside;
   double scores = ((x.autocast ? 4 : e) + 1 + e) * a * s * s * b / t;
-  // MLP: input (e sbh), the two ffn-wide tensors around GeLU (2e sbf) or the three around a
-  // gated unit's SiLU and product (3e sbf), dropout mask (sbh).
-  const double ffn_tensors = x.gated_mlp ? 3 : 2;
+  // MLP: input (e sbh), the two ffn-wide tensors around GeLU (2e sbf), the five around an eager
+  // gelu_new's chain (5e sbf) or the three around a gated unit's SiLU and product (3e sbf),
+  // dropout mask (sbh).
+  const double ffn_tensors = x.gated_mlp ? 3 : x.activation_chain ? 5 : 2;
   double mlp = e * sbh * outside + ffn_tensors * e * s * b * f / t + sbh * outside;
   // Two LayerNorm inputs.
   double norms = 2 * residual * sbh * outside;

@@ -101,6 +101,9 @@ struct ActivationShape {
   int element_bytes = 2;         // 2 for fp16/bf16 activations, 4 for fp32
   std::int64_t kv_heads = 0;     // key/value heads (grouped-query attention); 0 = a
   bool gated_mlp = false;        // SwiGLU: three ffn-wide tensors kept instead of two
+  // Hugging Face's gelu_new run eagerly (ModelSpec::activation, KernelFusions::activation): its
+  // autograd keeps x, 0.5 x, the tanh and 1 + the tanh, three ffn-wide tensors more than GeLU's.
+  bool activation_chain = false;
   // Autocast (element_bytes 2 with fp32 weights): LayerNorm inputs are the fp32 residual stream
   // (4 bytes each instead of 2), and softmax runs in fp32 (its output 4 bytes; dropout's output
   // is cast back to 16 bits for the product with V).
@@ -120,7 +123,8 @@ struct ActivationShape {
 // Selective recomputation under SelectivePolicy::kOperators keeps the layer's input, the outputs
 // of the 1st, 3rd, ... products (layer_products()) and, without scores, the fused attention
 // kernel's output and log-sum-exp.
-// Grouped-query attention narrows the kept K and V; a gated MLP keeps a third ffn-wide tensor.
+// Grouped-query attention narrows the kept K and V; a gated MLP keeps a third ffn-wide tensor,
+// an eager gelu_new three more (5e sbf/t where GeLU keeps 2e sbf/t).
 double transformer_layer_activation_bytes(const ActivationShape& shape, int tp,
                                           bool sequence_parallel, Recompute recompute,
                                           bool attention_scores = true);

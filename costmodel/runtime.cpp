@@ -10,6 +10,10 @@ bool trains_under_autocast(const Job& job) {
   return element_bytes(job.precision) == 2 && runtime_rules(job.runtime).autocast;
 }
 
+KernelFusions kernel_fusions(const Job& job) {
+  return job.compile ? KernelFusions::compiled() : runtime_rules(job.runtime).fusions;
+}
+
 int state_element_bytes(const Job& job) {
   return trains_under_autocast(job) ? 4 : element_bytes(job.precision);
 }

@@ -139,6 +139,9 @@ RuntimeRules runtime_rules(Runtime runtime);
 // Whether `job` trains under autocast: 16-bit arithmetic on a runtime that keeps fp32 weights
 // (RuntimeRules::autocast).
 bool trains_under_autocast(const Job& job);
+// The kernels `job` runs fused: every elementwise chain under torch.compile (Job::compile), else
+// its runtime's (RuntimeRules::fusions).
+KernelFusions kernel_fusions(const Job& job);
 // Bytes per element of the weights and gradients a rank holds and communicates: 4 under
 // autocast, else the job's precision's.
 int state_element_bytes(const Job& job);

@@ -173,9 +173,10 @@ profiles::ModelSpec decoder_model(profiles::ModelSpec m, std::int64_t seq,
     m.gated_mlp = true;
     m.tied_embeddings = false;
     m.kv_heads = llama_kv_heads(m.name);
-    assumptions->push_back("RoPE and RMSNorm: Loom counts a position table and LayerNorm");
   } else if (contains(m.name, "gpt2")) {
+    // The gpt2 checkpoints' config.json: activation_function gelu_new.
     m.tied_embeddings = true;
+    m.activation = profiles::Activation::kGeluNew;
     m.max_positions = std::max<std::int64_t>(seq, 1024);
   }
   return m;

@@ -26,6 +26,10 @@ const char* to_string(ModelType type) {
   return "bert";
 }
 
+const char* to_string(Activation activation) {
+  return activation == Activation::kGeluNew ? "gelu_new" : "gelu";
+}
+
 namespace {
 
 // The layer sequence (embedding, layers, head) is indexed with ints and partitioned layer by layer:
@@ -37,6 +41,13 @@ ModelType parse_model_type(ObjectReader& r, const std::string& key) {
   if (t == "roberta") return ModelType::kRoberta;
   if (t == "gpt2") return ModelType::kGpt2;
   return ModelType::kBert;
+}
+
+// A Hugging Face activation name: gelu_new is the chain of elementwise operations; every other
+// (gelu, gelu_pytorch_tanh, relu, ...) runs as one kernel.
+Activation hf_activation(ObjectReader& r, const std::string& key, const char* fallback) {
+  return r.optional_string(key).value_or(fallback) == "gelu_new" ? Activation::kGeluNew
+                                                                 : Activation::kGelu;
 }
 
 // A name for a Hugging Face model: its _name_or_path, else the folder holding config.json.
@@ -65,6 +76,7 @@ ModelSpec from_hugging_face(ObjectReader& r, const std::string& source) {
       m.max_positions = r.integer("n_ctx", 1);
     }
     m.type_vocab = 0;
+    m.activation = hf_activation(r, "activation_function", "gelu_new");  // GPT2Config's default
   } else {
     m.family = Family::kEncoder;
     m.layers = r.integer("num_hidden_layers", 1, kMaxLayers);
@@ -74,6 +86,7 @@ ModelSpec from_hugging_face(ObjectReader& r, const std::string& source) {
     m.vocab = r.integer("vocab_size", 1);
     m.max_positions = r.integer("max_position_embeddings", 1);
     m.type_vocab = r.optional_integer("type_vocab_size", 0).value_or(2);
+    m.activation = hf_activation(r, "hidden_act", "gelu");
   }
   m.tied_embeddings = r.optional_boolean("tie_word_embeddings").value_or(true);
   // A sequence-classification checkpoint says so in "architectures"; its label count is
@@ -128,6 +141,9 @@ void validate_model(const ModelSpec& m, const std::string& source) {
     bad("kv_heads", "expected 0 (one per head) or a divisor of heads (" + std::to_string(m.heads) +
                         "), found " + std::to_string(m.kv_heads));
   }
+  if (m.gated_mlp && m.activation != Activation::kGelu) {
+    bad("activation", "expected \"gelu\" or absent for a gated (swiglu) MLP");
+  }
   bool decoder_type = m.model_type == ModelType::kGpt2;
   if (decoder_type != (m.family == Family::kDecoder)) {
     bad("family", std::string("expected \"") + (decoder_type ? "decoder" : "encoder") +
@@ -178,6 +194,13 @@ ModelSpec model_from_json(const nlohmann::json& value, const std::string& source
   m.tied_embeddings = r.optional_boolean("tied_embeddings").value_or(true);
   m.kv_heads = r.optional_integer("kv_heads", 1).value_or(0);
   if (r.has("mlp")) m.gated_mlp = r.choice("mlp", {"gelu", "swiglu"}) == "swiglu";
+  if (r.has("activation")) {
+    const bool chain = r.choice("activation", {"gelu", "gelu_new"}) == "gelu_new";
+    if (chain && m.gated_mlp) {
+      r.fail("activation", "expected \"gelu\" or absent for a gated (swiglu) MLP");
+    }
+    m.activation = chain ? Activation::kGeluNew : Activation::kGelu;
+  }
   r.optional_string("source");
   r.finish();
   validate_model(m, source);
@@ -201,6 +224,7 @@ nlohmann::json model_to_json(const ModelSpec& m) {
   j["tied_embeddings"] = m.tied_embeddings;
   if (m.kv_heads > 0) j["kv_heads"] = m.kv_heads;
   if (m.gated_mlp) j["mlp"] = "swiglu";
+  if (m.activation != Activation::kGelu) j["activation"] = to_string(m.activation);
   return j;
 }
 

@@ -19,6 +19,12 @@ enum class Family { kEncoder, kDecoder };
 // GPT-2 has pre-LayerNorm and a final LayerNorm.
 enum class ModelType { kBert, kRoberta, kGpt2 };
 
+// The MLP's activation as the model's code writes it: one GeLU kernel (PyTorch's exact or tanh
+// GeLU), or Hugging Face's `gelu_new` (GPT-2's activation_function), the tanh approximation
+// written as eight elementwise operations, which eager PyTorch runs as eight kernels and whose
+// autograd keeps four ffn-wide tensors where one GeLU kernel keeps its input.
+enum class Activation { kGelu, kGeluNew };
+
 struct ModelSpec {
   std::string name;
   Family family = Family::kEncoder;
@@ -38,6 +44,8 @@ struct ModelSpec {
   // The MLP: GeLU(x W1) W2 (BERT, GPT) or the gated SwiGLU (SiLU(x W1) * x W3) W2 of Llama, with
   // ffn_hidden the width of W1 and W3. JSON "mlp": "gelu" | "swiglu", absent = "gelu".
   bool gated_mlp = false;
+  // JSON "activation": "gelu" | "gelu_new", absent = "gelu"; a gated MLP's is its SiLU.
+  Activation activation = Activation::kGelu;
 
   // Key/value heads in use: kv_heads, or heads when it is 0.
   std::int64_t key_value_heads() const { return kv_heads > 0 ? kv_heads : heads; }
@@ -46,6 +54,7 @@ struct ModelSpec {
 
 const char* to_string(Family family);
 const char* to_string(ModelType type);
+const char* to_string(Activation activation);
 
 // The longest sequence the position embeddings cover: max_positions, less the 2 that RoBERTa
 // never uses (it numbers tokens from padding_idx + 1 = 2, as transformers does).

@@ -180,6 +180,7 @@ TEST_CASE("padding GPT-2's vocabulary to 50304 speeds its step as nanoGPT measur
   // measurement unaligned_rate_fraction comes from. The model gives 1.24 (the head's products are
   // 12.9 % of the padded step; at 1/0.35 of their time they add 24 %).
   profiles::ModelSpec gpt2 = profiles::load_model("gpt2");
+  gpt2.activation = profiles::Activation::kGelu;  // nanoGPT's MLP runs nn.GELU, one kernel
   profiles::ModelSpec padded = gpt2;
   padded.vocab = 50304;
   const profiles::Cluster a100 =
@@ -393,6 +394,55 @@ TEST_CASE("Megatron's fusions launch fewer elementwise kernels", "[gemm]") {
   const LayerTime b = transformer_layer_time(bert, megatron, r);
   CHECK(a.forward_s - b.forward_s == Approx(saved).epsilon(1e-9));
   CHECK(saved == Approx(185.13e-6).epsilon(1e-4));
+}
+
+TEST_CASE("Hugging Face's gelu_new runs as eight kernels eagerly and keeps three more tensors",
+          "[gemm][activations]") {
+  profiles::ModelSpec gpt2 = profiles::load_model("gpt2");
+  REQUIRE(gpt2.activation == profiles::Activation::kGeluNew);
+  profiles::ModelSpec one_kernel = gpt2;
+  one_kernel.activation = profiles::Activation::kGelu;
+  const DeviceRates r =
+      device_rates(profiles::datasheet_cluster(profiles::load_cluster("dgx-a100-80g")).device,
+                   Precision::kBf16, EfficiencyDefaults{});
+  // n = b s f = 8 x 1024 x 3072 = 25,165,824 elements of 2 bytes. The chain moves 2, 2, 2, 3, 2,
+  // 2, 2 and 3 tensors (18 x 2n bytes) where one GeLU moves 2 (4n): 32n = 805,306,368 bytes
+  // more forward at 2039 x 0.8 GB/s, twice that backward. Its smallest kernel (100.7 MB) is far
+  // above the 5 us launch floor.
+  LayerShape x{8, 1024, 1, 2, Recompute::kNone};
+  const double more = 32 * 25165824.0 / 1631.2e9;
+  CHECK(more == Approx(493.69e-6).epsilon(1e-4));
+  const LayerTime chain = transformer_layer_time(gpt2, x, r);
+  const LayerTime one = transformer_layer_time(one_kernel, x, r);
+  CHECK(chain.forward_s - one.forward_s == Approx(more).epsilon(1e-9));
+  CHECK(chain.backward_s - one.backward_s == Approx(2 * more).epsilon(1e-9));
+  // torch.compile and Megatron-LM fuse it into one kernel.
+  for (const KernelFusions& f : {KernelFusions::compiled(), KernelFusions::megatron()}) {
+    x.fusions = f;
+    CHECK(transformer_layer_time(gpt2, x, r).forward_s ==
+          transformer_layer_time(one_kernel, x, r).forward_s);
+  }
+  // Autograd keeps x, 0.5 x, tanh(.) and 1 + tanh(.) besides the output: 3 e s b f bytes more,
+  // 3 x 2 x 1024 x 8 x 3072 = 150,994,944, as the estimate counts it for DeepSpeed's fp16 job.
+  ActivationShape a{1024, 8, 768, 12, 3072, 2};
+  ActivationShape a_chain = a;
+  a_chain.activation_chain = true;
+  CHECK(transformer_layer_activation_bytes(a_chain, 1, false, Recompute::kNone) -
+            transformer_layer_activation_bytes(a, 1, false, Recompute::kNone) ==
+        Approx(150994944.0).epsilon(1e-12));
+  const profiles::Cluster cluster =
+      profiles::datasheet_cluster(profiles::load_cluster("dgx-a100-80g"));
+  Job job{64, 1024, Precision::kFp16, "adamw"};
+  job.runtime = Runtime::kDeepspeed;
+  Strategy s;
+  s.dp = 8;
+  s.micro_batch = 8;
+  const double kept = CostModel(gpt2, cluster).step_terms(job, s).costs.layer.activation_bytes;
+  CHECK(kept - CostModel(one_kernel, cluster).step_terms(job, s).costs.layer.activation_bytes ==
+        Approx(150994944.0).epsilon(1e-12));
+  job.compile = true;
+  CHECK(CostModel(gpt2, cluster).step_terms(job, s).costs.layer.activation_bytes ==
+        CostModel(one_kernel, cluster).step_terms(job, s).costs.layer.activation_bytes);
 }
 
 TEST_CASE("Llama 2 parameter counts", "[layers][gqa]") {
