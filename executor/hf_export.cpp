@@ -235,7 +235,7 @@ nlohmann::ordered_json hf_config(const HfFolder& f) {
   c["layer_norm_eps"] = layer_norm_eps(m.model_type);
   c["pad_token_id"] = pad_token_id(m.model_type);
   c["tie_word_embeddings"] = m.tied_embeddings;
-  set_default("hidden_act", "gelu");
+  c["hidden_act"] = profiles::to_string(m.activation);  // what the weights were trained with
   set_default("hidden_dropout_prob", f.dropout);
   set_default("attention_probs_dropout_prob", f.dropout);
   set_default("classifier_dropout", nullptr);

@@ -435,6 +435,10 @@ void add_plan_file_rows(std::vector<Row>& rows, const Plans& plans) {
                                      }))}},
       train_with("gpt-plan.json", "--data synthetic:400 --steps 5"),
       {"gpt-plan.json", "$.model.model_type", "BERT or RoBERTa encoder", "gpt2"});
+  add("train: an encoder whose MLP runs gelu_new (the executor's GeLU is exact)",
+      {{"tanh-plan.json", text(edited(plan, [](J j) { j["model"]["activation"] = "gelu_new"; }))}},
+      train_with("tanh-plan.json", "--data synthetic:400 --steps 5"),
+      {"tanh-plan.json", "$.model.activation", "exact GeLU", "gelu_new"});
   add("train: a plan with one label (the reviews have two)",
       {{"one.json", text(edited(plan, [](J j) { j["model"]["num_labels"] = 1; }))}},
       train_with("one.json", "--data synthetic:400 --steps 5"),
