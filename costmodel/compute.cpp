@@ -205,8 +205,7 @@ void rotary(double n, const LayerShape& x, const Dims& d, Pass& p) {
 // activations.py: 0.5 * x * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 * x^3)))) one kernel per
 // operation: 0.5 x, x^3, 0.044715 *, x +, sqrt(2 / pi) *, tanh, 1 +, the product.
 void gelu(const profiles::ModelSpec& m, const LayerShape& x, double n, const Dims& d, Pass& p) {
-  if (m.activation != profiles::Activation::kGeluNew || x.fusions.activation ||
-      !p.rates.shape_model()) {
+  if (m.activation != profiles::Activation::kGeluNew || x.fusions.activation) {
     p.memory(2 * d.e * n);
     return;
   }

@@ -149,6 +149,8 @@ RuntimeRules loom_runtime_rules() {
   r.memory = loom_memory;
   r.exposure = loom_exposure;
   r.skips_lookup_gathers = true;
+  // The executor runs the MLP's activation as one kernel (torch::gelu): it refuses gelu_new.
+  r.fusions.activation = true;
   r.host_floor = true;
   r.autocast = true;
   r.reduce_bytes_per_parameter = [](const Job&) { return 4.0; };  // fp32 gradients

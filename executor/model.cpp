@@ -29,10 +29,13 @@ void check_encoder(const ModelSpec& spec) {
     throw InputError("model " + spec.name, "model_type",
                      std::string("a BERT or RoBERTa encoder, got ") + to_string(spec.model_type));
   }
-  if (spec.gated_mlp || spec.activation != profiles::Activation::kGelu) {
+  if (spec.gated_mlp) {
+    throw InputError("model " + spec.name, "mlp", "BERT's MLP (Loom's executor), got swiglu");
+  }
+  if (spec.activation != profiles::Activation::kGelu) {
     throw InputError("model " + spec.name, "activation",
-                     std::string("BERT's MLP with the exact GeLU (Loom's executor), got ") +
-                         (spec.gated_mlp ? "swiglu" : to_string(spec.activation)));
+                     std::string("the exact GeLU (Loom's executor runs no other), got ") +
+                         to_string(spec.activation));
   }
   if (spec.layers <= 0 || spec.hidden <= 0 || spec.heads <= 0 || spec.ffn_hidden <= 0 ||
       spec.vocab <= 0 || spec.max_positions <= 0 || spec.type_vocab < 0 ||

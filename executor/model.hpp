@@ -143,9 +143,9 @@ struct ParameterInfo {
 // without reading the table (costmodel's ParameterCounts::lookup_tables counts them).
 bool lookup_table(const std::string& name);
 
-// Refuses (InputError, source "model NAME", path "model_type", "activation" or empty) a spec that
-// is not a BERT/RoBERTa encoder with the exact GeLU, positive sizes, heads dividing hidden and a
-// positive label count.
+// Refuses (InputError, source "model NAME", path "model_type", "mlp", "activation" or empty) a
+// spec that is not a BERT/RoBERTa encoder with the exact GeLU, positive sizes, heads dividing
+// hidden and a positive label count.
 void check_encoder(const profiles::ModelSpec& spec);
 
 // Every parameter of the sequence classifier for `spec`, in Hugging Face order. Throws

@@ -27,7 +27,15 @@ const char* to_string(ModelType type) {
 }
 
 const char* to_string(Activation activation) {
-  return activation == Activation::kGeluNew ? "gelu_new" : "gelu";
+  switch (activation) {
+    case Activation::kGelu:
+      return "gelu";
+    case Activation::kGeluNew:
+      return "gelu_new";
+    case Activation::kOther:
+      return "other";
+  }
+  return "gelu";
 }
 
 namespace {
@@ -43,11 +51,13 @@ ModelType parse_model_type(ObjectReader& r, const std::string& key) {
   return ModelType::kBert;
 }
 
-// A Hugging Face activation name: gelu_new is the chain of elementwise operations; every other
-// (gelu, gelu_pytorch_tanh, relu, ...) runs as one kernel.
+// A Hugging Face activation name: gelu (the exact GeLU), gelu_new (the chain of elementwise
+// operations), or any other, counted as one kernel (gelu_fast and quick_gelu are chains of their
+// own that Loom does not count).
 Activation hf_activation(ObjectReader& r, const std::string& key, const char* fallback) {
-  return r.optional_string(key).value_or(fallback) == "gelu_new" ? Activation::kGeluNew
-                                                                 : Activation::kGelu;
+  const std::string name = r.optional_string(key).value_or(fallback);
+  if (name == "gelu") return Activation::kGelu;
+  return name == "gelu_new" ? Activation::kGeluNew : Activation::kOther;
 }
 
 // A name for a Hugging Face model: its _name_or_path, else the folder holding config.json.
@@ -111,7 +121,7 @@ ModelSpec from_hugging_face(ObjectReader& r, const std::string& source) {
       m.num_labels = 2;
     }
   }
-  // A Hugging Face config has many more fields (dropout rates, activation, ids): not ours to check.
+  // A Hugging Face config has many more fields (dropout rates, ids): not ours to check.
   return m;
 }
 
@@ -142,7 +152,9 @@ void validate_model(const ModelSpec& m, const std::string& source) {
                         "), found " + std::to_string(m.kv_heads));
   }
   if (m.gated_mlp && m.activation != Activation::kGelu) {
-    bad("activation", "expected \"gelu\" or absent for a gated (swiglu) MLP");
+    bad("activation",
+        std::string("expected \"gelu\" or absent for a gated (swiglu) MLP, found \"") +
+            to_string(m.activation) + "\"");
   }
   bool decoder_type = m.model_type == ModelType::kGpt2;
   if (decoder_type != (m.family == Family::kDecoder)) {
@@ -195,11 +207,14 @@ ModelSpec model_from_json(const nlohmann::json& value, const std::string& source
   m.kv_heads = r.optional_integer("kv_heads", 1).value_or(0);
   if (r.has("mlp")) m.gated_mlp = r.choice("mlp", {"gelu", "swiglu"}) == "swiglu";
   if (r.has("activation")) {
-    const bool chain = r.choice("activation", {"gelu", "gelu_new"}) == "gelu_new";
-    if (chain && m.gated_mlp) {
-      r.fail("activation", "expected \"gelu\" or absent for a gated (swiglu) MLP");
+    const std::string name = r.choice("activation", {"gelu", "gelu_new", "other"});
+    if (name != "gelu" && m.gated_mlp) {
+      r.fail("activation",
+             "expected \"gelu\" or absent for a gated (swiglu) MLP, found \"" + name + "\"");
     }
-    m.activation = chain ? Activation::kGeluNew : Activation::kGelu;
+    m.activation = name == "gelu_new" ? Activation::kGeluNew
+                   : name == "other"  ? Activation::kOther
+                                      : Activation::kGelu;
   }
   r.optional_string("source");
   r.finish();

@@ -19,11 +19,12 @@ enum class Family { kEncoder, kDecoder };
 // GPT-2 has pre-LayerNorm and a final LayerNorm.
 enum class ModelType { kBert, kRoberta, kGpt2 };
 
-// The MLP's activation as the model's code writes it: one GeLU kernel (PyTorch's exact or tanh
-// GeLU), or Hugging Face's `gelu_new` (GPT-2's activation_function), the tanh approximation
-// written as eight elementwise operations, which eager PyTorch runs as eight kernels and whose
-// autograd keeps four ffn-wide tensors where one GeLU kernel keeps its input.
-enum class Activation { kGelu, kGeluNew };
+// The MLP's activation as the model's code writes it: the exact (erf) GeLU, one kernel, the only
+// one Loom's executor runs; Hugging Face's `gelu_new` (GPT-2's activation_function), the tanh
+// approximation written as eight elementwise operations, which eager PyTorch runs as eight
+// kernels and whose autograd keeps four ffn-wide tensors where one GeLU kernel keeps its input;
+// or another activation, counted as one kernel (relu, silu, gelu_pytorch_tanh, ...).
+enum class Activation { kGelu, kGeluNew, kOther };
 
 struct ModelSpec {
   std::string name;
@@ -44,7 +45,7 @@ struct ModelSpec {
   // The MLP: GeLU(x W1) W2 (BERT, GPT) or the gated SwiGLU (SiLU(x W1) * x W3) W2 of Llama, with
   // ffn_hidden the width of W1 and W3. JSON "mlp": "gelu" | "swiglu", absent = "gelu".
   bool gated_mlp = false;
-  // JSON "activation": "gelu" | "gelu_new", absent = "gelu"; a gated MLP's is its SiLU.
+  // JSON "activation": "gelu" | "gelu_new" | "other", absent = "gelu"; a gated MLP's is its SiLU.
   Activation activation = Activation::kGelu;
 
   // Key/value heads in use: kv_heads, or heads when it is 0.

@@ -193,6 +193,12 @@ void check_init_config(const planner::Plan& plan, const std::string& init) {
                      "the plan's model type (" + std::string(profiles::to_string(p.model_type)) +
                          "): the plan was made for another model");
   }
+  if (m.activation != p.activation) {
+    throw InputError(config.string(), "$.hidden_act",
+                     "the plan's activation (" + std::string(profiles::to_string(p.activation)) +
+                         "); this checkpoint's is " + profiles::to_string(m.activation) +
+                         ": the plan was made for another model");
+  }
 }
 
 // LibTorch threads of a CPU rank: what the cost model assumed for a CPU cluster's plan (the

@@ -308,15 +308,14 @@ TEST_CASE("config.json reads back as the same ModelSpec", "[export]") {
   // From an --init config: its other fields stay, its labels too when they are num_labels.
   f.model.model_type = ModelType::kBert;
   f.model.type_vocab = 2;
-  f.base_config = {{"model_type", "bert"},
-                   {"architectures", {"BertForMaskedLM"}},
-                   {"initializer_range", 0.05},
-                   {"num_labels", 7},
-                   {"id2label", {{"0", "a"}, {"1", "b"}, {"2", "c"}}}};
+  f.base_config = {{"model_type", "bert"},      {"architectures", {"BertForMaskedLM"}},
+                   {"initializer_range", 0.05}, {"hidden_act", "gelu_new"},
+                   {"num_labels", 7},           {"id2label", {{"0", "a"}, {"1", "b"}, {"2", "c"}}}};
   std::ofstream(path) << loom::executor::hf_config(f).dump(2);
   CHECK(loom::profiles::load_model(path.string()) == f.model);
   const nlohmann::json d = nlohmann::json::parse(bytes_of(path));
   CHECK(d["initializer_range"] == 0.05);
+  // The activation is the model's, which Loom trained with: the exact GeLU.
   CHECK(d["hidden_act"] == "gelu");
   CHECK(d["architectures"] == nlohmann::json::array({"BertForSequenceClassification"}));
   CHECK(d["label2id"] == nlohmann::json{{"a", 0}, {"b", 1}, {"c", 2}});

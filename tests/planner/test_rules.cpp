@@ -250,19 +250,19 @@ TEST_CASE("golden plans", "[planner][golden]") {
         profiles::with_nodes(profiles::datasheet_cluster(profiles::load_cluster("dgx-a100-80g")), 1,
                              "test"));
     // Under the GEMM shape model alone 2 samples per micro-batch are fastest; the host's issue
-    // of each pass (compute.hpp's host floor: 3.6 ms per pass of a stage, 27.5 us per kernel,
-    // GPT-2's gelu_new issued as eight kernels) bounds such small passes, so 8 samples per
-    // micro-batch win. The time-balanced partition gives the LM head (logits over 50,257 words
-    // at every position, an unaligned vocabulary: gemm.hpp) a stage of its own, the slowest;
-    // filled from the last stage backwards under its time, the two middle stages take five
-    // layers each and the cheap embedding shares the first stage with the other two. GPipe is as
-    // fast here and holds every micro-batch's activations: the tie goes to 1F1B. ZeRO-0: Loom's
-    // runtime reduces and gathers fp32 (autocast keeps fp32 weights), so ZeRO-1's all-gather
-    // after the optimizer step costs more than its smaller states save.
+    // of each pass (compute.hpp's host floor: 3.6 ms per pass of a stage, 27.5 us per kernel)
+    // bounds such small passes, so 4 samples per micro-batch win. The time-balanced
+    // partition gives the LM head (logits over 50,257 words at every position, an unaligned
+    // vocabulary: gemm.hpp) a stage of its own. The causal attention kernel is timed over the
+    // whole s x s grid (causal_attention_time_scale), which makes a layer heavy enough that the
+    // cheap embedding shares the first stage with four layers, as the other two middle stages
+    // hold four. GPipe is as fast here and holds every micro-batch's activations: the tie goes to
+    // 1F1B. ZeRO-0: Loom's runtime reduces and gathers fp32 (autocast keeps fp32 weights), so
+    // ZeRO-1's all-gather after the optimizer step costs more than its smaller states save.
     const Plan p = best(search(cost, Job{256, 1024, Precision::kBf16, "adamw"}, o));
     CHECK(
         costmodel::strategy_to_json(p.strategy).dump() ==
-        R"({"attention":"flash","dp":2,"micro_batch":8,"num_micro_batches":16,"pp":4,"recompute":"none","schedule":"1f1b","sequence_parallel":false,"tp":1,"virtual_stages":1,"zero":0})");
-    CHECK(p.stages == std::vector<costmodel::StageRange>{{0, 2}, {3, 7}, {8, 12}, {13, 13}});
+        R"({"attention":"flash","dp":2,"micro_batch":4,"num_micro_batches":32,"pp":4,"recompute":"none","schedule":"1f1b","sequence_parallel":false,"tp":1,"virtual_stages":1,"zero":0})");
+    CHECK(p.stages == std::vector<costmodel::StageRange>{{0, 4}, {5, 8}, {9, 12}, {13, 13}});
   }
 }

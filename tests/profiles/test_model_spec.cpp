@@ -356,32 +356,40 @@ TEST_CASE("load_model reads a checkpoint folder's config.json", "[profiles][mode
                           "configuration), found a folder without one");
 }
 
-TEST_CASE("the MLP's activation: gelu_new from GPT-2's config, gelu otherwise",
+TEST_CASE("the MLP's activation: gelu, gelu_new from GPT-2's config, or another",
           "[profiles][model][hf]") {
   using loom::profiles::Activation;
   nlohmann::json gpt2 = loom::profiles::parse_json_text(kGpt2, "gpt2/config.json");
   CHECK(loom::profiles::model_from_json(gpt2, "gpt2/config.json").activation ==
         Activation::kGeluNew);
-  // GPT2Config's default is gelu_new; a config that names another activation runs one kernel.
+  // GPT2Config's default is gelu_new; any other name than gelu and gelu_new is "other".
   gpt2.erase("activation_function");
   CHECK(loom::profiles::model_from_json(gpt2, "gpt2/config.json").activation ==
         Activation::kGeluNew);
   gpt2["activation_function"] = "gelu_pytorch_tanh";
+  CHECK(loom::profiles::model_from_json(gpt2, "gpt2/config.json").activation == Activation::kOther);
+  gpt2["activation_function"] = "gelu";
   CHECK(loom::profiles::model_from_json(gpt2, "gpt2/config.json").activation == Activation::kGelu);
   nlohmann::json bert = loom::profiles::parse_json_text(kBertBaseUncased, "b/config.json");
   CHECK(loom::profiles::model_from_json(bert, "b/config.json").activation == Activation::kGelu);
   bert["hidden_act"] = "gelu_new";
   CHECK(loom::profiles::model_from_json(bert, "b/config.json").activation == Activation::kGeluNew);
+  bert["hidden_act"] = "relu";
+  CHECK(loom::profiles::model_from_json(bert, "b/config.json").activation == Activation::kOther);
   // The built-in GPT-2 files say so; loom-model/1 keeps it and refuses what it cannot mean.
   CHECK(loom::profiles::load_model("gpt2-xl").activation == Activation::kGeluNew);
   CHECK(loom::profiles::load_model("gpt3-175b").activation == Activation::kGelu);
   nlohmann::json j = loom::profiles::model_to_json(loom::profiles::load_model("gpt2"));
   CHECK(j.at("activation") == "gelu_new");
+  j["activation"] = "other";
+  CHECK(loom::profiles::model_from_json(j, "m.json").activation == Activation::kOther);
   j["activation"] = "relu";
   REQUIRE_THROWS_WITH(loom::profiles::model_from_json(j, "m.json"),
-                      Catch::Contains("m.json") && Catch::Contains("$.activation"));
+                      Catch::Contains("m.json") && Catch::Contains("$.activation") &&
+                          Catch::Contains("gelu_new") && Catch::Contains("relu"));
   j["activation"] = "gelu_new";
   j["mlp"] = "swiglu";
   REQUIRE_THROWS_WITH(loom::profiles::model_from_json(j, "m.json"),
-                      Catch::Contains("$.activation") && Catch::Contains("swiglu"));
+                      Catch::Contains("m.json") && Catch::Contains("$.activation") &&
+                          Catch::Contains("swiglu") && Catch::Contains("found \"gelu_new\""));
 }

@@ -439,6 +439,10 @@ void add_plan_file_rows(std::vector<Row>& rows, const Plans& plans) {
       {{"tanh-plan.json", text(edited(plan, [](J j) { j["model"]["activation"] = "gelu_new"; }))}},
       train_with("tanh-plan.json", "--data synthetic:400 --steps 5"),
       {"tanh-plan.json", "$.model.activation", "exact GeLU", "gelu_new"});
+  add("train: --init of a checkpoint whose config.json says gelu_new",
+      {{"tanh/config.json", text(edited(hf, [](J j) { j["hidden_act"] = "gelu_new"; }))}},
+      train_with("plan.json", "--data synthetic:400 --steps 5 --init tanh"),
+      {"tanh/config.json", "$.hidden_act", "gelu_new", "another model"});
   add("train: a plan with one label (the reviews have two)",
       {{"one.json", text(edited(plan, [](J j) { j["model"]["num_labels"] = 1; }))}},
       train_with("one.json", "--data synthetic:400 --steps 5"),
