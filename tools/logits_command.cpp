@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "executor/model.hpp"
 #include "executor/train.hpp"
 #include "profiles/errors.hpp"
 #include "profiles/json_reader.hpp"
@@ -71,6 +72,12 @@ int run_logits(const LogitsArgs& a) {
   }
   executor::LogitsRequest request;
   request.model = profiles::load_model(config.string());
+  try {
+    executor::check_encoder(request.model);  // named in the config's terms
+  } catch (const InputError& e) {
+    const std::string key = e.path() == "activation" ? "hidden_act" : e.path();
+    throw InputError(config.string(), key.empty() ? "$" : "$." + key, e.expectation());
+  }
   request.weights = weights.string();
   request.seed = a.seed;
   request.source = a.ids;

@@ -542,6 +542,14 @@ void add_data_and_flag_rows(std::vector<Row>& rows, const Plans& plans) {
        {"hf/model.safetensors", "x"},
        {"ids.json", R"({"input_ids": [[2, "a", 3]]})"}},
       "logits --init hf --ids ids.json", {"ids.json", "$.input_ids[0][1]", "an integer"});
+  add("logits: a checkpoint whose config.json says gelu_new",
+      {{"tanh/config.json", R"({"model_type": "bert", "num_hidden_layers": 1, "hidden_size": 16,
+         "num_attention_heads": 2, "intermediate_size": 32, "vocab_size": 100,
+         "max_position_embeddings": 64, "type_vocab_size": 2, "hidden_act": "gelu_new"})"},
+       {"tanh/model.safetensors", "x"},
+       {"ids.json", R"({"input_ids": [[2, 3]]})"}},
+      "logits --init tanh --ids ids.json",
+      {"tanh/config.json", "$.hidden_act", "exact GeLU", "gelu_new"});
   // --- more refusals the contract asks for ------------------------------------------------------
   add("flag: a global batch beyond any job", {},
       "plan --model model.json --cluster cluster-1.json --global-batch 1000000000000 "
