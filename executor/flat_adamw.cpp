@@ -69,6 +69,10 @@ void adamw_step(torch::optim::AdamW& optimizer) {
     const double lr = options.lr();
     const auto [beta1, beta2] = options.betas();
     for (auto& [step, l] : chunks) {
+      if (compat::fused_adamw_(l.parameters, l.grads, l.exp_avgs, l.exp_avg_sqs, step, lr, beta1,
+                               beta2, options.weight_decay(), options.eps())) {
+        continue;
+      }
       if (options.weight_decay() != 0) {
         at::_foreach_mul_(l.parameters, 1 - lr * options.weight_decay());
       }

@@ -77,6 +77,32 @@ inline void foreach_mul_(at::TensorList tensors, const torch::Tensor& factor) {
 #endif
 }
 
+// AdamW over lists of CUDA tensors as one fused multi-tensor kernel (ATen's _fused_adamw_, what
+// torch.optim.AdamW(fused=True) runs): each element read and written once, where the
+// multi-tensor operations of the unfused step pass over the moments about nine times. `step` is
+// the step number after this update. Returns false, touching nothing, where this LibTorch has no
+// such kernel (before 2.1, or built without CUDA) or a tensor is not on a CUDA device; the caller
+// then runs the unfused step.
+inline bool fused_adamw_(at::TensorList parameters, at::TensorList grads, at::TensorList exp_avgs,
+                         at::TensorList exp_avg_sqs, std::int64_t step, double lr, double beta1,
+                         double beta2, double weight_decay, double eps) {
+#if defined(LOOM_TORCH_CUDA) && \
+    (TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 1))
+  if (parameters.empty() || !parameters.front().is_cuda()) return false;
+  // The kernel reads each tensor's step count from a float tensor on its device.
+  const torch::Tensor count =
+      torch::full({}, static_cast<double>(step), parameters.front().options().dtype(torch::kFloat));
+  const std::vector<torch::Tensor> steps(parameters.size(), count);
+  at::_fused_adamw_(parameters, grads, exp_avgs, exp_avg_sqs, /*max_exp_avg_sqs=*/{}, steps, lr,
+                    beta1, beta2, weight_decay, eps, /*amsgrad=*/false, /*maximize=*/false);
+  return true;
+#else
+  (void)parameters, (void)grads, (void)exp_avgs, (void)exp_avg_sqs, (void)step, (void)lr;
+  (void)beta1, (void)beta2, (void)weight_decay, (void)eps;
+  return false;
+#endif
+}
+
 // The key under which `optimizer.state()` keeps parameter `p`'s state: its TensorImpl's address
 // in 2.x, that address written as a string in 1.13 (as the optimizers and their serialisation
 // write it).
