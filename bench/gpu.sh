@@ -25,6 +25,7 @@
 #   validate    loom validate of single-GPU plans (micro-batch and recompute variants) with them,
 #               beside the roofline's prediction of each; tensor and device memory
 #   memory      peak memory of one-micro-batch plans of models cut to 2, 6, 12 layers (MEMORY_PLANS)
+#   precision   loom validate of bert-base (seq 128, micro-batch 32) in fp32, tf32 and bf16
 #   tune        loom tune --top 3 of bert-base (global batch 64, seq 128) on this GPU
 # DEVICE=cpu runs the stages on the CPU (transformers' side too), e.g. inside tools/check-torch2.sh's
 # Debian sid root, which has transformers (that script clears the environment: set it after --run):
@@ -396,6 +397,34 @@ for path in sorted(glob.glob(f"{sys.argv[1]}/validate-*.json")):
           f"{p['peak_memory_bytes'] / mib:.0f} total), device {m.get('device_used_bytes', 0) / mib:.0f} "
           f"MiB | - | - |")
 PY
+}
+
+# The precisions a GPU job can name, through loom validate: bert-base at sequence 128, global
+# batch 64, micro-batch 32, in fp32, tf32 (matrix products on tensor cores in tf32, which the
+# executor must switch on) and bf16, each beside its prediction (PRECISION_MODELS changes the
+# model).
+stage_precision() {
+  need_loom || return 1
+  local dir="$OUT/precision" model p name
+  mkdir -p "$dir"
+  for model in ${PRECISION_MODELS:-bert-base}; do
+    for p in fp32 tf32 bf16; do
+      name=$model-$p
+      "$LOOM" plan --model $model --cluster "$(cluster)" --global-batch 64 --seq-len 128 \
+        --precision $p --dp 1 --tp 1 --pp 1 --micro-batch 32 --recompute none \
+        -o "$dir/plan-$name.json" >/dev/null &&
+        t "$LOOM" validate "$dir/plan-$name.json" --device "$DEVICE" --steps ${VALIDATE_STEPS:-12} \
+          --warmup ${VALIDATE_WARMUP:-4} --json >"$dir/validate-$name.json" 2>"$dir/validate-$name.err"
+      "$PY" -c "import json
+d = json.load(open('$dir/validate-$name.json'))
+m, e = d['measured'], d['relative_error']
+ph = m['ranks'][0]['phases_s']
+print(f\"| precision $name | step {1e3 * m['step_time_s']:.1f} ms (forward {1e3 * ph['forward']:.1f}, \"
+      f\"backward {1e3 * ph['backward']:.1f}, optimizer {1e3 * ph['optimizer']:.1f}): \"
+      f\"{100 * e['step_time']:+.1f} % | - | - |\")" 2>/dev/null | tee -a "$TABLE" >&2 ||
+        row "precision $name" "failed: $(tail -1 "$dir/validate-$name.err")" "-" "NOT MET"
+    done
+  done
 }
 
 # loom tune on this GPU: bert-base, global batch 64, seq 128, the top 3 predicted single-GPU plans
