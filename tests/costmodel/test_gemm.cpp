@@ -1,5 +1,8 @@
+#include <algorithm>
 #include <catch2/catch.hpp>
+#include <cmath>
 #include <nlohmann/json.hpp>
+#include <vector>
 
 #include "costmodel/compute.hpp"
 #include "costmodel/estimate.hpp"
@@ -23,6 +26,11 @@ profiles::DeviceSpec h100_at_boost() {
   d.sustained_clock_fraction.reset();
   return d;
 }
+
+// The constants the hand computations below are written with (fixed 5.5 us, prologue 160 steps
+// of k, an SM at 0.89 of its share of the peak, small tiles at 0.8, unaligned products at 0.35):
+// those tests check the mechanism whatever the fitted values (GemmFit{}) are.
+const GemmFit kHand{5.5e-6, 160, 0.89, 0.8, 0.35};
 
 // A device whose SMs each run at 1.78e12 FLOP/s (peak x 0.89 / sm_count = 2e12 x 0.89), with a
 // ceiling that never binds and a memory bandwidth that never binds.
@@ -62,7 +70,7 @@ TEST_CASE("wave quantization: 109 tiles take two waves on 108 SMs and one on 132
   // either way; the first in kTileShapes (256 x 128) wins the tie:
   //   T = 2 x 256 x 128 x (4096 + 160) / 1.78e12 = 156.697 us, + 5.5 us fixed = 162.197 us.
   const GemmShape shape{13952, 256, 4096, 1};
-  const GemmTime big = gemm_time(shape, per_sm_device(132));
+  const GemmTime big = gemm_time(shape, per_sm_device(132), kHand);
   CHECK(big.tile.m == 256);
   CHECK(big.tile.n == 128);
   CHECK(big.tiles == 110);
@@ -71,7 +79,7 @@ TEST_CASE("wave quantization: 109 tiles take two waves on 108 SMs and one on 132
   // 108 SMs: 256 x 128 or 128 x 256 need 2 waves (2T); 128 x 128: 218 tiles, 3 waves of T/2
   // (1.5T); 64 x 64: 872 tiles, 9 waves of T/8 at the small-tile efficiency 0.8 (1.40625T), the
   // fastest: 9 x 2 x 64 x 64 x 4256 / (1.78e12 x 0.8) = 220.356 us, + 5.5 us = 225.856 us.
-  const GemmTime small = gemm_time(shape, per_sm_device(108));
+  const GemmTime small = gemm_time(shape, per_sm_device(108), kHand);
   CHECK(small.tile.m == 64);
   CHECK(small.tile.n == 64);
   CHECK(small.tiles == 872);
@@ -85,11 +93,11 @@ TEST_CASE("the achievable ceiling and the memory roofline bound a GEMM", "[gemm]
   // 4096^3 on 132 SMs: 512 tiles of 256 x 128, 4 waves x 2 x 256 x 128 x 4256 / 1.78e12 =
   // 626.8 us; at the 100 TFLOP/s ceiling 2 x 4096^3 / 1e14 = 1374.39 us, which binds.
   const GemmShape cube{4096, 4096, 4096, 1};
-  CHECK(gemm_time(cube, d).time_s == Approx(5.5e-6 + 1374.38953e-6).epsilon(1e-6));
+  CHECK(gemm_time(cube, d, kHand).time_s == Approx(5.5e-6 + 1374.38953e-6).epsilon(1e-6));
   // A thin product: 4096 x 4096 outputs with k = 16 read and written at 1 GB/s:
   // 2 x (4096 x 16 x 2 + 4096 x 4096) = 33,816,576 bytes -> 33.8166 ms, memory-bound.
   d.memory_bytes_per_s = 1e9;
-  const GemmTime thin = gemm_time({4096, 4096, 16, 1}, d);
+  const GemmTime thin = gemm_time({4096, 4096, 16, 1}, d, kHand);
   CHECK(thin.memory_bound);
   CHECK(thin.time_s == Approx(5.5e-6 + 33816576e-9).epsilon(1e-9));
 }
@@ -104,7 +112,8 @@ TEST_CASE("tf32 jobs run matrix products at the device's tf32 ceiling", "[gemm][
   // 8192^3: 2048 tiles of 256 x 128 in 16 waves of 2 x 256 x 128 x 8352 / (494.5e12 x 0.89 /
   // 132) = 164.2 us (2627 us) are under the ceiling's 2 x 8192^3 / 397.2e12 = 2768.16 us;
   // memory 4 x 3 x 8192^2 bytes at 3350 x 0.8 GB/s = 300 us. So 5.5 + 2768.16 us.
-  CHECK(gemm_time({8192, 8192, 8192, 1}, rates.gemm).time_s == Approx(2773.656e-6).epsilon(1e-6));
+  CHECK(gemm_time({8192, 8192, 8192, 1}, rates.gemm, kHand).time_s ==
+        Approx(2773.656e-6).epsilon(1e-6));
   // bf16 on the same device: the bf16 ceiling, 2-byte elements.
   const DeviceRates bf16 = device_rates(h100, Precision::kBf16, EfficiencyDefaults{});
   CHECK(bf16.gemm.ceiling_flops_per_s == Approx(794.5e12));
@@ -133,7 +142,7 @@ TEST_CASE("a tile's prologue costs fewer k-steps at the CUDA cores' fp32 rate", 
   // 2 x 256 x 128 x 1064.192 / 1.74663e11 = 399.301 us = 7586.716 us, above the 13.6 TFLOP/s
   // ceiling's 2 x 11904 x 4096 x 1024 / 13.6e12 = 7342.499 us (with 160 steps it would be
   // 8440.838 us, 62 % of peak: the ceiling would never bind for fp32).
-  const GemmTime up = gemm_time({11904, 4096, 1024, 1}, fp32.gemm);
+  const GemmTime up = gemm_time({11904, 4096, 1024, 1}, fp32.gemm, kHand);
   CHECK(up.waves == 19);
   CHECK(up.time_s == Approx(5.5e-6 + 7586.716e-6).epsilon(1e-6));
 }
@@ -154,15 +163,16 @@ TEST_CASE("a product whose weight rows are not whole 16-byte vectors runs at 0.3
   // changes nothing.
   GemmDevice d = per_sm_device(132);
   d.alignment_elements = 8;
-  CHECK(gemm_time({13952, 256, 4096, 1}, d).time_s == Approx(162.19731e-6).epsilon(1e-6));
-  CHECK(gemm_time({13952, 256, 4096, 1, true}, d).time_s == Approx(453.20660e-6).epsilon(1e-6));
+  CHECK(gemm_time({13952, 256, 4096, 1}, d, kHand).time_s == Approx(162.19731e-6).epsilon(1e-6));
+  CHECK(gemm_time({13952, 256, 4096, 1, true}, d, kHand).time_s ==
+        Approx(453.20660e-6).epsilon(1e-6));
   // The ceiling binds at 0.35 of its rate too: 4096^3 at 100 TFLOP/s is 1374.39 us, unaligned
   // 3926.83 us.
   d.ceiling_flops_per_s = 100e12;
-  CHECK(gemm_time({4096, 4096, 4096, 1, true}, d).time_s ==
+  CHECK(gemm_time({4096, 4096, 4096, 1, true}, d, kHand).time_s ==
         Approx(5.5e-6 + 3926.82723e-6).epsilon(1e-6));
   d.alignment_elements = 0;
-  CHECK(gemm_time({4096, 4096, 4096, 1, true}, d).time_s ==
+  CHECK(gemm_time({4096, 4096, 4096, 1, true}, d, kHand).time_s ==
         Approx(5.5e-6 + 1374.38953e-6).epsilon(1e-6));
   // The vector is 16 bytes: 8 bf16 or fp16 elements, 4 tf32; fp32 runs on CUDA cores.
   const profiles::DeviceSpec a100 =
@@ -210,26 +220,42 @@ TEST_CASE("devices without sm_count keep the roofline", "[gemm]") {
   CHECK_FALSE(device_rates(gpu, Precision::kBf16, EfficiencyDefaults{}).shape_model());
 }
 
-TEST_CASE("the fit follows XLA's sm_90 matmul table and the measured ceilings", "[gemm][fit]") {
-  // Measured TFLOP/s (gemm_efficiency.json's sm_90 points, bf16) and what the model gives on
-  // dgx-h100's device; the model stays within 5 % of every point.
-  const DeviceRates h100 = device_rates(h100_at_boost(), Precision::kBf16, EfficiencyDefaults{});
+TEST_CASE("the fit follows cuBLAS products measured on an H100", "[gemm][fit]") {
+  // Device times (CUDA graphs, median) of bf16 products on one H100 SXM with PyTorch 2.11 and
+  // CUDA 13 (bench/gpu-runs/h100/kernels.json, 52 bf16 shapes; these 14 span them), against the
+  // model on h100-x1's datasheet device at its sustained clock (0.905): the best product measured
+  // reached 683 TFLOP/s, under the 719 that this clock allows.
+  const profiles::DeviceSpec h100 =
+      profiles::datasheet_cluster(profiles::load_cluster("h100-x1")).device;
+  const DeviceRates rates = device_rates(h100, Precision::kBf16, EfficiencyDefaults{});
   struct Point {
     GemmShape shape;
-    double measured_tflops;
+    double measured_us;
   };
-  const Point points[] = {{{256, 512, 256, 1}, 11.46},      {{256, 2048, 256, 1}, 41.838},
-                          {{1024, 2048, 256, 1}, 139.519},  {{1024, 1024, 2048, 1}, 349.981},
-                          {{2048, 2048, 2048, 1}, 631.985}, {{1024, 2048, 2048, 1}, 524.288},
-                          {{4096, 4096, 256, 1}, 392.163},  {{4096, 4096, 4096, 1}, 783.329},
-                          {{4096, 2048, 4096, 2}, 783.186}, {{4096, 4096, 512, 4}, 619.859},
-                          {{2048, 2048, 13312, 1}, 794.5}};
+  const Point points[] = {{{512, 768, 768, 1}, 4.18},       {{512, 3072, 768, 1}, 6.52},
+                          {{512, 5120, 1280, 1}, 12.14},    {{512, 1024, 4096, 1}, 11.31},
+                          {{1024, 1024, 1024, 1}, 6.03},    {{1024, 7680, 5120, 1}, 107.42},
+                          {{4096, 2304, 768, 1}, 23.29},    {{4096, 4096, 1024, 1}, 51.00},
+                          {{4096, 7680, 5120, 1}, 479.92},  {{16384, 768, 768, 1}, 32.39},
+                          {{16384, 3072, 768, 1}, 120.00},  {{16384, 1024, 4096, 1}, 193.72},
+                          {{16384, 5120, 1280, 1}, 362.36}, {{16384, 7680, 5120, 1}, 1885.62}};
+  std::vector<double> errors;
   for (const Point& p : points) {
-    const double tflops = p.shape.flops() / gemm_time(p.shape, h100.gemm).time_s / 1e12;
-    INFO(p.shape.m << " x " << p.shape.n << " x " << p.shape.k << " x " << p.shape.batch);
-    CHECK(tflops == Approx(p.measured_tflops).epsilon(0.05));
+    const double error = gemm_time(p.shape, rates.gemm).time_s / (p.measured_us * 1e-6) - 1;
+    INFO(p.shape.m << " x " << p.shape.n << " x " << p.shape.k << ": " << 100 * error << " %");
+    CHECK(std::abs(error) < 0.25);
+    errors.push_back(std::abs(error));
   }
-  // A100's best measured shape (271.2 TFLOP/s): 1024 x 10240 x 5120, within 5 %.
+  std::sort(errors.begin(), errors.end());
+  // Median 5.5 %; with the 5.5 us fixed time of XLA's launch-inclusive table 12.1 %, and four
+  // small products (0.6-6.7 GFLOP) 46-69 % slow.
+  CHECK((errors[6] + errors[7]) / 2 < 0.07);
+  // The best measured shapes of the "maximum achievable matmul FLOPS" tables, at the boost clock
+  // they ran at: H100 794.5 TFLOP/s (2048 x 2048 x 13312), A100 271.2 (1024 x 10240 x 5120).
+  const DeviceRates boost = device_rates(h100_at_boost(), Precision::kBf16, EfficiencyDefaults{});
+  const GemmShape h100_best{2048, 2048, 13312, 1};
+  CHECK(h100_best.flops() / gemm_time(h100_best, boost.gemm).time_s / 1e12 ==
+        Approx(794.5).epsilon(0.05));
   const DeviceRates a100 =
       device_rates(profiles::datasheet_cluster(profiles::load_cluster("dgx-a100-80g")).device,
                    Precision::kBf16, EfficiencyDefaults{});
@@ -245,12 +271,12 @@ TEST_CASE("small GEMMs lose efficiency", "[gemm]") {
   // BERT-base's QKV at b = 32, s = 128 split over tp = 4: C[4096, 576], k = 768. Fastest tiles
   // 128 x 64 (small, x 0.8): 32 x 9 = 288 tiles, 3 waves of 2 x 128 x 64 x 928 / 2.0569e12 =
   // 7.392 us; + 5.5 us = 27.68 us for 3.624e9 FLOPs: 42.0 % of peak.
-  const double small = gemm_efficiency({4096, 3 * 768 / 4, 768, 1}, a100.gemm);
+  const double small = gemm_efficiency({4096, 3 * 768 / 4, 768, 1}, a100.gemm, kHand);
   CHECK(small == Approx(0.41968).epsilon(1e-4));
   // GPT-3's MLP up at b = 1, s = 2048, tp = 8: C[2048, 6144], k = 12288; 256 x 128 tiles:
   // 8 x 48 = 384 tiles, 4 waves (of 432 slots) of 2 x 256 x 128 x 12448 / 2.5711e12 = 317.3 us;
   // + 5.5 us = 1274.7 us for 309.2e9 FLOPs: 77.8 % of peak (the ceiling is 86.9 %).
-  const double large = gemm_efficiency({2048, 4 * 12288 / 8, 12288, 1}, a100.gemm);
+  const double large = gemm_efficiency({2048, 4 * 12288 / 8, 12288, 1}, a100.gemm, kHand);
   CHECK(large == Approx(0.77757).epsilon(1e-4));
 }
 
@@ -292,7 +318,8 @@ TEST_CASE("flash attention's time: waves of 128-query blocks at its efficiency",
   // SMs; forward 4 x 8 x 512^2 x 1024 = 8.59e9 FLOPs at 0.65 x 312e12 spread over 512 blocks:
   // 5 x (8.59e9 / 512) / (202.8e12 / 108) = 44.673 us, + 5.5 us fixed = 50.173 us.
   const GemmDevice d = r.gemm;
-  CHECK(fused_attention_time_s(8589934592.0, 512, d, 0.65) == Approx(50.1731e-6).epsilon(1e-5));
+  CHECK(fused_attention_time_s(8589934592.0, 512, d, 0.65, kHand) ==
+        Approx(50.1731e-6).epsilon(1e-5));
 }
 
 TEST_CASE("a causal decoder's fused attention is timed over the whole score grid",
@@ -310,7 +337,7 @@ TEST_CASE("a causal decoder's fused attention is timed over the whole score grid
   // 8 x 17.869 us = 142.95 us, + 5.5 us fixed = 148.45 us.
   const double causal_flops = attention_forward_flops(gpt2, 8, 1024, Attention::kFlash);
   CHECK(causal_flops == Approx(1.2885e10).epsilon(1e-4));
-  CHECK(fused_attention_time_s(2 * causal_flops, 768, r.gemm, 0.65) ==
+  CHECK(fused_attention_time_s(2 * causal_flops, 768, r.gemm, 0.65, kHand) ==
         Approx(148.45e-6).epsilon(1e-4));
   // So the decoder's layer takes exactly the time of the same layer without the causal mask
   // (the encoder's kernel over the same grid), forward and backward.
@@ -342,11 +369,12 @@ TEST_CASE("a sustained clock slows tensor-core products only", "[gemm][clock]") 
   CHECK(held.gemm.ceiling_flops_per_s == Approx(635.6e12));
   CHECK(held.matrix_flops_per_s == Approx(0.8 * boost.matrix_flops_per_s));
   CHECK(held.memory_bytes_per_s == boost.memory_bytes_per_s);
-  // 4096^3 is compute-bound: everything but the fixed 5.5 us takes 1/0.8 as long.
+  // 4096^3 is compute-bound: everything but the fixed time per kernel takes 1/0.8 as long.
   const GemmShape x{4096, 4096, 4096, 1};
   const double fast = gemm_time(x, boost.gemm).time_s;
   const double slow = gemm_time(x, held.gemm).time_s;
-  CHECK(slow - 5.5e-6 == Approx((fast - 5.5e-6) / 0.8).epsilon(1e-12));
+  const double fixed_s = GemmFit{}.fixed_s;
+  CHECK(slow - fixed_s == Approx((fast - fixed_s) / 0.8).epsilon(1e-12));
   // fp32 runs on CUDA cores at its own clock; a CPU has no such field's effect.
   CHECK(device_rates(h100.device, Precision::kFp32, EfficiencyDefaults{}).gemm.peak_flops_per_s ==
         Approx(67.0e12));
