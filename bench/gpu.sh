@@ -5,7 +5,7 @@
 # Debian packages of Loom's header-only dependencies and libutf8proc, unpacked into .devdeps/
 # beside the checkout (the GPU machine has no package access).
 #
-# Usage: bench/gpu.sh [STAGE...]      (default: all of them, in this order)
+# Usage: bench/gpu.sh [STAGE...]      (default: all but memory and precision, in this order)
 #   env         the machine: GPU, driver, CUDA, torch (and its C++ ABI), transformers, compilers
 #   build       configures build-gpu/ against the CUDA LibTorch and builds loom
 #   logits      tiny random BERT and RoBERTa made with transformers: loom logits against
@@ -26,6 +26,7 @@
 #               beside the roofline's prediction of each; tensor and device memory
 #   memory      peak memory of one-micro-batch plans of models cut to 2, 6, 12 layers (MEMORY_PLANS)
 #   precision   loom validate of bert-base (seq 128, micro-batch 32) in fp32, tf32 and bf16
+#               (PRECISION_MODELS="bert-base bert-large" for others); not in the default list
 #   tune        loom tune --top 3 of bert-base (global batch 64, seq 128) on this GPU
 # DEVICE=cpu runs the stages on the CPU (transformers' side too), e.g. inside tools/check-torch2.sh's
 # Debian sid root, which has transformers (that script clears the environment: set it after --run):
@@ -410,6 +411,7 @@ stage_precision() {
   for model in ${PRECISION_MODELS:-bert-base}; do
     for p in fp32 tf32 bf16; do
       name=$model-$p
+      rm -f "$dir/plan-$name.json" "$dir/validate-$name.json" "$dir/validate-$name.err"
       "$LOOM" plan --model $model --cluster "$(cluster)" --global-batch 64 --seq-len 128 \
         --precision $p --dp 1 --tp 1 --pp 1 --micro-batch 32 --recompute none \
         -o "$dir/plan-$name.json" >/dev/null &&

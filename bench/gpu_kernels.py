@@ -3,9 +3,9 @@
 
 Usage: bench/gpu_kernels.py OUT.json [--quick] [--gaps]
 
-Three groups, each timed as device time alone (CUDA events around a captured CUDA graph of
-REPEAT launches where capture works, else around REPEAT eager launches; the median of several
-replays), so that the host's issue of kernels stays out:
+Five groups. Kernels are timed as device time alone: CUDA events around a captured CUDA graph of
+REPEAT launches where capture works, else around REPEAT eager launches, the median of REPLAYS
+replays, so that the host's issue of kernels stays out:
 
 - copy: the device's memory bandwidth for a large clone (bytes read plus bytes written);
 - elementwise: the eager ATen kernels of a transformer layer (residual add, GeLU, dropout,
@@ -13,13 +13,19 @@ replays), so that the host's issue of kernels stays out:
   cost model counts for it (the fewest bytes it must move), so that bytes / time over the copy
   bandwidth is the efficiency the cost model's memory_efficiency stands for;
 - gemm: matrix products of transformer shapes (BERT-base and -large, tensor-parallel shards of
-  larger models) in bf16, fp16, tf32 and fp32, for the shape model's tile and wave quantization;
-- optimizer: AdamW over a BERT-base-sized set of fp32 parameters, per-tensor (foreach=False),
-  multi-tensor (foreach) and fused;
+  larger models, LM heads) in bf16, fp16, tf32 and fp32, for the shape model's tile and wave
+  quantization.
+
+Two groups time what a host issues:
+
+- optimizer: one eager AdamW step (torch.optim.AdamW: per tensor with foreach=False,
+  multi-tensor with foreach=True, fused) over a BERT-base-sized set of fp32 parameters, CUDA
+  events around the step, the median of 10, beside the host's time for it;
 - gaps (alone with --gaps): small products and GeLU issued eagerly back to back with the host
   ahead, against the same kernels in a graph: what a kernel costs in an eager stream beyond itself.
 
-Every result is one JSON object per line of the "rows" list in OUT.json; a table is printed.
+OUT.json holds {"info", "copy_gbps", "rows"}, one object per measurement in "rows"; a table is
+printed.
 With DEVICE=cpu (or no GPU) it runs small sizes on the CPU as a check of the script only.
 """
 import json
@@ -198,7 +204,7 @@ def gemms(rows):
 
 
 def optimizer(rows):
-    # BERT-base's parameter tensors: 199 tensors, 110M values (fp32 weights, grads, moments).
+    # BERT-base's parameter tensors: 151 tensors, 109.5 M values (fp32 weights, grads, moments).
     shapes = [(30522, 768), (512, 768), (2, 768), (768,), (768,)]
     for _ in range(12):
         shapes += [(2304, 768), (2304,), (768, 768), (768,), (768,), (768,),

@@ -26,13 +26,13 @@ torch::Tensor clip_gradients(const std::vector<torch::Tensor>& parameters, doubl
 
 // The one-rank step's AdamW: torch::optim::AdamW::step's arithmetic and state (the same
 // AdamWParamState entries, so torch::save and torch::load of `optimizer` work unchanged; amsgrad
-// unsupported), run over lists of tensors: on CUDA with LibTorch 2.1 or later one fused kernel
-// per chunk (compat::fused_adamw_: each value read and written once, torch.optim.AdamW's
-// fused=True), else multi-tensor kernels on CUDA instead of about eight kernels per parameter, the
-// same per-tensor operations on the CPU. Parameters without a gradient are skipped. The lists go in
-// chunks of at most twice the largest parameter's elements, so that the one temporary of a chunk
-// stays within torch::optim::AdamW's own working set (two temporaries of the largest parameter),
-// which the cost model counts.
+// unsupported), run over lists of tensors in chunks of at most twice the largest parameter's
+// elements. On CUDA with LibTorch 2.1 or later each chunk goes to ATen's fused multi-tensor
+// kernel (compat::fused_adamw_: each value read and written once, torch.optim.AdamW's
+// fused=True); otherwise to multi-tensor operations on CUDA, the same per-tensor operations on
+// the CPU, whose one temporary per chunk stays within torch::optim::AdamW's own working set (two
+// temporaries of the largest parameter), which the cost model counts. Parameters without a
+// gradient are skipped.
 void adamw_step(torch::optim::AdamW& optimizer);
 
 // The many-rank step works on flat buffers (executor/flat_parameters.hpp): (start, length) ranges

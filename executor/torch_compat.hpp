@@ -77,18 +77,33 @@ inline void foreach_mul_(at::TensorList tensors, const torch::Tensor& factor) {
 #endif
 }
 
-// AdamW over lists of CUDA tensors as one fused multi-tensor kernel (ATen's _fused_adamw_, what
-// torch.optim.AdamW(fused=True) runs): each element read and written once, where the
-// multi-tensor operations of the unfused step pass over the moments about nine times. `step` is
-// the step number after this update. Returns false, touching nothing, where this LibTorch has no
-// such kernel (before 2.1, or built without CUDA) or a tensor is not on a CUDA device; the caller
-// then runs the unfused step.
+// AdamW over lists of CUDA tensors by ATen's fused multi-tensor kernel (_fused_adamw_, what
+// torch.optim.AdamW(fused=True) runs): each element read and written once, where the unfused
+// step's multi-tensor operations pass over the moments about nine times. `step` is the step
+// number after this update. Returns false, touching nothing, where this LibTorch has no such
+// kernel (before 2.1, or built without CUDA) or the lists are not what the kernel takes (every
+// tensor on the first parameter's CUDA device with its dtype, dense, each gradient and moment
+// of its parameter's sizes and strides); the caller then runs the unfused step.
 inline bool fused_adamw_(at::TensorList parameters, at::TensorList grads, at::TensorList exp_avgs,
                          at::TensorList exp_avg_sqs, std::int64_t step, double lr, double beta1,
                          double beta2, double weight_decay, double eps) {
 #if defined(LOOM_TORCH_CUDA) && \
     (TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 1))
   if (parameters.empty() || !parameters.front().is_cuda()) return false;
+  const torch::Device device = parameters.front().device();
+  const auto dtype = parameters.front().scalar_type();
+  for (std::size_t i = 0; i < parameters.size(); ++i) {
+    const torch::Tensor& p = parameters[i];
+    if (p.device() != device || p.scalar_type() != dtype || !p.is_non_overlapping_and_dense()) {
+      return false;
+    }
+    for (const torch::Tensor& t : {grads[i], exp_avgs[i], exp_avg_sqs[i]}) {
+      if (t.device() != device || t.scalar_type() != dtype || t.sizes() != p.sizes() ||
+          t.strides() != p.strides()) {
+        return false;
+      }
+    }
+  }
   // The kernel reads each tensor's step count from a float tensor on its device.
   const torch::Tensor count =
       torch::full({}, static_cast<double>(step), parameters.front().options().dtype(torch::kFloat));

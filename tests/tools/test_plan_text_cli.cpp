@@ -84,9 +84,9 @@ TEST_CASE("loom plan says what it planned: head, precision, idle share, layers, 
       "runtime  loom (Loom's executor)",
       "strategy dp=1 tp=1 pp=2 zero=0 micro-batch=32 micro-batches=1 schedule=1f1b "
       "recompute=none attention=math",
-      "", "step time                254.662 ms", "samples/s                125.7",
-      "tokens/s                 64336", "model TFLOP/s per GPU    18.21  (MFU 16.3 %)",
-      "hw TFLOP/s per GPU       18.21", "peak memory              16.58 GiB of 32.00 GiB",
+      "", "step time                253.633 ms", "samples/s                126.2",
+      "tokens/s                 64597", "model TFLOP/s per GPU    18.29  (MFU 16.3 %)",
+      "hw TFLOP/s per GPU       18.29", "peak memory              16.58 GiB of 32.00 GiB",
       // Half of the two GPUs' time is idle: stage 0 holds only the embedding.
       "devices idle             50.9 % of the step (waiting on other stages or on communication)",
       "pipeline bubble          0.3 % added to m x the slowest stage's time (Megatron's (p-1)/m "
@@ -112,10 +112,10 @@ TEST_CASE("loom plan says what it planned: head, precision, idle share, layers, 
       "head",
       "(emb = embedding, 0 in --stages; 1-12 = transformer layers; head = classifier, 13 in "
       "--stages)",
-      "why: ranked by simulation of the top 1: 254.662 ms per step simulated (261.971 ms "
+      "why: ranked by simulation of the top 1: 253.633 ms per step simulated (260.942 ms "
       "analytical)",
       "why: every dimension was pinned; evaluated as given",
-      "why: stages 0-0 | 1-13 as pinned; slowest stage 244.461 ms per micro-batch"};
+      "why: stages 0-0 | 1-13 as pinned; slowest stage 243.432 ms per micro-batch"};
   CHECK(lines_of(r.out) == expected);
 
   // simulate prints the same summary, with its comparison in the same unit.
