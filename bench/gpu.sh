@@ -40,7 +40,8 @@
 # MODELS (default "bert-base bert-large"), MICRO_BATCHES ("4 8 16 32"), REPEATS (10),
 # VALIDATE_BATCHES ("8 32"), VALIDATE_STEPS (12) and VALIDATE_WARMUP (4) choose what profile and
 # validate run; VALIDATE_PLANS="bert-base:512:8:none ..." (model:seq:micro-batch:recompute, global
-# batch 64) replaces validate's models x batches x {none, full} at seq 128.
+# batch 64, optionally :attention and :attention:precision, e.g. bert-large:384:32:none:math:tf32)
+# replaces validate's models x batches x {none, full} at seq 128.
 # A machine call is at most 10 minutes: run the stages over several calls (build products stay
 # on a warm machine), e.g. `bench/gpu.sh env build logits losses`, then
 # `THROUGHPUT="bert-base-128 bert-base-512" bench/gpu.sh throughput` and the same for bert-large
@@ -306,17 +307,25 @@ stage_validate() {
       done
     done
   fi
+  local a p extra
   for item in "${plans[@]}"; do
-    IFS=: read -r model seq b r <<<"$item"
+    IFS=: read -r model seq b r a p <<<"$item"
     name=$model-$b-$r
     [ "$seq" = 128 ] || name=$model-s$seq-$b-$r
+    # Optional fifth and sixth fields: the attention kernel and the precision (the plan's
+    # defaults otherwise); a profile is only used for the default precision.
+    extra=()
+    [ -n "$a" ] && extra+=(--attention "$a") && name=$name-$a
+    [ -n "$p" ] && [ "$p" != "$PRECISION" ] && name=$name-$p
+    p=${p:-$PRECISION}
     profile=()
-    [ -f "$(profiles_dir)/$gpu-$model.json" ] && profile=(--profile "$(profiles_dir)/$gpu-$model.json")
+    [ "$p" = "$PRECISION" ] && [ -f "$(profiles_dir)/$gpu-$model.json" ] &&
+      profile=(--profile "$(profiles_dir)/$gpu-$model.json")
     "$LOOM" plan --model $model --cluster "$(cluster)" --global-batch 64 --seq-len $seq \
-      --precision $PRECISION --dp 1 --tp 1 --pp 1 --micro-batch $b --recompute $r \
+      --precision $p --dp 1 --tp 1 --pp 1 --micro-batch $b --recompute $r "${extra[@]}" \
       -o "$dir/roofline-$name.json" >/dev/null 2>&1
     "$LOOM" plan --model $model --cluster "$(cluster)" --global-batch 64 --seq-len $seq \
-      --precision $PRECISION --dp 1 --tp 1 --pp 1 --micro-batch $b --recompute $r \
+      --precision $p --dp 1 --tp 1 --pp 1 --micro-batch $b --recompute $r "${extra[@]}" \
       "${profile[@]}" -o "$dir/plan-$name.json" >/dev/null &&
       t "$LOOM" validate "$dir/plan-$name.json" --device "$DEVICE" --steps ${VALIDATE_STEPS:-12} \
         --warmup ${VALIDATE_WARMUP:-4} --json >"$dir/validate-$name.json" 2>"$dir/validate-$name.err"
