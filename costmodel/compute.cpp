@@ -138,6 +138,10 @@ struct Pass {
   }
 };
 
+// Bytes per element of what autocast keeps in fp32: the residual stream, LayerNorm's output,
+// softmax's output and the dropout on it.
+constexpr double kAutocastBytes = 4;
+
 // The layer's sizes as doubles.
 struct Dims {
   double b, s, h, f, a, kv, t, e;
@@ -165,6 +169,16 @@ double attention_core(const profiles::ModelSpec& m, const LayerShape& x, const D
   if (!p.rates.shape_model()) {
     core += p.memory((3 * d.e + 1) * scores);  // scale, mask, softmax, dropout
     p.also_launches(x.fusions.masked_softmax ? 1 : 3);
+  } else if (x.autocast) {
+    // Autocast runs softmax in fp32: the 16-bit scores are cast up first, the fp32
+    // probabilities go through dropout and are cast down again for the product with V.
+    const double r = kAutocastBytes;
+    core += p.memory(2 * d.e * scores);        // scale
+    core += p.memory((2 * d.e + 1) * scores);  // mask
+    core += p.memory((d.e + r) * scores);      // cast up
+    core += p.memory(2 * r * scores);          // softmax
+    core += p.memory((2 * r + 1) * scores);    // dropout
+    core += p.memory((r + d.e) * scores);      // cast down
   } else if (x.fusions.masked_softmax) {
     core += p.memory(2 * d.e * scores);        // scale + mask + softmax
     core += p.memory((2 * d.e + 1) * scores);  // dropout (and its mask)
@@ -231,6 +245,15 @@ void residual_block(const profiles::ModelSpec& m, const LayerShape& x, const Dim
     p.also_launches(x.fusions.bias_dropout_add ? 1 : 2);
     return;
   }
+  if (x.autocast) {
+    // The 16-bit product's dropout, then the add to the fp32 residual stream (promoted to fp32)
+    // and LayerNorm in fp32.
+    const double r = kAutocastBytes;
+    p.memory((2 * d.e + 1) * n);  // dropout
+    p.memory((d.e + 2 * r) * n);  // residual add
+    p.memory(2 * r * n);          // LayerNorm
+    return;
+  }
   if (x.fusions.bias_dropout_add) {
     p.memory((3 * d.e + 1) * n);  // read x and the residual, write the sum and the mask
   } else {
@@ -253,6 +276,12 @@ LayerTime transformer_layer_time(const profiles::ModelSpec& m, const LayerShape&
   Pass p{rates, x.element_bytes};
   // QKV: h query columns and h kv / a for each of key and value, split over tp.
   const double kv_width = d.h * d.kv / d.a;
+  // Under autocast the fp32 residual stream is cast to 16 bits once for the three products
+  // (Loom's executor; autocast would cast it for each).
+  const bool autocast = shapes && x.autocast && !m.gated_mlp;
+  LayerShape y = x;
+  y.autocast = autocast;
+  if (autocast) p.memory((kAutocastBytes + d.e) * tokens * d.h);
   if (!shapes || x.fusions.fused_qkv) {
     p.matmul({tokens, (d.h + 2 * kv_width) / d.t, d.h});
     if (!x.fusions.fused_qkv) p.also_launches(2);
@@ -265,12 +294,13 @@ LayerTime transformer_layer_time(const profiles::ModelSpec& m, const LayerShape&
     rotary(tokens * d.h / d.t, x, d, p);
     rotary(tokens * kv_width / d.t, x, d, p);
   }
-  const double core = attention_core(m, x, d, p);
+  const double core = attention_core(m, y, d, p);
   p.matmul({tokens, d.h, d.h / d.t});  // attention output
-  residual_block(m, x, d, p);
+  residual_block(m, y, d, p);
   const double ffn = tokens * d.f / d.t;
   if (!m.gated_mlp) {
-    p.matmul({tokens, d.f / d.t, d.h});  // MLP up
+    if (autocast) p.memory((kAutocastBytes + d.e) * tokens * d.h);  // the MLP's input cast down
+    p.matmul({tokens, d.f / d.t, d.h});                             // MLP up
     gelu(m, x, ffn, d, p);
   } else {
     if (!shapes || x.fusions.fused_gate_up) {
@@ -289,7 +319,7 @@ LayerTime transformer_layer_time(const profiles::ModelSpec& m, const LayerShape&
     }
   }
   p.matmul({tokens, d.h, d.f / d.t});  // MLP down
-  residual_block(m, x, d, p);
+  residual_block(m, y, d, p);
   // The stage's per-pass host cost is spread over its transformer layers.
   LayerTime out =
       p.times(x.host_floor,

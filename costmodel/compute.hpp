@@ -129,7 +129,11 @@ struct LayerShape {
   bool sequence_parallel = false;  // LayerNorm, dropout and residual work divided by tp
   KernelFusions fusions = {};      // GPUs with the shape model only
   bool host_floor = false;         // the runtime's passes are bounded by the host's issue
-  std::int64_t stage_layers = 1;   // transformer layers on the stage (its per-pass host share)
+  // 16-bit products under autocast on an fp32 residual stream (RuntimeRules::autocast), GPUs
+  // with the shape model only: the elementwise kernels move what autocast makes them move
+  // (autocast_bytes in compute.cpp) instead of element_bytes everywhere.
+  bool autocast = false;
+  std::int64_t stage_layers = 1;  // transformer layers on the stage (its per-pass host share)
 };
 
 LayerTime transformer_layer_time(const profiles::ModelSpec& model, const LayerShape& shape,

@@ -279,6 +279,7 @@ LayerShape layer_shape(const TermsInput& in, std::int64_t micro_batch, std::int6
   const RuntimeRules rules = runtime_rules(in.job.runtime);
   x.fusions = kernel_fusions(in.job);
   x.host_floor = rules.host_floor;
+  x.autocast = in.autocast;
   x.selective = rules.selective;
   x.stage_layers = std::max<std::int64_t>(1, (in.m.layers + in.s.pp - 1) / in.s.pp);
   return x;

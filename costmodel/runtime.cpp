@@ -7,7 +7,8 @@
 namespace loom::costmodel {
 
 bool trains_under_autocast(const Job& job) {
-  return element_bytes(job.precision) == 2 && runtime_rules(job.runtime).autocast;
+  return element_bytes(job.precision) == 2 && runtime_rules(job.runtime).autocast &&
+         !job.half_model;
 }
 
 KernelFusions kernel_fusions(const Job& job) {

@@ -137,7 +137,7 @@ struct RuntimeRules {
 RuntimeRules runtime_rules(Runtime runtime);
 
 // Whether `job` trains under autocast: 16-bit arithmetic on a runtime that keeps fp32 weights
-// (RuntimeRules::autocast).
+// (RuntimeRules::autocast), unless the job keeps its model in 16 bits (Job::half_model).
 bool trains_under_autocast(const Job& job);
 // The kernels `job` runs fused: every elementwise chain under torch.compile (Job::compile), else
 // its runtime's (RuntimeRules::fusions).

@@ -223,6 +223,7 @@ nlohmann::json job_to_json(const Job& j) {
                         {"runtime", to_string(j.runtime)}};
   if (j.loss != Loss::kEager) out["loss"] = to_string(j.loss);
   if (j.compile) out["compile"] = true;
+  if (j.half_model) out["half_model"] = true;
   return out;
 }
 
@@ -239,6 +240,7 @@ Job job_from_json(const nlohmann::json& value, const std::string& source, const 
   }
   if (r.has("loss")) j.loss = *parse_loss(r.choice("loss", {"eager", "fused"}));
   j.compile = r.optional_boolean("compile").value_or(false);
+  j.half_model = r.optional_boolean("half_model").value_or(false);
   r.finish();
   return j;
 }

@@ -72,6 +72,12 @@ struct Job {
   // (compute.hpp, KernelFusions::compiled). Only runtimes that run PyTorch's Python models take
   // it (RuntimeRules::compiles). JSON "compile", default false (written when true).
   bool compile = false;
+  // A 16-bit job whose engine keeps the model and its activations in 16 bits (apex AMP O2,
+  // Keras mixed precision) where the runtime would train under autocast (RuntimeRules::autocast:
+  // fp32 residual stream, LayerNorm and softmax in fp32). Describes runs of other engines that
+  // Loom's runtime models (plain data parallelism); Loom's executor always uses autocast. JSON
+  // "half_model", default false (written when true).
+  bool half_model = false;
   bool operator==(const Job&) const = default;
 };
 

@@ -290,7 +290,9 @@ FitResult calibrate(const profiles::Cluster& cluster, const std::vector<Prepared
     for (std::size_t i = 0; i < all.size(); ++i) {
       double largest = 0;
       for (double d : jac[i]) largest = std::max(largest, std::abs(d));
-      is_informed[i] = largest > kNotInformed;
+      const bool fixed =
+          std::find(options.fixed.begin(), options.fixed.end(), all[i].name) != options.fixed.end();
+      is_informed[i] = largest > kNotInformed && !fixed;
       if (is_informed[i]) informed.push_back(all[i]);
     }
   }
@@ -326,6 +328,8 @@ FitResult calibrate(const profiles::Cluster& cluster, const std::vector<Prepared
   std::size_t k = 0;
   for (std::size_t i = 0; i < all.size(); ++i) {
     ParameterFit f{all[i].name, all[i].centre, all[i].start, 0, is_informed[i]};
+    f.fixed =
+        std::find(options.fixed.begin(), options.fixed.end(), all[i].name) != options.fixed.end();
     // Not informed: the cluster's value stays (a calibrated file keeps what it had).
     if (is_informed[i]) {
       f.value = p.to_value(k, u[k]);

@@ -61,6 +61,8 @@ struct FitOptions {
   int max_iterations = 100;
   double step_tolerance = 1e-7;  // stop when no log-parameter moves more than this
   bool leave_one_out = true;
+  // Parameters (free_parameters() names) kept at the cluster's values, not fitted.
+  std::vector<std::string> fixed;
 };
 
 struct ParameterFit {
@@ -69,6 +71,7 @@ struct ParameterFit {
   double value = 0;
   double uncertainty = 0;  // one standard deviation, in value units (0 when not informed)
   bool informed = true;
+  bool fixed = false;  // FitOptions::fixed: the cluster's value, kept
 };
 
 // One measured row's predictions: in sample (the full fit) and leave-one-out.

@@ -54,9 +54,10 @@ profiles::Cluster with_record(const FitResult& fit, const std::vector<std::strin
     profiles::CalibratedParameter c;
     c.name = p.name;
     c.start = p.start;
-    c.value = p.informed ? rounded(p.value) : p.start;
+    c.value = p.informed ? rounded(p.value) : p.fixed ? p.value : p.start;
     if (p.informed) c.uncertainty = rounded(p.uncertainty);
-    c.informed = p.informed;
+    c.informed = p.informed || p.fixed;
+    c.fixed = p.fixed;
     record.parameters.push_back(c);
   }
   out.calibration = record;
@@ -80,6 +81,16 @@ profiles::Cluster transfer_device_parameters(const FitResult& fit, const profile
       specs.push_back(t);
       values.push_back(value);
       record.parameters.push_back({p.name, t.centre, value, std::nullopt, true});
+    }
+  }
+  // The target's own record entries of what was not carried stay, so that its datasheet values
+  // (their starts) survive for a later calibration of the target itself.
+  if (target.calibration) {
+    for (const profiles::CalibratedParameter& p : target.calibration->parameters) {
+      const bool carried =
+          std::any_of(record.parameters.begin(), record.parameters.end(),
+                      [&](const profiles::CalibratedParameter& q) { return q.name == p.name; });
+      if (!carried) record.parameters.push_back(p);
     }
   }
   profiles::Cluster out = with_parameters(target, specs, values);

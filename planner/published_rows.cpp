@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "costmodel/layers.hpp"
 #include "profiles/errors.hpp"
 #include "profiles/loader.hpp"
 
@@ -315,6 +316,12 @@ std::optional<std::string> row_job_strategy(const Fields& row, RowMapping* out) 
     out->assumptions.push_back("llm-foundry's fused cross-entropy (loss_fn fused_crossentropy)");
   }
   job.compile = contains(framework, "torch.compile");
+  // apex AMP O2 and Keras mixed precision cast the model to 16 bits: no fp32 residual stream.
+  if (costmodel::element_bytes(job.precision) == 2 &&
+      (contains(framework, "AMP O2") || contains(framework, "Keras AMP"))) {
+    job.half_model = true;
+    out->assumptions.push_back("the model and its activations in 16 bits (" + framework + ")");
+  }
   if (auto why_not = costmodel::check_strategy(out->model, gpus, job, s)) return *why_not;
   return std::nullopt;
 }

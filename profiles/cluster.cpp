@@ -135,6 +135,7 @@ CalibratedParameter read_calibrated_parameter(ObjectReader p, const std::string&
   out.value = p.number("value", 0, false);
   out.uncertainty = p.optional_number("uncertainty", 0, /*exclusive=*/false);
   out.informed = p.optional_boolean("informed").value_or(true);
+  out.fixed = p.optional_boolean("fixed").value_or(false);
   p.finish();
   return out;
 }
@@ -156,6 +157,7 @@ nlohmann::json calibration_to_json(const CalibrationRecord& c) {
     nlohmann::json q = {{"start", p.start}, {"value", p.value}};
     if (p.uncertainty) q["uncertainty"] = *p.uncertainty;
     if (!p.informed) q["informed"] = false;
+    if (p.fixed) q["fixed"] = true;
     parameters[p.name] = q;
   }
   j["parameters"] = parameters;

@@ -112,6 +112,7 @@ struct CalibratedParameter {
   double value = 0;
   std::optional<double> uncertainty;  // one standard deviation; absent when not informed
   bool informed = true;               // false: no row depends on it, so it kept its start
+  bool fixed = false;                 // kept at the file's value by request (calibrate --fix)
   bool operator==(const CalibratedParameter&) const = default;
 };
 struct CalibrationRecord {

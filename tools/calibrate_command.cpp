@@ -1,5 +1,6 @@
 // loom calibrate: fits a cluster's free parameters to measured runs and writes the calibrated
 // cluster (docs/calibrate.md).
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <ctime>
@@ -25,6 +26,7 @@ struct CalibrateArgs {
   std::string output;
   std::string date;
   std::vector<std::string> apply_to;
+  std::vector<std::string> fix;
 };
 
 std::string today() {
@@ -63,7 +65,10 @@ void print_fit(const fit::FitResult& result, std::size_t throughput_rows, std::s
                 "uncertainty");
   std::cout << line;
   for (const fit::ParameterFit& p : result.parameters) {
-    if (p.informed) {
+    if (p.fixed) {
+      std::snprintf(line, sizeof line, "%-34s %10s %10s %12s\n", p.name.c_str(),
+                    number(p.start).c_str(), number(p.value).c_str(), "fixed");
+    } else if (p.informed) {
       std::snprintf(line, sizeof line, "%-34s %10s %10s %12s\n", p.name.c_str(),
                     number(p.start).c_str(), number(p.value).c_str(),
                     ("+/- " + number(p.uncertainty)).c_str());
@@ -107,6 +112,20 @@ int run_calibrate(const CalibrateArgs& a) {
   const std::string date = a.date.empty() ? today() : a.date;
   if (!is_date(date)) throw InputError("--date", "", "expected YYYY-MM-DD, found " + a.date);
   const profiles::Cluster cluster = profiles::load_cluster(a.cluster);
+  for (const std::string& name : a.fix) {
+    const std::vector<fit::ParameterSpec> free = fit::free_parameters(cluster);
+    if (std::none_of(free.begin(), free.end(),
+                     [&](const fit::ParameterSpec& p) { return p.name == name; })) {
+      std::string expected = "a parameter of " + cluster.name + " (";
+      for (std::size_t i = 0; i < free.size(); ++i) {
+        if (i > 0) expected += ", ";
+        expected += free[i].name;
+      }
+      expected += "), found ";
+      expected += name;
+      throw InputError("--fix", "", expected);
+    }
+  }
   std::vector<profiles::Cluster> targets;
   for (const std::string& path : a.apply_to) targets.push_back(profiles::load_cluster(path));
   // Rows are mapped on the datasheet values, as on the first calibration of the file.
@@ -136,7 +155,9 @@ int run_calibrate(const CalibrateArgs& a) {
     throughput_rows += r.result.measured > 0 && !r.result.oom ? 1 : 0;
     memory_rows += r.result.measured_memory_gib ? 1 : 0;
   }
-  const fit::FitResult result = fit::calibrate(cluster, runs.rows);
+  fit::FitOptions options;
+  options.fixed = a.fix;
+  const fit::FitResult result = fit::calibrate(cluster, runs.rows, options);
   std::cout << "\n";
   print_fit(result, throughput_rows, memory_rows);
   write_cluster(a.output, fit::with_record(result, runs.files, date));
@@ -166,6 +187,10 @@ Runner add_calibrate_command(CLI::App& app) {
   cmd->add_option("--apply-to", args->apply_to,
                   "cluster file of the same GPU die to receive the fitted device parameters, in "
                   "place (repeatable)")
+      ->allow_extra_args(false);
+  cmd->add_option("--fix", args->fix,
+                  "parameter kept at the cluster's value instead of fitted, as the table names it "
+                  "(repeatable)")
       ->allow_extra_args(false);
   return [args]() { return run_calibrate(*args); };
 }

@@ -446,6 +446,33 @@ TEST_CASE("Megatron's fusions launch fewer elementwise kernels", "[gemm]") {
   CHECK(saved == Approx(185.13e-6).epsilon(1e-4));
 }
 
+TEST_CASE("autocast's fp32 stream, softmax and casts are memory traffic", "[gemm][autocast]") {
+  const profiles::ModelSpec bert = profiles::load_model("bert-large");
+  const DeviceRates r =
+      device_rates(profiles::datasheet_cluster(profiles::load_cluster("dgx-a100-80g")).device,
+                   Precision::kBf16, EfficiencyDefaults{});
+  LayerShape half{8, 512, 1, 2, Recompute::kNone};
+  LayerShape autocast = half;
+  autocast.autocast = true;
+  // Per element, forward (e = 2, fp32 = 4): the layer's input and the MLP's input cast down
+  // (6 n each, new); each residual block's add to the fp32 stream (2 + 8 against 6) and fp32
+  // LayerNorm (8 against 4): 8 n more, twice; the scores' mask (5 against 4), cast up (6),
+  // softmax in fp32 (8 against 4) and its dropout (9 against 5), cast down (6): 21 S more.
+  // n = 8 x 512 x 1024 = 4,194,304, S = 16 x 8 x 512^2 = 33,554,432, at 1631.2 GB/s; every
+  // kernel above the 5 us launch floor, backward moving twice each forward kernel's bytes.
+  const double more = (28 * 4194304.0 + 21 * 33554432.0) / 1631.2e9;
+  const LayerTime a = transformer_layer_time(bert, half, r);
+  const LayerTime b = transformer_layer_time(bert, autocast, r);
+  CHECK(b.forward_s - a.forward_s == Approx(more).epsilon(1e-9));
+  CHECK(b.backward_s - a.backward_s == Approx(2 * more).epsilon(1e-9));
+  CHECK(more == Approx(503.98e-6).epsilon(1e-4));
+  // FlashAttention keeps the scores out: only the hidden-size terms remain.
+  half.attention = autocast.attention = Attention::kFlash;
+  CHECK(transformer_layer_time(bert, autocast, r).forward_s -
+            transformer_layer_time(bert, half, r).forward_s ==
+        Approx(28 * 4194304.0 / 1631.2e9).epsilon(1e-9));
+}
+
 TEST_CASE("Hugging Face's gelu_new runs as eight kernels eagerly and keeps three more tensors",
           "[gemm][activations]") {
   profiles::ModelSpec gpt2 = profiles::load_model("gpt2");

@@ -346,6 +346,25 @@ TEST_CASE("torch.compile is a job field that only PyTorch runtimes take", "[runt
   }
 }
 
+TEST_CASE("a half model is a job field that turns Loom's autocast off", "[runtime][autocast]") {
+  Job job{64, 384, Precision::kFp16, "adamw"};
+  CHECK(trains_under_autocast(job));
+  CHECK(state_element_bytes(job) == 4);
+  CHECK_FALSE(job_to_json(job).contains("half_model"));
+  job.half_model = true;
+  CHECK_FALSE(trains_under_autocast(job));
+  CHECK(state_element_bytes(job) == 2);
+  CHECK(job_to_json(job)["half_model"] == true);
+  CHECK(job_from_json(job_to_json(job), "plan.json", "$.job") == job);
+  // The other runtimes keep 16-bit models anyway; 4-byte precisions have no autocast.
+  job.half_model = false;
+  job.runtime = Runtime::kDeepspeed;
+  CHECK_FALSE(trains_under_autocast(job));
+  job.runtime = Runtime::kLoom;
+  job.precision = Precision::kTf32;
+  CHECK_FALSE(trains_under_autocast(job));
+}
+
 TEST_CASE("loom's ZeRO-3 backward gathers leave the lookup tables out", "[runtime][zero]") {
   // 1e9 parameters, 3e8 of them embedding tables only looked up; nothing hides the gathers:
   // bf16, 1 GB/s. Per micro-batch the forward gathers 2 GB (2 s) and the backward 1.4 GB (1.4 s);

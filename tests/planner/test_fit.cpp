@@ -148,6 +148,39 @@ TEST_CASE("leave-one-out does not see the left-out row's measurement", "[fit]") 
   CHECK(std::abs(*after.rows[3].loo_error_pct()) > 60);
 }
 
+TEST_CASE("a fixed parameter keeps the cluster's value and the record says so", "[fit]") {
+  // The calibrated file (its record keeps the datasheet start) with a measured ceiling to keep.
+  profiles::Cluster start = profiles::load_cluster("dgx-a100-80g");
+  start.device.achievable_tflops.bf16 = 250;
+  Truth truth;
+  truth.bf16_tflops = 0.75 * 271.2;
+  std::vector<PreparedRow> rows = mpt_rows(start, 10);
+  REQUIRE(rows.size() == 10);
+  measure(&rows, true_cluster(start, truth), 13);
+  fit::FitOptions options;
+  options.leave_one_out = false;
+  options.fixed = {"device.achievable_tflops.bf16"};
+  const fit::FitResult f = fit::calibrate(start, rows, options);
+  const fit::ParameterFit& bf16 = parameter(f, "device.achievable_tflops.bf16");
+  CHECK(bf16.fixed);
+  CHECK_FALSE(bf16.informed);
+  CHECK(bf16.value == 250);
+  CHECK(f.cluster.device.achievable_tflops.bf16 == 250);
+  // The others still move: the memory efficiency takes up what the kept ceiling leaves.
+  CHECK(parameter(f, "device.memory_efficiency").informed);
+  CHECK(parameter(f, "device.memory_efficiency").value != Approx(0.8).epsilon(0.01));
+  const profiles::Cluster out = fit::with_record(f, {"mpt.json"}, "2026-11-27");
+  CHECK(out.device.achievable_tflops.bf16 == 250);
+  const nlohmann::json j = profiles::cluster_to_json(out);
+  const nlohmann::json& record =
+      j.at("calibration").at("parameters").at("device.achievable_tflops.bf16");
+  CHECK(record.at("fixed") == true);
+  CHECK(record.at("value") == 250);
+  CHECK(record.at("start") == Approx(271.2));
+  CHECK_FALSE(record.contains("uncertainty"));
+  CHECK(profiles::cluster_to_json(profiles::cluster_from_json(j, "fixed.json")) == j);
+}
+
 TEST_CASE("the calibration record round-trips through the cluster file", "[fit]") {
   const profiles::Cluster start = a100();
   std::vector<PreparedRow> rows = mpt_rows(start, 6);

@@ -40,7 +40,9 @@ TEST_CASE("balanced partition: GPT-2's heavy LM head takes the last stage alone"
   four.device.host_launch_us = 0;
   four.device.host_pass_us = 0;
   costmodel::CostModel cost(profiles::load_model("gpt2"), four);
-  const costmodel::Job job{64, 1024, profiles::Precision::kBf16, "adamw"};
+  costmodel::Job job{64, 1024, profiles::Precision::kBf16, "adamw"};
+  job.half_model =
+      true;  // bf16 kernels throughout (autocast's fp32 stream would weigh layers more)
   const Strategy s = pipeline(4, 64);
   auto balanced = balanced_partition(cost, job, s, 1e12);
   REQUIRE(balanced.has_value());

@@ -113,12 +113,17 @@ TEST_CASE("a DeepLearningExamples BERT row maps to an encoder with apex DDP on a
   CHECK(m.strategy.recompute == Recompute::kNone);
   CHECK(m.strategy.attention == Attention::kMath);
   CHECK(m.options.attention_scores);
-  REQUIRE(m.assumptions.size() == 1);
+  // apex AMP O2 casts the model to fp16: no autocast's fp32 residual stream.
+  CHECK(m.job.half_model);
+  REQUIRE(m.assumptions.size() == 2);
   CHECK(m.assumptions[0].rfind("plain data parallel (PyTorch (NGC", 0) == 0);
+  CHECK(m.assumptions[1].rfind("the model and its activations in 16 bits", 0) == 0);
+  CHECK(mapped("dle_bert_squad.json", "dle-squad-tf2-dgx1-32g-g8-fp16-mb12").job.half_model);
 
   // The TF32 column runs at the device's tf32 rate.
   const RowMapping tf32 = mapped("dle_bert_squad.json", "dle-squad-pt-dgxa100-g8-tf32-mb32");
   CHECK(tf32.job.precision == Precision::kTf32);
+  CHECK_FALSE(tf32.job.half_model);
   CHECK(tf32.cluster.name == "dgx-a100-80g");
   CHECK(tf32.cluster.nodes == 1);
 }

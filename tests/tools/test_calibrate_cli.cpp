@@ -71,3 +71,24 @@ TEST_CASE("calibrate refuses a malformed date", "[calibrate]") {
   CHECK(r.exit_code == 2);
   CHECK(r.err == "loom calibrate: error: --date: expected YYYY-MM-DD, found 25/11/2026\n");
 }
+
+TEST_CASE("calibrate keeps --fix parameters and refuses an unknown name", "[calibrate]") {
+  Sandbox box;
+  box.write("runs.json", "[" + kRow + "]");
+  const auto r = box.loom(
+      "calibrate runs.json --cluster dgx-a100-80g -o a.json --fix device.achievable_tflops.bf16");
+  INFO(r.out << r.err);
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.out, Contains("fixed\n"));
+  const nlohmann::json cluster = nlohmann::json::parse(box.read("a.json"));
+  const nlohmann::json& bf16 =
+      cluster.at("calibration").at("parameters").at("device.achievable_tflops.bf16");
+  CHECK(bf16.at("fixed") == true);
+  CHECK(cluster.at("device").at("achievable_tflops").at("bf16") == bf16.at("value"));
+  const auto bad = box.loom("calibrate runs.json --cluster dgx-a100-80g -o b.json --fix bf16");
+  CHECK(bad.exit_code == 2);
+  CHECK_THAT(bad.err, Contains("loom calibrate: error: --fix: a parameter of dgx-a100-80g ("));
+  CHECK_THAT(bad.err, Contains("device.memory_efficiency"));
+  CHECK_THAT(bad.err, Contains("), found bf16\n"));
+  CHECK_FALSE(std::filesystem::exists(box.work() / "b.json"));
+}
