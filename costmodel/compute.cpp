@@ -279,8 +279,6 @@ LayerTime transformer_layer_time(const profiles::ModelSpec& m, const LayerShape&
   // Under autocast the fp32 residual stream is cast to 16 bits once for the three products
   // (Loom's executor; autocast would cast it for each).
   const bool autocast = shapes && x.autocast && !m.gated_mlp;
-  LayerShape y = x;
-  y.autocast = autocast;
   if (autocast) p.memory((kAutocastBytes + d.e) * tokens * d.h);
   if (!shapes || x.fusions.fused_qkv) {
     p.matmul({tokens, (d.h + 2 * kv_width) / d.t, d.h});
@@ -294,9 +292,9 @@ LayerTime transformer_layer_time(const profiles::ModelSpec& m, const LayerShape&
     rotary(tokens * d.h / d.t, x, d, p);
     rotary(tokens * kv_width / d.t, x, d, p);
   }
-  const double core = attention_core(m, y, d, p);
+  const double core = attention_core(m, x, d, p);
   p.matmul({tokens, d.h, d.h / d.t});  // attention output
-  residual_block(m, y, d, p);
+  residual_block(m, x, d, p);
   const double ffn = tokens * d.f / d.t;
   if (!m.gated_mlp) {
     if (autocast) p.memory((kAutocastBytes + d.e) * tokens * d.h);  // the MLP's input cast down
@@ -319,7 +317,7 @@ LayerTime transformer_layer_time(const profiles::ModelSpec& m, const LayerShape&
     }
   }
   p.matmul({tokens, d.h, d.f / d.t});  // MLP down
-  residual_block(m, y, d, p);
+  residual_block(m, x, d, p);
   // The stage's per-pass host cost is spread over its transformer layers.
   LayerTime out =
       p.times(x.host_floor,

@@ -280,6 +280,11 @@ FitResult calibrate(const profiles::Cluster& cluster, const std::vector<Prepared
   const std::vector<ParameterSpec> all = free_parameters(cluster);
   std::vector<ParameterSpec> informed;
   std::vector<bool> is_informed(all.size(), false);
+  std::vector<bool> is_fixed(all.size(), false);
+  for (std::size_t i = 0; i < all.size(); ++i) {
+    is_fixed[i] =
+        std::find(options.fixed.begin(), options.fixed.end(), all[i].name) != options.fixed.end();
+  }
   {
     Problem probe(cluster, rows, all, options);
     std::vector<double> u(all.size());
@@ -290,9 +295,7 @@ FitResult calibrate(const profiles::Cluster& cluster, const std::vector<Prepared
     for (std::size_t i = 0; i < all.size(); ++i) {
       double largest = 0;
       for (double d : jac[i]) largest = std::max(largest, std::abs(d));
-      const bool fixed =
-          std::find(options.fixed.begin(), options.fixed.end(), all[i].name) != options.fixed.end();
-      is_informed[i] = largest > kNotInformed && !fixed;
+      is_informed[i] = largest > kNotInformed && !is_fixed[i];
       if (is_informed[i]) informed.push_back(all[i]);
     }
   }
@@ -328,8 +331,7 @@ FitResult calibrate(const profiles::Cluster& cluster, const std::vector<Prepared
   std::size_t k = 0;
   for (std::size_t i = 0; i < all.size(); ++i) {
     ParameterFit f{all[i].name, all[i].centre, all[i].start, 0, is_informed[i]};
-    f.fixed =
-        std::find(options.fixed.begin(), options.fixed.end(), all[i].name) != options.fixed.end();
+    f.fixed = is_fixed[i];
     // Not informed: the cluster's value stays (a calibrated file keeps what it had).
     if (is_informed[i]) {
       f.value = p.to_value(k, u[k]);

@@ -112,8 +112,8 @@ int run_calibrate(const CalibrateArgs& a) {
   const std::string date = a.date.empty() ? today() : a.date;
   if (!is_date(date)) throw InputError("--date", "", "expected YYYY-MM-DD, found " + a.date);
   const profiles::Cluster cluster = profiles::load_cluster(a.cluster);
+  const std::vector<fit::ParameterSpec> free = fit::free_parameters(cluster);
   for (const std::string& name : a.fix) {
-    const std::vector<fit::ParameterSpec> free = fit::free_parameters(cluster);
     if (std::none_of(free.begin(), free.end(),
                      [&](const fit::ParameterSpec& p) { return p.name == name; })) {
       std::string expected = "a parameter of " + cluster.name + " (";
