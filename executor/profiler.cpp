@@ -78,15 +78,18 @@ void measure(const ProfileOptions& o, LayerKind kind, std::int64_t batch, int tp
   eo.recompute = recompute;
   eo.attention = o.attention;
   eo.first_layer = kind == LayerKind::kEmbedding ? 0 : kind == LayerKind::kHead ? last : 1;
-  // On a GPU a lone layer's pass is bound by what every call costs the host (autograd's start,
-  // the synchronisation): the model's transformer layers run as one chain, and a layer is 1/n of
-  // it, as inside a step. CPUs time one layer.
-  const int chain = o.device == Device::kCuda && kind == LayerKind::kEncoderLayer
+  // Ranks of a tp group that measure together start each pass at slightly different times, and
+  // the first all-reduce makes the early rank wait: inside a step that skew comes once per pass,
+  // so a lone layer would charge it to every layer. On a GPU a lone layer's pass is bound by what
+  // every call costs the host (autograd's start, the synchronisation). In both cases the model's
+  // transformer layers run as one chain and a layer is 1/n of it, as inside a step; otherwise a
+  // CPU times one layer.
+  const bool together = tp > 1 && o.group != nullptr && o.group->size() == tp;
+  const int chain = (o.device == Device::kCuda || together) && kind == LayerKind::kEncoderLayer
                         ? static_cast<int>(spec.layers)
                         : 1;
   eo.last_layer = eo.first_layer + chain - 1;
   ParallelContext context;
-  const bool together = tp > 1 && o.group != nullptr && o.group->size() == tp;
   if (together) {
     context.tp = std::make_shared<GroupTensorParallelComm>(o.group);
   } else {

@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
+#include "costmodel/layers.hpp"
 #include "profiles/loader.hpp"
 #include "profiles/profile.hpp"
 #include "tests/tools/cli_sandbox.hpp"
@@ -81,4 +82,31 @@ TEST_CASE(
   // The options that choose points are the plan's to choose.
   const CliResult both = box.loom("profile --for p.json --model tiny-bert -o x.json");
   CHECK(both.exit_code == 2);
+}
+
+TEST_CASE("loom profile --for a tp plan times its ranks' layers together, as a chain",
+          "[tools][profile][cover]") {
+  CliSandbox box("cover-tp");
+  REQUIRE(box.loom("plan --model tiny-bert --cluster local-cpu --global-batch 8 --seq-len 16 "
+                   "--precision fp32 --dp 1 --tp 2 --pp 1 --micro-batch 4 -o tp.json")
+              .exit_code == 0);
+  const CliResult profiled = box.loom("profile --for tp.json --repeats 2 -o for.json");
+  INFO(profiled.err);
+  REQUIRE(profiled.exit_code == 0);
+  const loom::profiles::Profile p =
+      loom::profiles::load_profile((box.work() / "for.json").string());
+  REQUIRE(p.layers.size() == 3);
+  const loom::profiles::LayerMeasurement& layer = p.layers[1];
+  REQUIRE(layer.kind == loom::profiles::LayerKind::kEncoderLayer);
+  CHECK(layer.tp == 2);
+  CHECK(layer.tp_communication);
+  // The chain of the model's 4 layers is reported per layer: one layer's shard of parameters,
+  // as the cost model counts it, and about one layer's kept activations at tp=2.
+  const loom::profiles::ModelSpec tiny = loom::profiles::load_model("tiny-bert");
+  const auto counts = loom::costmodel::count_parameters(tiny);
+  CHECK(layer.parameter_bytes == 4 * counts.transformer_layer.per_rank(2));
+  loom::costmodel::ActivationShape shape{16, 4, tiny.hidden, tiny.heads, tiny.ffn_hidden, 4};
+  const double formula = loom::costmodel::transformer_layer_activation_bytes(
+      shape, 2, false, loom::costmodel::Recompute::kNone);
+  CHECK(static_cast<double>(layer.activation_bytes) == Approx(formula).epsilon(0.3));
 }
