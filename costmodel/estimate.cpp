@@ -480,6 +480,17 @@ void set_entry_costs(const TermsInput& in, const EntryCalibrations& cal,
                      const EntryActivations& act, double act_bytes, Terms& t) {
   const profiles::ModelSpec& m = in.m;
   const Strategy& s = in.s;
+  const ParameterCounts params = count_parameters(m);
+  if (const auto host = runtime_rules(in.job.runtime).host_per_tensor) {
+    const LayerTime per_tensor = host(in.job, s);
+    auto add = [&](LayerTime& time, const LayerParameters& p) {
+      time.forward_s += per_tensor.forward_s * static_cast<double>(p.tensors);
+      time.backward_s += per_tensor.backward_s * static_cast<double>(p.tensors);
+    };
+    add(t.layer, params.transformer_layer);
+    add(t.embed, params.embedding);
+    add(t.head, params.head);
+  }
   set_tensor_parallel_collectives(in, cal, act_bytes, t);
   t.layer_terms.forward_compute_s = t.layer.forward_s;
   t.layer_terms.backward_compute_s = t.layer.backward_s + t.layer.recompute_s;
@@ -492,7 +503,6 @@ void set_entry_costs(const TermsInput& in, const EntryCalibrations& cal,
                      e.backward_compute_s + tensor_parallel_time_s(in, e.backward_tp),
                      num_parameters, activation_bytes};
   };
-  const ParameterCounts params = count_parameters(m);
   t.costs.layer =
       cost(t.layer_terms, static_cast<double>(params.transformer_layer.per_rank(s.tp)), act.layer);
   t.costs.embedding =

@@ -11,6 +11,39 @@ int element_bytes(Precision precision) {
   return precision == Precision::kBf16 || precision == Precision::kFp16 ? 2 : 4;
 }
 
+namespace {
+
+// LayerParameters::tensors of each entry, module by module as Hugging Face's models hold them.
+void set_parameter_tensors(const ModelSpec& m, ParameterCounts& c) {
+  const bool encoder = m.family == Family::kEncoder;
+  const std::int64_t types = m.type_vocab > 0 ? 1 : 0;
+  const std::int64_t untied_head = m.tied_embeddings ? 0 : 1;
+  if (m.gated_mlp) {
+    // Llama: the word table; q, k, v, o, gate, up, down and two RMSNorm weights; the final norm.
+    c.embedding.tensors = 1 + types;
+    c.transformer_layer.tensors = 9;
+    c.head.tensors = 1 + (m.num_labels ? 1 : untied_head);
+    return;
+  }
+  if (encoder) {
+    // BERT: word, position and token-type tables and a LayerNorm; query, key, value and output
+    // (weight and bias each), the MLP's two (weight and bias each), two LayerNorms.
+    c.embedding.tensors = 2 + types + 2;
+    c.transformer_layer.tensors = 16;
+    // Pooler and classifier (or RoBERTa's dense and out_proj), or the masked-LM head's transform
+    // (dense, LayerNorm) and decoder bias (and weight when untied).
+    c.head.tensors = m.num_labels ? 4 : 5 + untied_head;
+    return;
+  }
+  // GPT-2: wte and wpe; ln_1, c_attn, c_proj, ln_2, c_fc, c_proj (weight and bias each); ln_f and
+  // the score or untied LM head.
+  c.embedding.tensors = 2 + types;
+  c.transformer_layer.tensors = 12;
+  c.head.tensors = 2 + (m.num_labels ? 1 : untied_head);
+}
+
+}  // namespace
+
 ParameterCounts count_parameters(const ModelSpec& m) {
   const std::int64_t h = m.hidden;
   const std::int64_t f = m.ffn_hidden;
@@ -59,6 +92,7 @@ ParameterCounts count_parameters(const ModelSpec& m) {
       c.head.sharded = v * h;
     }
   }
+  set_parameter_tensors(m, c);
   c.total = c.embedding.total() + m.layers * c.transformer_layer.total() + c.head.total();
   c.base_model = c.embedding.total() + m.layers * c.transformer_layer.total() +
                  (encoder ? pooler : final_norm);

@@ -18,6 +18,10 @@ namespace loom::costmodel {
 struct LayerParameters {
   std::int64_t sharded = 0;
   std::int64_t replicated = 0;
+  // Parameter tensors, as Hugging Face's modules hold them (a weight and its bias are two; BERT's
+  // query, key and value are three modules, GPT-2's c_attn one): what an engine that works per
+  // tensor (RuntimeRules::host_per_tensor) iterates over.
+  std::int64_t tensors = 0;
   std::int64_t total() const { return sharded + replicated; }
   // Parameters one tensor-parallel rank holds; a share that does not divide is rounded up, as
   // Megatron-LM pads the vocabulary to a multiple of tp.

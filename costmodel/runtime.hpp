@@ -132,6 +132,12 @@ struct RuntimeRules {
   // the backward pass's gathers: Loom's executor knows its model; FSDP and DeepSpeed gather each
   // wrapped block whole.
   bool skips_lookup_gathers = false;
+  // Host time per parameter tensor (ParameterCounts' LayerParameters::tensors) in every
+  // micro-batch's forward and backward pass, which the GPU waits for: an engine's per-tensor
+  // Python hooks and bookkeeping (DeepSpeed's ZeRO-2 and ZeRO-3). The passes of each entry of the
+  // layer sequence take that much longer in the estimate, the partition and the simulator alike.
+  // nullptr: none.
+  LayerTime (*host_per_tensor)(const Job&, const Strategy&) = nullptr;
 };
 
 RuntimeRules runtime_rules(Runtime runtime);

@@ -432,3 +432,72 @@ TEST_CASE("loom's ZeRO-3 forward gathers read only the rows the dp group looks u
   CHECK(loom_runtime_rules().exposure(bf16_job(Runtime::kLoom), dp8(3), in).parameter_s ==
         Approx(5.648));
 }
+
+TEST_CASE("parameter tensors as Hugging Face's modules hold them", "[runtime][layers]") {
+  // BERT: word, position, token type, LayerNorm (2); 16 per layer; pooler and classifier (2 each).
+  const ParameterCounts bert = count_parameters(load_model("bert-base"));
+  CHECK(bert.embedding.tensors == 5);
+  CHECK(bert.transformer_layer.tensors == 16);
+  CHECK(bert.head.tensors == 4);
+  // GPT-2 with its LM head tied to wte: 2 + 12 x 12 + ln_f (2) = 148, DeepSpeed's count for gpt2.
+  const ParameterCounts gpt2 = count_parameters(load_model("gpt2"));
+  CHECK(gpt2.embedding.tensors + 12 * gpt2.transformer_layer.tensors + gpt2.head.tensors == 148);
+  // Llama: the word table; 9 per layer; the final RMSNorm and the untied LM head.
+  loom::profiles::ModelSpec llama_spec = load_model("gpt2");
+  llama_spec.gated_mlp = true;
+  llama_spec.tied_embeddings = false;
+  llama_spec.max_positions = 0;
+  const ParameterCounts llama = count_parameters(llama_spec);
+  CHECK(llama.embedding.tensors == 1);
+  CHECK(llama.transformer_layer.tensors == 9);
+  CHECK(llama.head.tensors == 2);
+}
+
+TEST_CASE("deepspeed's ZeRO-2 and ZeRO-3 hooks cost the host per parameter tensor and pass",
+          "[runtime][estimate]") {
+  const auto model = load_model("bert-base");
+  const CostModel cost(model, load_cluster("dgx-a100-80g"));
+  Job job{64, 128, Precision::kBf16, "adamw"};
+  job.runtime = Runtime::kDeepspeed;
+  Strategy s = dp8(1);
+  s.micro_batch = 4;
+  s.num_micro_batches = 2;
+  const SequenceCosts z1 = cost.sequence_costs(job, s);
+  s.zero = 2;
+  const SequenceCosts z2 = cost.sequence_costs(job, s);
+  s.zero = 3;
+  const SequenceCosts z3 = cost.sequence_costs(job, s);
+  // ZeRO-2: 0.15 ms per tensor in each backward pass; a BERT layer has 16 tensors (2.4 ms), the
+  // embedding 5, the classification head 4.
+  CHECK(z2.layer.forward_s == z1.layer.forward_s);
+  CHECK(z2.layer.backward_s - z1.layer.backward_s == Approx(16 * 0.15e-3));
+  CHECK(z2.embedding.backward_s - z1.embedding.backward_s == Approx(5 * 0.15e-3));
+  CHECK(z2.head.backward_s - z1.head.backward_s == Approx(4 * 0.15e-3));
+  // ZeRO-3: 1.2 ms per tensor, 0.4 in the forward pass and 0.8 in the backward.
+  CHECK(z3.layer.forward_s - z1.layer.forward_s == Approx(16 * 0.4e-3));
+  CHECK(z3.layer.backward_s - z1.layer.backward_s == Approx(16 * 0.8e-3));
+  // Loom's executor has no such hooks.
+  job.runtime = Runtime::kLoom;
+  s.zero = 1;
+  const SequenceCosts loom1 = cost.sequence_costs(job, s);
+  s.zero = 3;
+  CHECK(cost.sequence_costs(job, s).layer.forward_s == loom1.layer.forward_s);
+  // The estimate's step with one micro-batch (ZeRO-1 and ZeRO-2 then reduce alike): 12 layers,
+  // the embedding and the head, backward only.
+  job.runtime = Runtime::kDeepspeed;
+  s.num_micro_batches = 1;
+  job.global_batch = 32;
+  s.zero = 1;
+  const double step1 = cost.estimate(job, s, even_partition(model, 1)).step_time_s;
+  s.zero = 2;
+  const double step2 = cost.estimate(job, s, even_partition(model, 1)).step_time_s;
+  const double host = (12 * 16 + 5 + 4) * 0.15e-3;  // 30.15 ms
+  // ZeRO-2 also stages its gradients (zero_staging_bytes_per_parameter) and zeroes only its
+  // gradient shard.
+  const StepTerms terms = cost.step_terms(job, s);
+  const auto parameters = static_cast<double>(count_parameters(model).total);
+  const double staging_s =
+      parameters * zero_staging_bytes_per_parameter(s) / terms.memory_bytes_per_s;
+  const double zeroing_s = parameters * (1 - 1.0 / 8) * terms.zero_grad_s_per_parameter;
+  CHECK(step2 - step1 == Approx(host + staging_s - zeroing_s).epsilon(1e-9));
+}
