@@ -483,9 +483,12 @@ void set_entry_costs(const TermsInput& in, const EntryCalibrations& cal,
   const ParameterCounts params = count_parameters(m);
   if (const auto host = runtime_rules(in.job.runtime).host_per_tensor) {
     const LayerTime per_tensor = host(in.job, s);
+    // A fully recomputed layer runs its forward hooks again in the backward pass.
     auto add = [&](LayerTime& time, const LayerParameters& p) {
-      time.forward_s += per_tensor.forward_s * static_cast<double>(p.tensors);
+      const double forward_s = per_tensor.forward_s * static_cast<double>(p.tensors);
+      time.forward_s += forward_s;
       time.backward_s += per_tensor.backward_s * static_cast<double>(p.tensors);
+      if (&time == &t.layer && s.recompute == Recompute::kFull) time.recompute_s += forward_s;
     };
     add(t.layer, params.transformer_layer);
     add(t.embed, params.embedding);

@@ -18,11 +18,14 @@ void set_parameter_tensors(const ModelSpec& m, ParameterCounts& c) {
   const bool encoder = m.family == Family::kEncoder;
   const std::int64_t types = m.type_vocab > 0 ? 1 : 0;
   const std::int64_t untied_head = m.tied_embeddings ? 0 : 1;
+  // Encoder heads (count_parameters): pooler and classifier (or RoBERTa's dense and out_proj),
+  // or the masked-LM head's transform (dense, LayerNorm) and decoder bias (and weight untied).
+  const std::int64_t encoder_head = m.num_labels ? 4 : 5 + untied_head;
   if (m.gated_mlp) {
     // Llama: the word table; q, k, v, o, gate, up, down and two RMSNorm weights; the final norm.
     c.embedding.tensors = 1 + types;
     c.transformer_layer.tensors = 9;
-    c.head.tensors = 1 + (m.num_labels ? 1 : untied_head);
+    c.head.tensors = encoder ? encoder_head : 1 + (m.num_labels ? 1 : untied_head);
     return;
   }
   if (encoder) {
@@ -30,9 +33,7 @@ void set_parameter_tensors(const ModelSpec& m, ParameterCounts& c) {
     // (weight and bias each), the MLP's two (weight and bias each), two LayerNorms.
     c.embedding.tensors = 2 + types + 2;
     c.transformer_layer.tensors = 16;
-    // Pooler and classifier (or RoBERTa's dense and out_proj), or the masked-LM head's transform
-    // (dense, LayerNorm) and decoder bias (and weight when untied).
-    c.head.tensors = m.num_labels ? 4 : 5 + untied_head;
+    c.head.tensors = encoder_head;
     return;
   }
   // GPT-2: wte and wpe; ln_1, c_attn, c_proj, ln_2, c_fc, c_proj (weight and bias each); ln_f and

@@ -19,6 +19,18 @@ int state_element_bytes(const Job& job) {
   return trains_under_autocast(job) ? 4 : element_bytes(job.precision);
 }
 
+double runtime_host_s_per_step(const profiles::ModelSpec& model, const Job& job,
+                               const Strategy& strategy) {
+  const auto host = runtime_rules(job.runtime).host_per_tensor;
+  if (host == nullptr) return 0;
+  const LayerTime per_tensor = host(job, strategy);
+  const ParameterCounts c = count_parameters(model);
+  const auto tensors = static_cast<double>(
+      c.embedding.tensors + model.layers * c.transformer_layer.tensors + c.head.tensors);
+  return (per_tensor.forward_s + per_tensor.backward_s) * tensors / strategy.pp *
+         static_cast<double>(strategy.num_micro_batches);
+}
+
 double head_kept_bytes_per_logit(const Job& job) {
   const double e = element_bytes(job.precision);
   if (job.loss == Loss::kFused && runtime_rules(job.runtime).runs_job_loss) return e;

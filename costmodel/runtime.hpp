@@ -172,6 +172,13 @@ double forward_ungathered_num_parameters(const Job& job, const profiles::ModelSp
 double lookup_mask_bytes(const Job& job, const profiles::ModelSpec& model, const Strategy& s,
                          double lookup_num_parameters);
 
+// What the runtime's per-tensor host work (RuntimeRules::host_per_tensor) adds to one step of a
+// pipeline rank: every micro-batch's forward and backward pass over the model's parameter
+// tensors, spread evenly over the pipeline stages; 0 for runtimes without it. It is part of the
+// passes' times (and so of the step); plans print it on its own line.
+double runtime_host_s_per_step(const profiles::ModelSpec& model, const Job& job,
+                               const Strategy& strategy);
+
 // The rules of each runtime, one file each (runtime_<name>.cpp).
 RuntimeRules loom_runtime_rules();
 RuntimeRules megatron_runtime_rules();

@@ -174,6 +174,7 @@ void measure(const ProfileOptions& o, LayerKind kind, std::int64_t batch, int tp
   if (kind == LayerKind::kEncoderLayer) m.attention = costmodel::to_string(o.attention);
   m.threads = threads;
   m.tp_communication = together;
+  m.chained_layers = chain;
   // Clock resolution bounds tiny layers from below (the profile format needs times > 0).
   m.forward_s = std::max(median_of(forward), 1e-9);
   m.backward_s = std::max(median_of(backward), 1e-9);

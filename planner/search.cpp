@@ -13,6 +13,7 @@
 #include <tuple>
 
 #include "costmodel/layers.hpp"
+#include "costmodel/runtime.hpp"
 #include "costmodel/simulator.hpp"
 #include "planner/mapping.hpp"
 #include "planner/partition.hpp"
@@ -137,9 +138,11 @@ std::string binding_constraint(const Plan& plan, double memory_margin) {
   const costmodel::ExposedCommunication& e = p.exposed_communication_s;
   double bubble = p.bubble_fraction / (1 + p.bubble_fraction) *
                   (p.step_time_s - e.dp - e.zero - p.optimizer_s - e.tp - e.pp);
+  const double host = costmodel::runtime_host_s_per_step(plan.model, plan.job, plan.strategy);
   std::pair<double, const char*> parts[] = {{bubble, "bubble"},    {e.tp, "tp comm"},
                                             {e.pp, "pp comm"},     {e.dp, "dp comm"},
-                                            {e.zero, "zero comm"}, {p.optimizer_s, "optimizer"}};
+                                            {e.zero, "zero comm"}, {p.optimizer_s, "optimizer"},
+                                            {host, "host hooks"}};
   auto worst = *std::max_element(std::begin(parts), std::end(parts),
                                  [](const auto& a, const auto& b) { return a.first < b.first; });
   if (worst.first < 0.1 * p.step_time_s) return "compute";

@@ -70,7 +70,8 @@ SearchResult search(const costmodel::CostModel& cost, const costmodel::Job& job,
                     const SearchOptions& options);
 
 // One short label for what limits a plan most: "memory", "bubble", "tp comm", "pp comm",
-// "dp comm", "zero comm", "optimizer" or "compute".
+// "dp comm", "zero comm", "optimizer", "host hooks" (the runtime's per-tensor host work,
+// costmodel::runtime_host_s_per_step) or "compute".
 std::string binding_constraint(const Plan& plan, double memory_margin);
 
 }  // namespace loom::planner

@@ -62,6 +62,7 @@ LayerMeasurement read_layer(ObjectReader r) {
   l.parameter_bytes = r.integer("parameter_bytes", 0);
   l.peak_temporary_bytes = r.optional_integer("peak_temporary_bytes", 0);
   l.tp_communication = r.optional_boolean("tp_communication").value_or(false);
+  l.chained_layers = small_int(r, "chained_layers", 1, 1);
   if (l.tp_communication && l.tp < 2) r.fail("tp_communication", "expected only with tp >= 2");
   if (l.hidden % l.heads != 0) r.fail("heads", "expected a divisor of hidden");
   r.finish();
@@ -147,6 +148,7 @@ nlohmann::json profile_to_json(const Profile& p) {
     if (l.vocab) j["vocab"] = *l.vocab;
     if (l.peak_temporary_bytes) j["peak_temporary_bytes"] = *l.peak_temporary_bytes;
     if (l.tp_communication) j["tp_communication"] = true;
+    if (l.chained_layers > 1) j["chained_layers"] = l.chained_layers;
     if (l.attention != "math") j["attention"] = l.attention;
     layers.push_back(std::move(j));
   }

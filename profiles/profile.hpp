@@ -11,7 +11,8 @@
 // layer
 // "recompute" ("none" | "selective" | "full", default "none"), "threads" (CPU threads the
 // measuring rank used, default 1), "vocab" (embedding and head), "peak_temporary_bytes"
-// (bytes allocated above the kept activations during forward plus backward), and at the top
+// (bytes allocated above the kept activations during forward plus backward), "chained_layers"
+// (LayerMeasurement::chained_layers), and at the top
 // "device_kind" ("gpu" | "cpu", default "gpu").
 #pragma once
 
@@ -52,6 +53,10 @@ struct LayerMeasurement {
   std::optional<std::int64_t> peak_temporary_bytes;
   // The times include the shard's tensor-parallel all-reduces (measured by tp ranks together).
   bool tp_communication = false;
+  // Transformer layers run as one chain to time this point (GPUs, and CPU tp ranks measured
+  // together); its times and bytes are 1/n of the chain's. JSON "chained_layers", default 1
+  // (written when > 1).
+  int chained_layers = 1;
   bool operator==(const LayerMeasurement&) const = default;
 };
 

@@ -149,8 +149,13 @@ void print_prediction(std::ostream& out, const planner::Plan& plan, const Unit& 
       << ", tp " << unit_text(p.exposed_communication_s.tp, time, 3) << ", pp "
       << unit_text(p.exposed_communication_s.pp, time, 3) << ", zero "
       << unit_text(p.exposed_communication_s.zero, time, 3) << "\n"
-      << label("optimizer step") << unit_text(p.optimizer_s, time, 3) << "\n"
-      << label("prediction") << p.source << "\n\n";
+      << label("optimizer step") << unit_text(p.optimizer_s, time, 3) << "\n";
+  const double host_s = costmodel::runtime_host_s_per_step(plan.model, plan.job, plan.strategy);
+  if (host_s > 0) {
+    out << label("engine host work") << unit_text(host_s, time, 3)
+        << " of the passes (the runtime's hooks on every parameter tensor)\n";
+  }
+  out << label("prediction") << p.source << "\n\n";
 }
 
 // The head in the legend of the memory table.

@@ -2,6 +2,7 @@
 // of the memory breakdown (runtime.hpp, process_memory.hpp), with figures computed by hand.
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
+#include <vector>
 
 #include "costmodel/estimate.hpp"
 #include "costmodel/layers.hpp"
@@ -434,23 +435,48 @@ TEST_CASE("loom's ZeRO-3 forward gathers read only the rows the dp group looks u
 }
 
 TEST_CASE("parameter tensors as Hugging Face's modules hold them", "[runtime][layers]") {
-  // BERT: word, position, token type, LayerNorm (2); 16 per layer; pooler and classifier (2 each).
-  const ParameterCounts bert = count_parameters(load_model("bert-base"));
-  CHECK(bert.embedding.tensors == 5);
-  CHECK(bert.transformer_layer.tensors == 16);
-  CHECK(bert.head.tensors == 4);
-  // GPT-2 with its LM head tied to wte: 2 + 12 x 12 + ln_f (2) = 148, DeepSpeed's count for gpt2.
-  const ParameterCounts gpt2 = count_parameters(load_model("gpt2"));
-  CHECK(gpt2.embedding.tensors + 12 * gpt2.transformer_layer.tensors + gpt2.head.tensors == 148);
-  // Llama: the word table; 9 per layer; the final RMSNorm and the untied LM head.
-  loom::profiles::ModelSpec llama_spec = load_model("gpt2");
-  llama_spec.gated_mlp = true;
-  llama_spec.tied_embeddings = false;
-  llama_spec.max_positions = 0;
-  const ParameterCounts llama = count_parameters(llama_spec);
-  CHECK(llama.embedding.tensors == 1);
-  CHECK(llama.transformer_layer.tensors == 9);
-  CHECK(llama.head.tensors == 2);
+  auto tensors = [](const loom::profiles::ModelSpec& m) {
+    const ParameterCounts c = count_parameters(m);
+    return std::vector<std::int64_t>{c.embedding.tensors, c.transformer_layer.tensors,
+                                     c.head.tensors};
+  };
+  using V = std::vector<std::int64_t>;
+  // BertForSequenceClassification: word, position, token type, LayerNorm (2); 16 per layer;
+  // pooler and classifier (2 each): 5 + 12 x 16 + 4 = 201.
+  loom::profiles::ModelSpec bert = load_model("bert-base");
+  CHECK(tensors(bert) == V{5, 16, 4});
+  // RoBERTa's one token type is a table too; its head is dense and out_proj.
+  CHECK(tensors(load_model("roberta-base")) == V{5, 16, 4});
+  // DistilBERT has no token types: 4 + 6 x 16 + 4 = 104.
+  loom::profiles::ModelSpec distil = bert;
+  distil.type_vocab = 0;
+  CHECK(tensors(distil)[0] == 4);
+  // BertForMaskedLM: transform dense (2), LayerNorm (2), decoder bias, and the decoder weight
+  // when it is not tied to the word table.
+  loom::profiles::ModelSpec mlm = bert;
+  mlm.num_labels.reset();
+  CHECK(tensors(mlm)[2] == 5);
+  mlm.tied_embeddings = false;
+  CHECK(tensors(mlm)[2] == 6);
+  // GPT2LMHeadModel, tied: wte and wpe, 12 per layer, ln_f: 2 + 12 x 12 + 2 = 148, DeepSpeed's
+  // count for gpt2; GPT2ForSequenceClassification adds the score (no bias).
+  loom::profiles::ModelSpec gpt2 = load_model("gpt2");
+  CHECK(tensors(gpt2) == V{2, 12, 2});
+  gpt2.num_labels = 2;
+  CHECK(tensors(gpt2)[2] == 3);
+  // LlamaForCausalLM: the word table; 9 per layer; the final RMSNorm and the LM head, which a
+  // tied model does not have.
+  loom::profiles::ModelSpec llama = load_model("gpt2");
+  llama.gated_mlp = true;
+  llama.activation = loom::profiles::Activation::kOther;
+  llama.tied_embeddings = false;
+  CHECK(tensors(llama) == V{1, 9, 2});
+  llama.tied_embeddings = true;
+  CHECK(tensors(llama)[2] == 1);
+  // A gated encoder keeps an encoder's head, as count_parameters counts it.
+  loom::profiles::ModelSpec gated_encoder = bert;
+  gated_encoder.gated_mlp = true;
+  CHECK(tensors(gated_encoder) == V{2, 9, 4});  // word and token-type tables, no norm
 }
 
 TEST_CASE("deepspeed's ZeRO-2 and ZeRO-3 hooks cost the host per parameter tensor and pass",
@@ -476,6 +502,13 @@ TEST_CASE("deepspeed's ZeRO-2 and ZeRO-3 hooks cost the host per parameter tenso
   // ZeRO-3: 1.2 ms per tensor, 0.4 in the forward pass and 0.8 in the backward.
   CHECK(z3.layer.forward_s - z1.layer.forward_s == Approx(16 * 0.4e-3));
   CHECK(z3.layer.backward_s - z1.layer.backward_s == Approx(16 * 0.8e-3));
+  // Full recomputation runs the ZeRO-3 forward hooks again in the backward pass.
+  s.recompute = Recompute::kFull;
+  const SequenceCosts z3_full = cost.sequence_costs(job, s);
+  s.zero = 1;
+  const SequenceCosts z1_full = cost.sequence_costs(job, s);
+  CHECK(z3_full.layer.backward_s - z1_full.layer.backward_s == Approx(16 * (0.8e-3 + 0.4e-3)));
+  s.recompute = Recompute::kNone;
   // Loom's executor has no such hooks.
   job.runtime = Runtime::kLoom;
   s.zero = 1;

@@ -22,7 +22,7 @@ json valid_profile() {
     "layers": [
       {"kind": "encoder_layer", "hidden": 768, "heads": 12, "ffn_hidden": 3072, "seq_len": 512,
        "micro_batch": 8, "tp": 1, "forward_s": 0.0012, "backward_s": 0.0024,
-       "activation_bytes": 123456789, "parameter_bytes": 14175744},
+       "activation_bytes": 123456789, "parameter_bytes": 14175744, "chained_layers": 12},
       {"kind": "embedding", "hidden": 768, "heads": 12, "ffn_hidden": 3072, "vocab": 30522,
        "seq_len": 512, "micro_batch": 8, "tp": 2, "threads": 4, "recompute": "none",
        "forward_s": 0.0001, "backward_s": 0.0002, "activation_bytes": 1000,
@@ -62,6 +62,8 @@ TEST_CASE("a profile round-trips through JSON", "[profile]") {
   CHECK(p.layers[1].peak_temporary_bytes == 3000);
   CHECK(p.layers[1].tp_communication);
   CHECK_FALSE(p.layers[0].tp_communication);
+  CHECK(p.layers[0].chained_layers == 12);
+  CHECK(p.layers[1].chained_layers == 1);  // absent: timed alone
   CHECK(p.links[0].bytes == 67108864);
   CHECK(p.precision == Precision::kBf16);
   REQUIRE(p.optimizer.size() == 2);
@@ -73,6 +75,8 @@ TEST_CASE("a profile round-trips through JSON", "[profile]") {
   CHECK(again == p);
   CHECK(profile_to_json(p)["layers"][0]["attention"] == "flash");
   CHECK_FALSE(profile_to_json(p)["layers"][1].contains("attention"));
+  CHECK(profile_to_json(p)["layers"][0]["chained_layers"] == 12);
+  CHECK_FALSE(profile_to_json(p)["layers"][1].contains("chained_layers"));
 }
 
 TEST_CASE("malformed profiles are refused with the field named", "[profile]") {

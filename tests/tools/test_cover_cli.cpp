@@ -84,7 +84,7 @@ TEST_CASE(
   CHECK(both.exit_code == 2);
 }
 
-TEST_CASE("loom profile --for a tp plan times its ranks' layers together, as a chain",
+TEST_CASE("loom profile --for a tp plan times its ranks' layers together, as one chain",
           "[tools][profile][cover]") {
   CliSandbox box("cover-tp");
   REQUIRE(box.loom("plan --model tiny-bert --cluster local-cpu --global-batch 8 --seq-len 16 "
@@ -100,11 +100,14 @@ TEST_CASE("loom profile --for a tp plan times its ranks' layers together, as a c
   REQUIRE(layer.kind == loom::profiles::LayerKind::kEncoderLayer);
   CHECK(layer.tp == 2);
   CHECK(layer.tp_communication);
-  // The chain of the model's 4 layers is reported per layer: one layer's shard of parameters,
-  // as the cost model counts it, and about one layer's kept activations at tp=2.
+  CHECK(layer.chained_layers == 4);  // tiny-bert's 4 layers
+  CHECK(p.layers[0].chained_layers == 1);
+  // The chain is reported per layer: one layer's shard of fp32 parameters, as the cost model
+  // counts it, and about one layer's kept activations at tp=2.
   const loom::profiles::ModelSpec tiny = loom::profiles::load_model("tiny-bert");
   const auto counts = loom::costmodel::count_parameters(tiny);
-  CHECK(layer.parameter_bytes == 4 * counts.transformer_layer.per_rank(2));
+  CHECK(layer.parameter_bytes == loom::costmodel::element_bytes(loom::costmodel::Precision::kFp32) *
+                                     counts.transformer_layer.per_rank(2));
   loom::costmodel::ActivationShape shape{16, 4, tiny.hidden, tiny.heads, tiny.ffn_hidden, 4};
   const double formula = loom::costmodel::transformer_layer_activation_bytes(
       shape, 2, false, loom::costmodel::Recompute::kNone);
