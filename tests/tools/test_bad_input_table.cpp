@@ -298,6 +298,9 @@ void add_input_file_rows(std::vector<Row>& rows) {
   add("profile: negative time",
       {{"p.json", text(edited(profile, [](J j) { j["layers"][0]["backward_s"] = -1; }))}},
       kPlan + " --profile p.json", {"p.json", "$.layers[0].backward_s", "> 0"});
+  add("profile: no layers in a chain",
+      {{"p.json", text(edited(profile, [](J j) { j["layers"][0]["chained_layers"] = 0; }))}},
+      kPlan + " --profile p.json", {"p.json", "$.layers[0].chained_layers", ">= 1, found 0"});
   add("profile: made for another model",
       {{"p.json", text(edited(profile, [](J j) { j["layers"][0]["hidden"] = 48; }))}},
       kPlan + " --profile p.json", {"p.json", "$.layers", "another model"});
