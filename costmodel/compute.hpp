@@ -63,6 +63,7 @@ struct EfficiencyDefaults {
   double gpu_host_launch_s = 35e-6;
   double gpu_host_pass_s = 2e-3;
   double gpu_host_serial_fraction = 0.25;
+  bool operator==(const EfficiencyDefaults&) const = default;
 };
 
 // Host operations autograd issues in a backward pass per kernel of the forward: a product's two
