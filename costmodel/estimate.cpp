@@ -481,19 +481,16 @@ void set_entry_costs(const TermsInput& in, const EntryCalibrations& cal,
   const profiles::ModelSpec& m = in.m;
   const Strategy& s = in.s;
   const ParameterCounts params = count_parameters(m);
-  if (const auto host = runtime_rules(in.job.runtime).host_per_tensor) {
-    const LayerTime per_tensor = host(in.job, s);
-    // A fully recomputed layer runs its forward hooks again in the backward pass.
-    auto add = [&](LayerTime& time, const LayerParameters& p) {
-      const double forward_s = per_tensor.forward_s * static_cast<double>(p.tensors);
-      time.forward_s += forward_s;
-      time.backward_s += per_tensor.backward_s * static_cast<double>(p.tensors);
-      if (&time == &t.layer && s.recompute == Recompute::kFull) time.recompute_s += forward_s;
-    };
-    add(t.layer, params.transformer_layer);
-    add(t.embed, params.embedding);
-    add(t.head, params.head);
-  }
+  // The runtime's per-tensor host work (none but DeepSpeed's ZeRO-2/3) lengthens the passes.
+  auto add_host = [&](LayerTime& time, const LayerParameters& p, bool layer) {
+    const LayerTime host = runtime_host_time(in.job, s, p, layer);
+    time.forward_s += host.forward_s;
+    time.backward_s += host.backward_s;
+    time.recompute_s += host.recompute_s;
+  };
+  add_host(t.layer, params.transformer_layer, true);
+  add_host(t.embed, params.embedding, false);
+  add_host(t.head, params.head, false);
   set_tensor_parallel_collectives(in, cal, act_bytes, t);
   t.layer_terms.forward_compute_s = t.layer.forward_s;
   t.layer_terms.backward_compute_s = t.layer.backward_s + t.layer.recompute_s;

@@ -19,16 +19,28 @@ int state_element_bytes(const Job& job) {
   return trains_under_autocast(job) ? 4 : element_bytes(job.precision);
 }
 
+LayerTime runtime_host_time(const Job& job, const Strategy& strategy, const LayerParameters& entry,
+                            bool transformer_layer) {
+  const auto host = runtime_rules(job.runtime).host_per_tensor;
+  if (host == nullptr) return {};
+  const LayerTime per_tensor = host(job, strategy);
+  const auto tensors = static_cast<double>(entry.tensors);
+  const bool again = transformer_layer && strategy.recompute == Recompute::kFull;
+  return {per_tensor.forward_s * tensors, per_tensor.backward_s * tensors,
+          again ? per_tensor.forward_s * tensors : 0};
+}
+
 double runtime_host_s_per_step(const profiles::ModelSpec& model, const Job& job,
                                const Strategy& strategy) {
-  const auto host = runtime_rules(job.runtime).host_per_tensor;
-  if (host == nullptr) return 0;
-  const LayerTime per_tensor = host(job, strategy);
   const ParameterCounts c = count_parameters(model);
-  const auto tensors = static_cast<double>(
-      c.embedding.tensors + model.layers * c.transformer_layer.tensors + c.head.tensors);
-  return (per_tensor.forward_s + per_tensor.backward_s) * tensors / strategy.pp *
-         static_cast<double>(strategy.num_micro_batches);
+  auto pass_s = [&](const LayerParameters& entry, bool layer) {
+    const LayerTime t = runtime_host_time(job, strategy, entry, layer);
+    return t.forward_s + t.backward_s + t.recompute_s;
+  };
+  const double per_micro_batch =
+      pass_s(c.embedding, false) +
+      static_cast<double>(model.layers) * pass_s(c.transformer_layer, true) + pass_s(c.head, false);
+  return per_micro_batch / strategy.pp * static_cast<double>(strategy.num_micro_batches);
 }
 
 double head_kept_bytes_per_logit(const Job& job) {

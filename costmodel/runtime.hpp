@@ -21,6 +21,7 @@
 
 #include "costmodel/comm.hpp"
 #include "costmodel/compute.hpp"
+#include "costmodel/layers.hpp"
 #include "costmodel/memory.hpp"
 #include "costmodel/strategy.hpp"
 #include "profiles/model_spec.hpp"
@@ -172,10 +173,15 @@ double forward_ungathered_num_parameters(const Job& job, const profiles::ModelSp
 double lookup_mask_bytes(const Job& job, const profiles::ModelSpec& model, const Strategy& s,
                          double lookup_num_parameters);
 
-// What the runtime's per-tensor host work (RuntimeRules::host_per_tensor) adds to one step of a
-// pipeline rank: every micro-batch's forward and backward pass over the model's parameter
-// tensors, spread evenly over the pipeline stages; 0 for runtimes without it. It is part of the
-// passes' times (and so of the step); plans print it on its own line.
+// What the runtime's per-tensor host work (RuntimeRules::host_per_tensor) adds to one micro-batch's
+// passes of an entry of the layer sequence holding `entry`'s tensors; a fully recomputed
+// transformer layer (`transformer_layer`) runs its forward hooks again (recompute_s). Zero for
+// runtimes without it.
+LayerTime runtime_host_time(const Job& job, const Strategy& strategy, const LayerParameters& entry,
+                            bool transformer_layer);
+// The same summed over one step of a pipeline rank: every micro-batch, the model's entries spread
+// evenly over the pipeline stages. It is part of the passes' times (and so of the step); plans
+// print it on its own line.
 double runtime_host_s_per_step(const profiles::ModelSpec& model, const Job& job,
                                const Strategy& strategy);
 

@@ -533,4 +533,11 @@ TEST_CASE("deepspeed's ZeRO-2 and ZeRO-3 hooks cost the host per parameter tenso
       parameters * zero_staging_bytes_per_parameter(s) / terms.memory_bytes_per_s;
   const double zeroing_s = parameters * (1 - 1.0 / 8) * terms.zero_grad_s_per_parameter;
   CHECK(step2 - step1 == Approx(host + staging_s - zeroing_s).epsilon(1e-9));
+  // What the plan prints on its own line: the same host time; at ZeRO-3 with full recomputation
+  // 1.2 ms a tensor and the layers' forward hooks again (12 x 16 x 0.4 ms).
+  CHECK(runtime_host_s_per_step(model, job, s) == Approx(host));
+  s.zero = 3;
+  s.recompute = Recompute::kFull;
+  CHECK(runtime_host_s_per_step(model, job, s) ==
+        Approx((12 * 16 + 5 + 4) * 1.2e-3 + 12 * 16 * 0.4e-3));
 }
