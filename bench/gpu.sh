@@ -28,6 +28,8 @@
 #   precision   loom validate of bert-base (seq 128, micro-batch 32) in fp32, tf32 and bf16
 #               (PRECISION_MODELS="bert-base bert-large" for others); not in the default list
 #   tune        loom tune --top 3 of bert-base (global batch 64, seq 128) on this GPU
+#   layers      bench/gpu_layers.py: fused attention and MPT-style decoder blocks timed with
+#               PyTorch alone (no Loom build needed); not in the default list
 # DEVICE=cpu runs the stages on the CPU (transformers' side too), e.g. inside tools/check-torch2.sh's
 # Debian sid root, which has transformers (that script clears the environment: set it after --run):
 #   TORCH2_SUITE=sid tools/check-torch2.sh --run env DEVICE=cpu bench/gpu.sh logits losses
@@ -452,6 +454,17 @@ stage_tune() {
     row "loom tune, ${TUNE_MODEL:-bert-base}" "failed: $(tail -1 "$dir/tune.err")" "-" "NOT MET"
   fi
   cat "$dir/tune.log" >&2
+}
+
+# Fused attention (every SDPA backend, causal and not, sequence 512-32768) and MPT-style decoder
+# blocks timed apart from Loom with PyTorch (bench/gpu_layers.py): what the cost model's flash
+# attention and decoder layers are checked against.
+stage_layers() {
+  t "$PY" bench/gpu_layers.py "$OUT/layers.json" >"$OUT/layers.md" 2>"$OUT/layers.err"
+  local rc=$?
+  cat "$OUT/layers.md" >&2
+  row "bench/gpu_layers.py" "$(grep -c '^| ' "$OUT/layers.md") rows in layers.json" "-" "-"
+  return $rc
 }
 
 for s in "${STAGES[@]}"; do
