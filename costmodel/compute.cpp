@@ -110,17 +110,18 @@ struct Pass {
     backward_s += kernel(0, 2 * bytes);
     return t;
   }
-  // FlashAttention: `forward_flops` and `backward_flops` over `blocks` thread blocks each.
-  double fused_attention(double forward_flops, double backward_flops, double blocks) {
+  // A fused attention kernel (FlashAttention, cuDNN's): `work` forward, its backward after.
+  double fused_attention(FusedAttentionWork work, double backward_flops) {
     GemmDevice d = rates.gemm;
     if (d.peak_flops_per_s <= 0) d.peak_flops_per_s = rates.matrix_flops_per_s;
     const double eff = rates.attention_efficiency > 0 ? rates.attention_efficiency : 1;
     ++forward_kernels;
-    double t =
-        std::max(fused_attention_time_s(forward_flops, blocks, d, eff), rates.kernel_launch_s);
+    work.backward = false;
+    const double t = std::max(fused_attention_time_s(work, d, eff), rates.kernel_launch_s);
     forward_s += t;
-    backward_s +=
-        std::max(fused_attention_time_s(backward_flops, blocks, d, eff), rates.kernel_launch_s);
+    work.backward = true;
+    work.flops = backward_flops;
+    backward_s += std::max(fused_attention_time_s(work, d, eff), rates.kernel_launch_s);
     return t;
   }
   // The pass's times, each at least the host's issue of its kernels plus `pass_share_s` of the
@@ -154,14 +155,24 @@ double attention_core(const profiles::ModelSpec& m, const LayerShape& x, const D
   const double head_dim = d.h / d.a;
   if (x.attention == Attention::kFlash) {
     // 4 b s^2 h / t FLOPs forward, 2.5x that backward; one thread block per 128 queries of each
-    // head. A causal decoder does half the work (attention_forward_flops), but on GPUs its step
-    // time grows with s as the whole s x s grid at the kernel's rate (causal_attention_time_scale),
-    // so the time is that of the whole grid; the FLOPs counted for MFU stay half.
-    const double scale = p.rates.gpu ? causal_attention_time_scale(m) : 1;
-    p.fused_attention(
-        scale * attention_forward_flops(m, x.micro_batch, x.seq_len, x.attention) / d.t,
-        scale * attention_backward_flops(m, x.micro_batch, x.seq_len, x.attention) / d.t,
-        heads * std::ceil(d.s / 128));
+    // head. A causal decoder counts half the FLOPs (attention_forward_flops), but on GPUs its
+    // step time grows with s as the whole s x s grid at the kernel's rate
+    // (causal_attention_time_scale): its blocks are timed as walking every tile. Encoders are
+    // trained with dropout on the probabilities and a key-padding mask; decoders with neither.
+    const double tiles = std::ceil(d.s / 128);
+    const bool causal = m.family == profiles::Family::kDecoder;
+    const double walked = p.rates.gpu && causal_attention_time_scale(m) > 1
+                              ? tiles * tiles
+                              : (causal ? tiles * (tiles + 1) / 2 : tiles * tiles);
+    FusedAttentionWork work;
+    work.flops = attention_forward_flops(m, x.micro_batch, x.seq_len, x.attention) / d.t;
+    work.blocks = heads * tiles;
+    work.elements = heads * walked * 128 * 128;
+    work.head_dim = head_dim;
+    work.dropout = !causal;
+    work.mask = !causal;
+    p.fused_attention(work,
+                      attention_backward_flops(m, x.micro_batch, x.seq_len, x.attention) / d.t);
     return 0;
   }
   const double scores = d.a * d.b * d.s * d.s / d.t;

@@ -51,11 +51,13 @@ struct EfficiencyDefaults {
   double cpu_matrix = 0.5;
   double cpu_memory = 0.5;
   double gpu_kernel_launch_s = 5e-6;
-  // FlashAttention-2 on A100 (Dao 2023, "FlashAttention-2: Faster Attention with Better
-  // Parallelism and Work Partitioning", section 4.1): up to 73 % of peak forward and about 63 %
-  // forward plus backward at head dimension 128; 0.65 of peak for both passes. A device file's
-  // attention_efficiency replaces it (FlashAttention-2 reaches about 35 % of H100's peak).
-  double flash_attention = 0.65;
+  // The fused attention kernel's rate on its products (costmodel/gemm.hpp's
+  // FusedAttentionFit adds what it spends beyond them): FlashAttention-2 on A100 reaches about
+  // 63 % of peak forward plus backward at head dimension 128 (Dao 2023, "FlashAttention-2:
+  // Faster Attention with Better Parallelism and Work Partitioning", section 4.1), which that
+  // fit gives at 0.9. A device file's attention_efficiency replaces it (FlashAttention-2 on
+  // H100 0.52, cuDNN's fused attention on H100 and H200 0.89: bench/RESULTS.md).
+  double flash_attention = 0.9;
   // The host floor's costs when the device file gives none: Loom's executor (LibTorch 2.11) on
   // an H200 machine's host, fitted to 20 single-GPU runs of BERT-base, BERT-large, RoBERTa-base
   // and a tiny BERT (sequences 64 to 512, micro-batches 4 to 64; bench/RESULTS.md);

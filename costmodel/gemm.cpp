@@ -44,15 +44,27 @@ double gemm_efficiency(const GemmShape& x, const GemmDevice& d, const GemmFit& f
   return x.flops() / gemm_time(x, d, fit).time_s / d.peak_flops_per_s;
 }
 
-double fused_attention_time_s(double flops, double blocks, const GemmDevice& d, double efficiency,
-                              const GemmFit& fit) {
+double fused_attention_time_s(const FusedAttentionWork& w, const GemmDevice& d, double efficiency,
+                              const GemmFit& fit, const FusedAttentionFit& kernel) {
   const double rate = d.peak_flops_per_s * efficiency;
-  if (d.sm_count <= 0) return flops / rate;
+  if (d.sm_count <= 0 || w.blocks <= 0) return w.flops / rate;
+  const int pass = w.backward ? 1 : 0;
+  // FLOPs per score element per head dimension: 4 forward (two products of 2 each), 2.5 times
+  // that backward at its own rate.
+  const double per_dim = w.backward ? 4 * 2.5 / kernel.backward_rate : 4;
+  const double dims = w.head_dim + kernel.exp_head_dims[pass] +
+                      (w.dropout ? kernel.dropout_head_dims[pass] : 0) +
+                      (w.mask ? kernel.mask_head_dims[pass] : 0);
+  const double work =
+      per_dim * (w.elements * dims + w.blocks * 128 * 128 * kernel.block_tile_head_dims[pass]);
   const double sms = d.sm_count;
-  const double waves = std::ceil(blocks / sms);
-  // Each block does flops / blocks at one SM's share of the rate; a partial last wave costs a
+  const double waves = std::ceil(w.blocks / sms);
+  // Each block does work / blocks at one SM's share of the rate; a partial last wave costs a
   // whole one.
-  return fit.fixed_s + waves * (flops / blocks) / (rate / sms);
+  const double setup_s =
+      w.backward ? 0
+                 : (w.mask ? kernel.mask_setup_s : 0) + (w.dropout ? kernel.dropout_setup_s : 0);
+  return fit.fixed_s + setup_s + waves * (work / w.blocks) / (rate / sms);
 }
 
 }  // namespace loom::costmodel

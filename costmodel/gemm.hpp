@@ -96,10 +96,50 @@ GemmTime gemm_time(const GemmShape& shape, const GemmDevice& device, const GemmF
 // The fraction of peak a shape reaches: flops / time / peak.
 double gemm_efficiency(const GemmShape& shape, const GemmDevice& device, const GemmFit& fit = {});
 
-// A fused attention kernel (FlashAttention) of `flops` over `blocks` thread blocks (one per
-// 128-query block of each head and sample): whole waves over the SMs at `efficiency` of peak,
-// plus the fixed per-kernel time. With sm_count 0, flops / (peak x efficiency).
-double fused_attention_time_s(double flops, double blocks, const GemmDevice& device,
-                              double efficiency, const GemmFit& fit = {});
+// One pass of a fused attention kernel (FlashAttention, cuDNN's fused attention): one thread
+// block per 128 queries of each (sample, head), each walking the 128 x 128 tiles of scores its
+// queries see (a causal block only those on and under the diagonal).
+struct FusedAttentionWork {
+  double flops = 0;     // the pass's counted FLOPs (a causal mask's masked half left out)
+  double blocks = 0;    // thread blocks
+  double elements = 0;  // score elements the blocks compute: 128^2 per tile walked
+  double head_dim = 64;
+  bool backward = false;
+  bool dropout = false;  // dropout on the probabilities, drawn inside the kernel
+  bool mask = false;     // a key-padding mask applied to every score
+};
+
+// What a fused attention kernel spends beyond its matrix products, measured on an H200 with
+// cuDNN's fused attention (PyTorch 2.11's scaled_dot_product_attention on Hopper;
+// bench/gpu_layers.py, bench/RESULTS.md "Fused attention kernels on an H200"), forward and
+// backward. Each cost is in head dimensions: work equal to the products of that much more head
+// dimension, so it runs at the device's attention rate and carries to other devices with it.
+struct FusedAttentionFit {
+  // Per score element: the exponential (16 per clock per SM on the special-function units, a
+  // sizeable share of a 64-wide head's products on Hopper), in-kernel dropout (a Philox draw)
+  // and a key-padding mask.
+  std::array<double, 2> exp_head_dims = {43.6, 5.3};
+  std::array<double, 2> dropout_head_dims = {175, 26.5};
+  std::array<double, 2> mask_head_dims = {58.9, 40.5};
+  // Per thread block (loading its queries, writing its outputs; in backward also the per-block
+  // reductions and the fp32 accumulator of dQ), in tiles of 128 x 128 scores times head
+  // dimensions: about 2 tiles of a 64-wide head forward and 6 backward, so a short sequence
+  // (BERT at 128: one tile per block) runs far below the kernel's long-sequence rate.
+  std::array<double, 2> block_tile_head_dims = {139, 367};
+  // Backward's counted FLOPs (2.5 times forward) run at this fraction of forward's rate.
+  double backward_rate = 0.663;
+  // Forward only, once per call: turning a boolean key mask into the kernel's additive bias,
+  // and the dropout's random-number offsets (small kernels of their own).
+  double mask_setup_s = 12.9e-6;
+  double dropout_setup_s = 2.3e-6;
+};
+
+// The pass's time: the blocks in whole waves over the SMs, each doing its share of the products
+// and of the costs above at `efficiency` of the peak (the SM's share of it), plus the fixed
+// per-kernel time and, forward, the mask's and dropout's setup. With sm_count 0 (CPUs), the counted
+// FLOPs at peak x efficiency.
+double fused_attention_time_s(const FusedAttentionWork& work, const GemmDevice& device,
+                              double efficiency, const GemmFit& fit = {},
+                              const FusedAttentionFit& kernel = {});
 
 }  // namespace loom::costmodel

@@ -337,11 +337,57 @@ TEST_CASE("flash attention's time: waves of 128-query blocks at its efficiency",
   CHECK(f.recompute_s == 0);
   CHECK(m.recompute_s > 0);
   // The fused kernel alone: 8 x 16 heads x 4 blocks of 128 queries = 512 blocks, 5 waves on 108
-  // SMs; forward 4 x 8 x 512^2 x 1024 = 8.59e9 FLOPs at 0.65 x 312e12 spread over 512 blocks:
-  // 5 x (8.59e9 / 512) / (202.8e12 / 108) = 44.673 us, + 5.5 us fixed = 50.173 us.
+  // SMs, each block walking 4 tiles of 128 x 128 scores: 3.3554e7 elements. Forward, per element
+  // 4 FLOPs per head dimension over 64 + 43.6 (exp) + 175 (dropout) + 58.9 (mask) = 341.5, and
+  // 139 per block per tile of scores: 4 x (3.3554e7 x 341.5 + 512 x 16384 x 139) = 5.0500e10,
+  // at 0.65 x 312e12 over 512 blocks: 5 x (5.0500e10 / 512) / (202.8e12 / 108) = 262.63 us,
+  // + 5.5 us fixed + 12.9 us (the mask's setup) + 2.3 us (the dropout's) = 283.33 us.
   const GemmDevice d = r.gemm;
-  CHECK(fused_attention_time_s(8589934592.0, 512, d, 0.65, kHand) ==
-        Approx(50.1731e-6).epsilon(1e-5));
+  FusedAttentionWork w;
+  w.flops = attention_forward_flops(bert, 8, 512, Attention::kFlash);
+  w.blocks = 512;
+  w.elements = 8 * 16 * 4 * 4 * 128 * 128;
+  w.head_dim = 64;
+  w.dropout = true;
+  w.mask = true;
+  CHECK(fused_attention_time_s(w, d, 0.65, kHand) == Approx(283.3287e-6).epsilon(1e-5));
+  // Backward: 2.5 x 4 FLOPs per head dimension at 0.663 of forward's rate, over 64 + 5.3 + 26.5
+  // + 40.5 = 136.3 per element and 367 per block, no setup: 605.74 us.
+  w.backward = true;
+  CHECK(fused_attention_time_s(w, d, 0.65, kHand) == Approx(605.7363e-6).epsilon(1e-5));
+  // On a CPU (no SMs) the counted FLOPs at the rate: 4 x 8 x 512^2 x 1024 / 202.8e12.
+  GemmDevice cpu = d;
+  cpu.sm_count = 0;
+  w.backward = false;
+  CHECK(fused_attention_time_s(w, cpu, 0.65, kHand) == Approx(8589934592.0 / 202.8e12));
+}
+
+TEST_CASE("fused attention on an H200 against its measured kernel times", "[gemm][attention]") {
+  // cuDNN's fused attention as Loom's executor calls it (bf16, dropout 0.1, a key-padding
+  // mask), BERT-base shapes at 8192 tokens, measured on an H200 (bench/gpu_layers.py, device
+  // time; bench/RESULTS.md "Fused attention kernels on an H200"): forward and backward in us.
+  // The kernel's rate is the fit's 0.893 of the peak at the sustained clock.
+  const DeviceRates r =
+      device_rates(profiles::datasheet_cluster(profiles::load_cluster("h200-x1")).device,
+                   Precision::kBf16, EfficiencyDefaults{});
+  struct Point {
+    double seq, forward_us, backward_us;
+  };
+  for (const Point& p :
+       {Point{128, 48.7, 126.9}, Point{512, 117.1, 231.1}, Point{2048, 394.7, 659.9}}) {
+    const double tiles = p.seq / 128;
+    const double heads = 8192 / p.seq * 12;
+    FusedAttentionWork w;
+    w.blocks = heads * tiles;
+    w.elements = heads * tiles * tiles * 128 * 128;
+    w.head_dim = 64;
+    w.dropout = true;
+    w.mask = true;
+    CAPTURE(p.seq);
+    CHECK(fused_attention_time_s(w, r.gemm, 0.893) * 1e6 == Approx(p.forward_us).epsilon(0.1));
+    w.backward = true;
+    CHECK(fused_attention_time_s(w, r.gemm, 0.893) * 1e6 == Approx(p.backward_us).epsilon(0.1));
+  }
 }
 
 TEST_CASE("a causal decoder's fused attention is timed over the whole score grid",
@@ -353,25 +399,41 @@ TEST_CASE("a causal decoder's fused attention is timed over the whole score grid
       device_rates(profiles::datasheet_cluster(profiles::load_cluster("dgx-a100-80g")).device,
                    Precision::kBf16, EfficiencyDefaults{});
   REQUIRE(r.gpu);
-  // GPT-2 at b = 8, s = 1024: the causal kernel does 4 x 8 x 1024^2 x 768 / 2 = 1.2885e10 FLOPs
-  // forward but is timed as the whole grid, 2.5770e10, over 8 x 12 heads x 8 blocks of 128
-  // queries = 768 blocks, 8 waves on 108 SMs: 8 x (2.5770e10 / 768) / (0.65 x 312e12 / 108) =
-  // 8 x 17.869 us = 142.95 us, + 5.5 us fixed = 148.45 us.
+  // GPT-2 at b = 8, s = 1024: the causal kernel counts 4 x 8 x 1024^2 x 768 / 2 = 1.2885e10
+  // FLOPs forward, but its 8 x 12 heads x 8 blocks of 128 queries = 768 blocks (8 waves on 108
+  // SMs) are timed walking all 64 tiles of each head: 96 x 64 x 16384 = 1.0066e8 elements, no
+  // dropout, no mask. Forward 4 x (1.0066e8 x (64 + 43.6) + 768 x 16384 x 139) = 5.0321e10 at
+  // 0.65 x 312e12: 8 x (5.0321e10 / 768) / (202.8e12 / 108) = 279.15 us, + 5.5 us = 284.65 us.
   const double causal_flops = attention_forward_flops(gpt2, 8, 1024, Attention::kFlash);
   CHECK(causal_flops == Approx(1.2885e10).epsilon(1e-4));
-  CHECK(fused_attention_time_s(2 * causal_flops, 768, r.gemm, 0.65, kHand) ==
-        Approx(148.45e-6).epsilon(1e-4));
-  // So the decoder's layer takes exactly the time of the same layer without the causal mask
-  // (the encoder's kernel over the same grid), forward and backward.
+  FusedAttentionWork w;
+  w.flops = causal_flops;
+  w.blocks = 768;
+  w.elements = 96 * 64 * 128 * 128;
+  w.head_dim = 64;
+  CHECK(fused_attention_time_s(w, r.gemm, 0.65, kHand) == Approx(284.6508e-6).epsilon(1e-5));
+  // So the decoder's layer takes the encoder's time less the encoder's dropout and padding mask
+  // (the same grid), forward and backward; on CPUs the causal half's FLOPs.
   profiles::ModelSpec encoder = gpt2;
   encoder.family = profiles::Family::kEncoder;
   LayerShape x{8, 1024, 1, 2, Recompute::kNone};
   x.attention = Attention::kFlash;
   const LayerTime dec = transformer_layer_time(gpt2, x, r);
   const LayerTime enc = transformer_layer_time(encoder, x, r);
-  CHECK(dec.forward_s == Approx(enc.forward_s).epsilon(1e-12));
-  CHECK(dec.backward_s == Approx(enc.backward_s).epsilon(1e-12));
-  // CPUs keep the causal half: their fused attention runs at the FLOPs' own time.
+  GemmDevice d = r.gemm;
+  FusedAttentionWork masked = w;
+  masked.flops = 2 * causal_flops;
+  masked.dropout = true;
+  masked.mask = true;
+  CHECK(enc.forward_s - dec.forward_s ==
+        Approx(fused_attention_time_s(masked, d, r.attention_efficiency) -
+               fused_attention_time_s(w, d, r.attention_efficiency))
+            .epsilon(1e-9));
+  masked.backward = w.backward = true;
+  CHECK(enc.backward_s - dec.backward_s ==
+        Approx(fused_attention_time_s(masked, d, r.attention_efficiency) -
+               fused_attention_time_s(w, d, r.attention_efficiency))
+            .epsilon(1e-9));
   const DeviceRates cpu = device_rates(profiles::load_cluster("local-cpu").device, Precision::kFp32,
                                        EfficiencyDefaults{});
   CHECK_FALSE(cpu.gpu);
