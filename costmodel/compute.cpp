@@ -158,7 +158,9 @@ double attention_core(const profiles::ModelSpec& m, const LayerShape& x, const D
     // head. A causal decoder counts half the FLOPs (attention_forward_flops), but on GPUs its
     // step time grows with s as the whole s x s grid at the kernel's rate
     // (causal_attention_time_scale): its blocks are timed as walking every tile. Encoders are
-    // trained with dropout on the probabilities and a key-padding mask; decoders with neither.
+    // trained with dropout on the probabilities, decoders without. Sequences are taken as full
+    // length: a batch without padding carries no mask (Loom's executor and Hugging Face's models
+    // pass none then), so the mask's costs are not charged.
     const double tiles = std::ceil(d.s / 128);
     const bool causal = m.family == profiles::Family::kDecoder;
     const double walked = p.rates.gpu && causal_attention_time_scale(m) > 1
@@ -170,7 +172,6 @@ double attention_core(const profiles::ModelSpec& m, const LayerShape& x, const D
     work.elements = heads * walked * 128 * 128;
     work.head_dim = head_dim;
     work.dropout = !causal;
-    work.mask = !causal;
     p.fused_attention(work,
                       attention_backward_flops(m, x.micro_batch, x.seq_len, x.attention) / d.t);
     return 0;

@@ -412,8 +412,9 @@ TEST_CASE("a causal decoder's fused attention is timed over the whole score grid
   w.elements = 96 * 64 * 128 * 128;
   w.head_dim = 64;
   CHECK(fused_attention_time_s(w, r.gemm, 0.65, kHand) == Approx(284.6508e-6).epsilon(1e-5));
-  // So the decoder's layer takes the encoder's time less the encoder's dropout and padding mask
-  // (the same grid), forward and backward; on CPUs the causal half's FLOPs.
+  // So the decoder's layer takes the encoder's time less the encoder's dropout (the same grid,
+  // full-length sequences: no padding mask), forward and backward; on CPUs the causal half's
+  // FLOPs.
   profiles::ModelSpec encoder = gpt2;
   encoder.family = profiles::Family::kEncoder;
   LayerShape x{8, 1024, 1, 2, Recompute::kNone};
@@ -421,17 +422,16 @@ TEST_CASE("a causal decoder's fused attention is timed over the whole score grid
   const LayerTime dec = transformer_layer_time(gpt2, x, r);
   const LayerTime enc = transformer_layer_time(encoder, x, r);
   GemmDevice d = r.gemm;
-  FusedAttentionWork masked = w;
-  masked.flops = 2 * causal_flops;
-  masked.dropout = true;
-  masked.mask = true;
+  FusedAttentionWork dropped = w;
+  dropped.flops = 2 * causal_flops;
+  dropped.dropout = true;
   CHECK(enc.forward_s - dec.forward_s ==
-        Approx(fused_attention_time_s(masked, d, r.attention_efficiency) -
+        Approx(fused_attention_time_s(dropped, d, r.attention_efficiency) -
                fused_attention_time_s(w, d, r.attention_efficiency))
             .epsilon(1e-9));
-  masked.backward = w.backward = true;
+  dropped.backward = w.backward = true;
   CHECK(enc.backward_s - dec.backward_s ==
-        Approx(fused_attention_time_s(masked, d, r.attention_efficiency) -
+        Approx(fused_attention_time_s(dropped, d, r.attention_efficiency) -
                fused_attention_time_s(w, d, r.attention_efficiency))
             .epsilon(1e-9));
   const DeviceRates cpu = device_rates(profiles::load_cluster("local-cpu").device, Precision::kFp32,
