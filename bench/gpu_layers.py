@@ -105,53 +105,67 @@ def backends():
     return out
 
 
-def attention(rows):
-    """Long sequences, decoder and encoder shapes, no dropout, no mask."""
-    tokens = int(os.environ.get("ATTN_TOKENS", 32768)) if not QUICK else 256
-    shapes = [(768, 12), (2048, 16), (4096, 32)] if not QUICK else [(64, 2)]
-    seqs = [512, 1024, 2048, 4096, 8192, 16384, 32768] if not QUICK else [64, 128]
+def measure(row, ctx, fwd, both, inputs):
+    """Times fwd and both (forward and backward) under the backend context ctx (None: the
+    default dispatch) into row; a backend that refuses the arguments costs its row an "error".
+    True when it ran."""
+    try:
+        if ctx is not None:
+            with ctx():
+                f, fh = timed(fwd)
+                fb, _ = timed(both)
+        else:
+            f, fh = timed(fwd)
+            fb, _ = timed(both)
+    except Exception as err:
+        row["error"] = str(err)[:160]
+        return False
+    for t in inputs:
+        t.grad = None
+    flops = row["forward_flops"]
+    row.update({"forward_s": f, "host_forward_s": fh, "backward_s": fb - f,
+                "forward_tflops": flops / f / 1e12,
+                "backward_tflops": 2.5 * flops / max(fb - f, 1e-9) / 1e12})
+    return True
+
+
+def inputs(shapes, seqs, tokens, skip):
+    """For each SDPA backend (but those in skip; on a CPU only the default), (hidden, heads) shape
+    and sequence: the backend's name and context, the shape, the batch that makes `tokens`, and
+    bf16 q, k, v (requiring gradients) and an output gradient, (batch, heads, seq, head_dim)."""
     for name, ctx in backends():
-        if not GPU and name != "default" or name == "efficient":
+        if name in skip or (not GPU and name != "default"):
             continue
         for hidden, heads in shapes:
             for s in seqs:
                 b = max(1, tokens // s)
                 d = hidden // heads
                 q, k, v = (randn((b, heads, s, d), True) for _ in range(3))
-                g = randn((b, heads, s, d))
-                for causal in [False, True]:
-                    flops = 4 * b * s * s * hidden * (0.5 if causal else 1)
-
-                    def fwd():
-                        return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
-
-                    def both():
-                        F.scaled_dot_product_attention(q, k, v, is_causal=causal).backward(g)
-                    row = {"group": "attention", "backend": name, "hidden": hidden,
-                           "heads": heads, "head_dim": d, "seq": s, "batch": b,
-                           "causal": causal, "forward_flops": flops,
-                           "backward_flops": 2.5 * flops}
-                    try:
-                        if ctx is not None:
-                            with ctx():
-                                f, fh = timed(fwd)
-                                fb, _ = timed(both)
-                        else:
-                            f, fh = timed(fwd)
-                            fb, _ = timed(both)
-                    except Exception as err:  # a backend that refuses this shape costs its row
-                        row["error"] = str(err)[:160]
-                        rows.append(row)
-                        continue
-                    for t in (q, k, v):
-                        t.grad = None
-                    row.update({"forward_s": f, "host_forward_s": fh, "backward_s": fb - f,
-                                "forward_tflops": flops / f / 1e12,
-                                "backward_tflops": 2.5 * flops / max(fb - f, 1e-9) / 1e12})
-                    rows.append(row)
-                del q, k, v, g
+                yield name, ctx, (hidden, heads, s, b, d), (q, k, v, randn((b, heads, s, d)))
         if GPU:
             torch.cuda.empty_cache()
+
+
+def attention(rows):
+    """Long sequences, decoder and encoder shapes, no dropout, no mask."""
+    tokens = int(os.environ.get("ATTN_TOKENS", 32768)) if not QUICK else 256
+    shapes = [(768, 12), (2048, 16), (4096, 32)] if not QUICK else [(64, 2)]
+    seqs = [512, 1024, 2048, 4096, 8192, 16384, 32768] if not QUICK else [64, 128]
+    for name, ctx, (hidden, heads, s, b, d), (q, k, v, g) in inputs(shapes, seqs, tokens,
+                                                                    ("efficient",)):
+        for causal in [False, True]:
+            flops = 4 * b * s * s * hidden * (0.5 if causal else 1)
+
+            def fwd():
+                return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+
+            def both():
+                fwd().backward(g)
+            row = {"group": "attention", "backend": name, "hidden": hidden, "heads": heads,
+                   "head_dim": d, "seq": s, "batch": b, "causal": causal,
+                   "forward_flops": flops, "backward_flops": 2.5 * flops}
+            measure(row, ctx, fwd, both, (q, k, v))
+            rows.append(row)
 
 
 def kernel_names(fn):
@@ -173,51 +187,24 @@ def encoder(rows):
     tokens = int(os.environ.get("ENC_TOKENS", 8192)) if not QUICK else 256
     shapes = [(768, 12), (1024, 16)] if not QUICK else [(64, 2)]
     seqs = [128, 256, 384, 512, 1024, 2048] if not QUICK else [64]
-    for name, ctx in backends():
-        if not GPU and name != "default":
-            continue
-        for hidden, heads in shapes:
-            for s in seqs:
-                b = max(1, tokens // s)
-                d = hidden // heads
-                q, k, v = (randn((b, heads, s, d), True) for _ in range(3))
-                g = randn((b, heads, s, d))
-                keep = torch.ones((b, 1, 1, s), device=DEVICE, dtype=torch.bool)
-                for p in [0.0, 0.1]:
-                    for mask in [None, keep]:
-                        flops = 4 * b * s * s * hidden
+    for name, ctx, (hidden, heads, s, b, d), (q, k, v, g) in inputs(shapes, seqs, tokens, ()):
+        keep = torch.ones((b, 1, 1, s), device=DEVICE, dtype=torch.bool)
+        for p in [0.0, 0.1]:
+            for mask in [None, keep]:
+                flops = 4 * b * s * s * hidden
 
-                        def fwd():
-                            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask,
-                                                                  dropout_p=p)
+                def fwd():
+                    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)
 
-                        def both():
-                            fwd().backward(g)
-                        row = {"group": "encoder", "backend": name, "hidden": hidden,
-                               "heads": heads, "head_dim": d, "seq": s, "batch": b,
-                               "causal": False, "dropout": p, "mask": mask is not None,
-                               "forward_flops": flops, "backward_flops": 2.5 * flops}
-                        try:
-                            if ctx is not None:
-                                with ctx():
-                                    f, fh = timed(fwd)
-                                    fb, _ = timed(both)
-                            else:
-                                f, fh = timed(fwd)
-                                fb, _ = timed(both)
-                        except Exception as err:  # a backend refusing these arguments
-                            row["error"] = str(err)[:160]
-                            rows.append(row)
-                            continue
-                        if GPU and name == "default":
-                            row["kernels"] = kernel_names(both)
-                        for t in (q, k, v):
-                            t.grad = None
-                        row.update({"forward_s": f, "host_forward_s": fh, "backward_s": fb - f,
-                                    "forward_tflops": flops / f / 1e12,
-                                    "backward_tflops": 2.5 * flops / max(fb - f, 1e-9) / 1e12})
-                        rows.append(row)
-                del q, k, v, g
+                def both():
+                    fwd().backward(g)
+                row = {"group": "encoder", "backend": name, "hidden": hidden, "heads": heads,
+                       "head_dim": d, "seq": s, "batch": b, "causal": False, "dropout": p,
+                       "mask": mask is not None, "forward_flops": flops,
+                       "backward_flops": 2.5 * flops}
+                if measure(row, ctx, fwd, both, (q, k, v)) and GPU and name == "default":
+                    row["kernels"] = kernel_names(both)
+                rows.append(row)
 
 
 class Block(torch.nn.Module):
