@@ -163,9 +163,9 @@ double attention_core(const profiles::ModelSpec& m, const LayerShape& x, const D
     // pass none then), so the mask's costs are not charged.
     const double tiles = std::ceil(d.s / 128);
     const bool causal = m.family == profiles::Family::kDecoder;
-    const double walked = p.rates.gpu && causal_attention_time_scale(m) > 1
-                              ? tiles * tiles
-                              : (causal ? tiles * (tiles + 1) / 2 : tiles * tiles);
+    // The tiles the blocks are timed walking: the causal half times the rule's scale (the whole
+    // grid for decoders), every tile for encoders. CPUs time the counted FLOPs instead.
+    const double walked = tiles * tiles * (causal ? causal_attention_time_scale(m) / 2 : 1);
     FusedAttentionWork work;
     work.flops = attention_forward_flops(m, x.micro_batch, x.seq_len, x.attention) / d.t;
     work.blocks = heads * tiles;

@@ -97,8 +97,8 @@ GemmTime gemm_time(const GemmShape& shape, const GemmDevice& device, const GemmF
 double gemm_efficiency(const GemmShape& shape, const GemmDevice& device, const GemmFit& fit = {});
 
 // One pass of a fused attention kernel (FlashAttention, cuDNN's fused attention): one thread
-// block per 128 queries of each (sample, head), each walking the 128 x 128 tiles of scores its
-// queries see (a causal block only those on and under the diagonal).
+// block per 128 queries of each (sample, head), each walking 128 x 128 tiles of scores (the
+// caller says how many: compute.cpp times a causal decoder's over the whole grid).
 struct FusedAttentionWork {
   double flops = 0;     // the pass's counted FLOPs (a causal mask's masked half left out)
   double blocks = 0;    // thread blocks
