@@ -96,6 +96,16 @@ std::optional<std::string> runtime_refusal(const Job& job, const Strategy& strat
            ": torch.compile is not available (it compiles PyTorch's Python models: use runtime "
            "fsdp or deepspeed, or compile off)";
   }
+  if (job.reduce_precision && !rules.sets_reduce_dtype) {
+    Job own = job;
+    own.reduce_precision.reset();
+    if (element_bytes(*job.reduce_precision) != rules.reduce_bytes_per_parameter(own)) {
+      return "runtime " + std::string(rules.name) + " reduces gradients in " +
+             std::to_string(static_cast<int>(rules.reduce_bytes_per_parameter(own))) +
+             "-byte elements: reduce_dtype " + profiles::to_string(*job.reduce_precision) +
+             " needs runtime fsdp (or no reduce_dtype)";
+    }
+  }
   if (auto why = rules.refusal(job, strategy)) {
     return "runtime " + std::string(rules.name) + ": " + *why;
   }

@@ -103,6 +103,9 @@ struct RuntimeRules {
   // Bytes per parameter the gradient reduction sends (the reduce dtype: fp32 main grads in
   // Megatron, fp32 reduce_dtype in FSDP's mixed precision, the job's width elsewhere).
   double (*reduce_bytes_per_parameter)(const Job&) = nullptr;
+  // Whether the job's reduce_dtype (Job::reduce_precision) sets what the reduction sends (FSDP's
+  // MixedPrecision.reduce_dtype); the other runtimes refuse a reduce_dtype other than their own.
+  bool sets_reduce_dtype = false;
   // The kernels the runtime fuses (Megatron: QKV, bias-GeLU, bias-dropout-add, masked softmax);
   // the default is eager PyTorch's, as Loom's executor runs them.
   KernelFusions fusions = {};

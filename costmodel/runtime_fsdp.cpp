@@ -1,16 +1,23 @@
 // PyTorch FSDP (torch.distributed.fsdp, FSDP1 and FSDP2's fully_shard) with one unit per
 // transformer block, forward and backward prefetch, and the mixed precision `loom plan --emit
-// fsdp` writes (param_dtype = the job's, reduce_dtype = fp32): zero 0 = NO_SHARD, 2 =
-// SHARD_GRAD_OP, 3 = FULL_SHARD. Sources in docs/runtimes.md.
+// fsdp` writes (param_dtype = the job's, reduce_dtype = the job's reduce_dtype, fp32 unless it
+// says otherwise): zero 0 = NO_SHARD, 2 = SHARD_GRAD_OP, 3 = FULL_SHARD. Sources in
+// docs/runtimes.md.
 #include <algorithm>
 
+#include "costmodel/layers.hpp"
 #include "costmodel/runtime.hpp"
 
 namespace loom::costmodel {
 namespace {
 
 constexpr double kDdpBucketBytes = 25.0 * 1024 * 1024;  // NO_SHARD reduces as DDP does
-constexpr double kReduceBytes = 4;                      // reduce_dtype fp32
+
+// Bytes per gradient element the reduction sends: the job's reduce_dtype, fp32 when unset
+// (torchtitan's default; Composer's PURE and fms-fsdp's bf16 policy reduce in bf16).
+double reduce_bytes(const Job& job) {
+  return job.reduce_precision ? element_bytes(*job.reduce_precision) : 4.0;
+}
 
 std::optional<std::string> fsdp_refusal(const Job&, const Strategy& s) {
   if (s.zero == 1) {
@@ -48,7 +55,7 @@ RuntimeMemory fsdp_memory(const Job& job, const Strategy& s, const RankMemoryInp
   }
   // One block's unsharded gradient in reduce_dtype before its reduce-scatter (NO_SHARD: a
   // DDP-style bucket).
-  const double gradient_working = s.zero >= 2 ? kReduceBytes * layer : kDdpBucketBytes;
+  const double gradient_working = s.zero >= 2 ? reduce_bytes(job) * layer : kDdpBucketBytes;
   const double recompute = in.backward_working_bytes();
   // The optimizer step (foreach AdamW) has an fp32 temporary of the shard.
   const double optimizer_working = 4 * in.num_parameters / shards;
@@ -68,9 +75,9 @@ RuntimeMemory fsdp_memory(const Job& job, const Strategy& s, const RankMemoryInp
 // gradients in the backward pass. Prefetch hides them behind the pass but for the first block's
 // gather and the last block's reduction. NO_SHARD all-reduces fp32 gradients in 25 MiB buckets
 // during the last micro-batch's backward (no_sync before it), as DDP.
-DataParallelExposure fsdp_exposure(const Job&, const Strategy& s, const DataParallelInput& in) {
+DataParallelExposure fsdp_exposure(const Job& job, const Strategy& s, const DataParallelInput& in) {
   const double layer = std::min(in.layer_num_parameters, in.num_parameters);
-  const double grads = kReduceBytes * in.num_parameters;
+  const double grads = reduce_bytes(job) * in.num_parameters;
   const double mb = static_cast<double>(in.num_micro_batches);
   DataParallelExposure out;
   if (s.zero < 2) {
@@ -82,7 +89,7 @@ DataParallelExposure fsdp_exposure(const Job&, const Strategy& s, const DataPara
   const double gather = in.time_s(Collective::kAllGather, in.num_parameters * in.element_bytes);
   const double first_gather = in.time_s(Collective::kAllGather, layer * in.element_bytes);
   const double reduce = in.time_s(Collective::kReduceScatter, grads);
-  const double last_reduce = in.time_s(Collective::kReduceScatter, kReduceBytes * layer);
+  const double last_reduce = in.time_s(Collective::kReduceScatter, reduce_bytes(job) * layer);
   out.parameter_s =
       mb * exposed_after_window_s(gather, in.forward_window_s, first_gather, in.overlap_slowdown);
   const double backward_comm = reduce + (s.zero == 3 ? gather : 0);
@@ -100,7 +107,8 @@ RuntimeRules fsdp_runtime_rules() {
   r.refusal = fsdp_refusal;
   r.memory = fsdp_memory;
   r.exposure = fsdp_exposure;
-  r.reduce_bytes_per_parameter = [](const Job&) { return kReduceBytes; };
+  r.reduce_bytes_per_parameter = reduce_bytes;
+  r.sets_reduce_dtype = true;
   // Selective checkpointing as torchtitan applies it to FSDP2 models (its per-operator policy,
   // torchtitan's default "selective op" mode).
   r.selective = SelectivePolicy::kOperators;

@@ -224,6 +224,7 @@ nlohmann::json job_to_json(const Job& j) {
   if (j.loss != Loss::kEager) out["loss"] = to_string(j.loss);
   if (j.compile) out["compile"] = true;
   if (j.half_model) out["half_model"] = true;
+  if (j.reduce_precision) out["reduce_dtype"] = profiles::to_string(*j.reduce_precision);
   return out;
 }
 
@@ -241,6 +242,10 @@ Job job_from_json(const nlohmann::json& value, const std::string& source, const 
   if (r.has("loss")) j.loss = *parse_loss(r.choice("loss", {"eager", "fused"}));
   j.compile = r.optional_boolean("compile").value_or(false);
   j.half_model = r.optional_boolean("half_model").value_or(false);
+  if (r.has("reduce_dtype")) {
+    j.reduce_precision =
+        profiles::parse_precision(r.choice("reduce_dtype", {"fp32", "bf16", "fp16"}));
+  }
   r.finish();
   return j;
 }

@@ -78,6 +78,10 @@ struct Job {
   // Loom's runtime models (plain data parallelism); Loom's executor always uses autocast. JSON
   // "half_model", default false (written when true).
   bool half_model = false;
+  // The dtype the data-parallel gradient reduction sends (FSDP's MixedPrecision.reduce_dtype,
+  // DeepSpeed's communication_data_type); unset = the runtime's own (RuntimeRules::
+  // reduce_bytes_per_parameter). JSON "reduce_dtype": "fp32" | "bf16" | "fp16", absent = unset.
+  std::optional<Precision> reduce_precision;
   bool operator==(const Job&) const = default;
 };
 

@@ -189,8 +189,11 @@ std::string fsdp(const Plan& plan) {
       "#       auto_wrap_policy=functools.partial(transformer_auto_wrap_policy, "
       "transformer_layer_cls={<the block class>}),\n";
   if (!dtype.empty()) {
+    std::string reduce = "torch.float32";
+    if (plan.job.reduce_precision == Precision::kBf16) reduce = "torch.bfloat16";
+    if (plan.job.reduce_precision == Precision::kFp16) reduce = "torch.float16";
     out += "#       mixed_precision=MixedPrecision(param_dtype=" + dtype +
-           ", reduce_dtype=torch.float32, buffer_dtype=" + dtype + "),\n";
+           ", reduce_dtype=" + reduce + ", buffer_dtype=" + dtype + "),\n";
   }
   out += "#       backward_prefetch=BackwardPrefetch.BACKWARD_PRE,\n";
   out += "#       forward_prefetch=True,\n";

@@ -315,6 +315,17 @@ std::optional<std::string> row_job_strategy(const Fields& row, RowMapping* out) 
     job.loss = costmodel::Loss::kFused;
     out->assumptions.push_back("llm-foundry's fused cross-entropy (loss_fn fused_crossentropy)");
   }
+  // Gradients reduced in 16 bits: llm-foundry's benchmark runs set Composer's FSDP
+  // mixed_precision PURE (scripts/train/benchmarking/submit_benchmarks.py), fms-fsdp's bf16
+  // policy has reduce_dtype bf16 (fms_fsdp/policies/mixed_precision.py). torchtitan keeps its
+  // default fp32 reduction, as the file's conditions state.
+  if (job.runtime == costmodel::Runtime::kFsdp && costmodel::element_bytes(job.precision) == 2 &&
+      (contains(framework, "llm-foundry") || contains(framework, "fms-fsdp"))) {
+    job.reduce_precision = job.precision;
+    out->assumptions.push_back(std::string("gradients reduced in ") +
+                               profiles::to_string(job.precision) + " (" + framework +
+                               "'s mixed precision)");
+  }
   job.compile = contains(framework, "torch.compile");
   // apex AMP O2 and Keras mixed precision cast the model to 16 bits: no fp32 residual stream.
   if (costmodel::element_bytes(job.precision) == 2 &&

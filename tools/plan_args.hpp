@@ -24,7 +24,8 @@ struct PlanArgs {
   std::vector<std::string> profile;
   std::optional<int> tp, pp, dp, zero, virtual_stages;
   std::optional<std::int64_t> micro_batch, micro_batch_per_device;
-  std::optional<std::string> schedule, recompute, stages, sp, attention, runtime, loss, compile;
+  std::optional<std::string> schedule, recompute, stages, sp, attention, runtime, loss, compile,
+      reduce_dtype;
   double memory_margin = 0.9;
   int top = 5;
   std::string output;

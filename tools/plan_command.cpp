@@ -229,6 +229,7 @@ costmodel::Job make_job(const PlanArgs& a, const profiles::Cluster& cluster, std
   if (a.runtime) job.runtime = *costmodel::parse_runtime(*a.runtime);
   if (a.loss) job.loss = *costmodel::parse_loss(*a.loss);
   if (a.compile) job.compile = *a.compile == "on";
+  if (a.reduce_dtype) job.reduce_precision = profiles::parse_precision(*a.reduce_dtype);
   if (!a.precision) {
     job.precision = profiles::best_precision(cluster.device);
     *note = cluster.device.kind == profiles::DeviceKind::kCpu
@@ -527,6 +528,10 @@ void add_plan_options(CLI::App* cmd, PlanArgs* args) {
                   "on | off: the model runs under torch.compile, its elementwise kernels fused "
                   "(default off; runtimes fsdp and deepspeed)")
       ->check(CLI::IsMember({"on", "off"}));
+  cmd->add_option("--reduce-dtype", args->reduce_dtype,
+                  "fp32 | bf16 | fp16: what the gradient reduction sends (FSDP's "
+                  "MixedPrecision.reduce_dtype; runtime fsdp, default fp32)")
+      ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
   cmd->add_option("--stages", args->stages,
                   "pin the layer-to-stage partition: inclusive ranges of the layer sequence, one "
                   "per pipeline stage (0 = embedding, last = head), e.g. 0-0,1-13");

@@ -347,6 +347,41 @@ TEST_CASE("torch.compile is a job field that only PyTorch runtimes take", "[runt
   }
 }
 
+TEST_CASE("fsdp reduces gradients in the job's reduce_dtype", "[runtime][overlap][memory]") {
+  Job job = bf16_job(Runtime::kFsdp);
+  job.reduce_precision = Precision::kBf16;
+  CHECK(fsdp_runtime_rules().reduce_bytes_per_parameter(bf16_job(Runtime::kFsdp)) == 4);
+  CHECK(fsdp_runtime_rules().reduce_bytes_per_parameter(job) == 2);
+  // FULL_SHARD as in "each runtime's data-parallel exposure", the reduce-scatter of bf16
+  // gradients 2 s instead of 4: the backward's gather (2 s) and reduction, max(4 - 2, 0.2) = 2
+  // per micro-batch, two micro-batches; the forward's gather unchanged.
+  const DataParallelExposure f =
+      fsdp_runtime_rules().exposure(job, dp8(3), linear_links(1e9, 1e8, 2));
+  CHECK(f.parameter_s == Approx(2));
+  CHECK(f.gradient_s == Approx(4));
+  // The block's unsharded gradient before its reduce-scatter in bf16: 2 * kLayer = 402,759,680
+  // where fp32 held 805,519,360; the sharded states stay fp32.
+  const RuntimeMemory m = fsdp_runtime_rules().memory(job, dp8(3), layers_on_rank(4));
+  CHECK(m.states.gradient_bytes == 402759680);
+  CHECK(m.buffer_bytes == 805519360.0 + 402759680 + 402759680);
+  // A plan file names it; a runtime whose reduction has another width refuses it.
+  CHECK(job_to_json(job)["reduce_dtype"] == "bf16");
+  CHECK(job_from_json(job_to_json(job), "plan.json", "$.job") == job);
+  CHECK_FALSE(job_to_json(bf16_job(Runtime::kFsdp)).contains("reduce_dtype"));
+  Strategy s;
+  CHECK_FALSE(runtime_refusal(job, s).has_value());
+  job.runtime = Runtime::kDeepspeed;  // reduces in the job's width, bf16
+  CHECK_FALSE(runtime_refusal(job, s).has_value());
+  for (Runtime r : {Runtime::kLoom, Runtime::kMegatron}) {  // fp32 gradients
+    job.runtime = r;
+    const auto why = runtime_refusal(job, s);
+    REQUIRE(why.has_value());
+    CHECK_THAT(*why, Catch::Matchers::Contains("reduces gradients in 4-byte elements"));
+  }
+  job.reduce_precision = Precision::kFp32;
+  CHECK_FALSE(runtime_refusal(job, s).has_value());
+}
+
 TEST_CASE("a half model is a job field that turns Loom's autocast off", "[runtime][autocast]") {
   Job job{64, 384, Precision::kFp16, "adamw"};
   CHECK(trains_under_autocast(job));

@@ -157,6 +157,11 @@ TEST_CASE("Emit fsdp: the sharding strategy and mixed precision", "[emit]") {
         "class>))\n"
         "#   2 samples per GPU per micro-batch, 2 micro-batches per step (gradient accumulation)\n"
         "torchrun --nnodes 2 --nproc-per-node 8 train.py\n");
+  planner::Plan bf16_reduce = plan;
+  bf16_reduce.job.reduce_precision = costmodel::Precision::kBf16;
+  CHECK_THAT(planner::emit_plan(bf16_reduce, costmodel::Runtime::kFsdp),
+             Catch::Matchers::Contains("MixedPrecision(param_dtype=torch.bfloat16, "
+                                       "reduce_dtype=torch.bfloat16, buffer_dtype"));
 }
 
 TEST_CASE("Emit refuses a strategy the runtime cannot run", "[emit]") {

@@ -77,11 +77,23 @@ TEST_CASE("an MPT row maps to a tied decoder under FSDP on DGX A100 40GB", "[pub
   CHECK(m.strategy.attention == Attention::kFlash);
   CHECK_FALSE(m.strategy.sequence_parallel);
   CHECK(m.job.loss == loom::costmodel::Loss::kFused);
-  CHECK_FALSE(m.job.compile);  // llm-foundry's MPT runs eager
+  CHECK_FALSE(m.job.compile);                         // llm-foundry's MPT runs eager
+  CHECK(m.job.reduce_precision == Precision::kBf16);  // Composer's mixed_precision PURE
   CHECK(m.assumptions ==
-        std::vector<std::string>{"MPT has no biases: Loom counts GPT-2's",
-                                 "A100 form factor not stated: SXM4 (DGX A100) assumed",
-                                 "llm-foundry's fused cross-entropy (loss_fn fused_crossentropy)"});
+        std::vector<std::string>{
+            "MPT has no biases: Loom counts GPT-2's",
+            "A100 form factor not stated: SXM4 (DGX A100) assumed",
+            "llm-foundry's fused cross-entropy (loss_fn fused_crossentropy)",
+            "gradients reduced in bf16 (MosaicML Composer + PyTorch FSDP (llm-foundry)'s mixed "
+            "precision)"});
+}
+
+TEST_CASE("FSDP rows reduce gradients as their framework's mixed precision does", "[published]") {
+  // fms-fsdp's bf16 policy reduces in bf16; torchtitan keeps FSDP2's fp32 reduce_dtype.
+  CHECK(mapped("fsdp_blog.json", "fsdp-blog-a100-llama2-7b").job.reduce_precision ==
+        Precision::kBf16);
+  CHECK_FALSE(mapped("torchtitan.json", "torchtitan-hist-a100-l2-13b-lbs2-none")
+                  .job.reduce_precision.has_value());
 }
 
 TEST_CASE("a DeepLearningExamples BERT row maps to an encoder with apex DDP on a DGX-1",
