@@ -117,7 +117,11 @@ void print_header(std::ostream& out, const planner::Plan& plan, const PlanTextOp
       << ", precision " << profiles::to_string(plan.job.precision)
       << (options.precision_note.empty() ? "" : " (" + options.precision_note + ")") << "\n"
       << "runtime  " << runtime_text(plan.job.runtime)
-      << (plan.job.compile ? ", torch.compile" : "") << "\n"
+      << (plan.job.compile ? ", torch.compile" : "")
+      << (plan.job.reduce_precision ? std::string(", gradients reduced in ") +
+                                          profiles::to_string(*plan.job.reduce_precision)
+                                    : "")
+      << "\n"
       << "strategy " << strategy_text(plan.strategy) << "\n\n";
 }
 

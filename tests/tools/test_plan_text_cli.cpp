@@ -248,3 +248,19 @@ TEST_CASE("loom plan --gpus, --micro-batch-per-device and a precision the device
                 "loom plan: error: --num-labels: expected a number >= 0, found -1 (see loom plan "
                 "--help)");
 }
+
+TEST_CASE("loom plan --reduce-dtype: FSDP's reduction width, named and kept", "[tools][cli]") {
+  Sandbox box;
+  const std::string gpt2 =
+      "plan --model gpt2 --cluster dgx-a100-80g --global-batch 64 --seq-len 1024 --dp 32 --tp 1 "
+      "--pp 1 --zero 3 ";
+  const CliResult bf16 = box.loom(gpt2 + "--runtime fsdp --reduce-dtype bf16 -o fsdp.json");
+  INFO("stderr: " << bf16.err);
+  REQUIRE(bf16.exit_code == 0);
+  CHECK(line_starting(bf16.out, "runtime ") ==
+        "runtime  fsdp (PyTorch FSDP's memory and overlap rules), gradients reduced in bf16");
+  CHECK(nlohmann::json::parse(box.read("fsdp.json"))["job"]["reduce_dtype"] == "bf16");
+  require_error(box.loom(gpt2 + "--runtime loom --reduce-dtype bf16"),
+                "loom plan: error: gpt2 on dgx-a100-80g: runtime loom reduces gradients in "
+                "4-byte elements: reduce_dtype bf16 needs runtime fsdp (or no reduce_dtype)");
+}
