@@ -143,6 +143,9 @@ OptimizerAnswer Calibration::optimizer(int threads, bool flat) const {
 LayerAnswer Calibration::layer(const LayerQuery& query) const {
   LayerQuery q = query;
   q.threads = threads_key(query.threads);
+  // Recomputation changes transformer layers only: an embedding or head measured without it is
+  // the same point for a plan that recomputes.
+  if (!is_layer(q.kind)) q.recompute = "none";
   LayerAnswer out;
   out.at = query;
   // Points of exactly the wanted shape apart from the micro-batch, sorted by it.

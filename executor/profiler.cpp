@@ -247,11 +247,13 @@ std::vector<profiles::LayerMeasurement> profile_layers(const ProfileOptions& o) 
     for (int tp : o.tp) {
       for (std::int64_t b : o.micro_batches) {
         for (LayerKind kind : {LayerKind::kEmbedding, layer, LayerKind::kHead}) {
-          for (costmodel::Recompute r : o.recompute) {
-            // Recomputation changes transformer layers only.
-            if (kind != layer && r != costmodel::Recompute::kNone) continue;
-            shapes.push_back({threads, tp, b, kind, r});
+          // Recomputation changes transformer layers only: embeddings and heads are measured
+          // once, without it, whichever variants the layers are measured in.
+          if (kind != layer) {
+            shapes.push_back({threads, tp, b, kind, costmodel::Recompute::kNone});
+            continue;
           }
+          for (costmodel::Recompute r : o.recompute) shapes.push_back({threads, tp, b, kind, r});
         }
       }
     }

@@ -77,6 +77,32 @@ TEST_CASE("with a synthetic profile the estimate uses exactly its times", "[cali
   CHECK_THAT(notes[1], Catch::StartsWith("encoder layer: measured"));
 }
 
+TEST_CASE("a recomputing plan reads its embedding and head measured without recomputation",
+          "[calibration]") {
+  const profiles::ModelSpec model = profiles::load_model("bert-base");
+  profiles::Profile prof;
+  prof.device = "test";
+  prof.precision = profiles::Precision::kBf16;
+  LayerMeasurement layer = point(model, LayerKind::kEncoderLayer, 4, 128, 0.010, 0.031, 700'000);
+  layer.recompute = "full";
+  prof.layers = {point(model, LayerKind::kEmbedding, 4, 128, 0.001, 0.002, 1'000'000), layer,
+                 point(model, LayerKind::kHead, 4, 128, 0.003, 0.005, 7'000)};
+  const CostModel cost = CostModel(model, profiles::load_cluster("h100-x1"))
+                             .with_calibration(std::make_shared<Calibration>(prof, model));
+  Strategy s = single(4, 2);
+  s.recompute = Recompute::kFull;
+  const Job job{8, 128, Precision::kBf16, "adamw"};
+  const SequenceCosts c = cost.sequence_costs(job, s);
+  CHECK(c.embedding.forward_s == 0.001);
+  CHECK(c.embedding.backward_s == 0.002);
+  CHECK(c.head.forward_s == 0.003);
+  CHECK(c.layer.backward_s == 0.031);
+  const std::vector<std::string> notes = cost.calibration_notes(job, s);
+  REQUIRE(notes.size() == 3);
+  CHECK_THAT(notes[0], Catch::StartsWith("embedding: measured"));
+  CHECK_THAT(notes[2], Catch::StartsWith("head: measured"));
+}
+
 TEST_CASE("times measured with the tensor-parallel all-reduces get none added", "[calibration]") {
   const profiles::ModelSpec model = profiles::load_model("bert-base");
   profiles::Profile prof;

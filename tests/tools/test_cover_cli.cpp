@@ -113,3 +113,28 @@ TEST_CASE("loom profile --for a tp plan times its ranks' layers together, as one
       shape, 2, false, loom::costmodel::Recompute::kNone);
   CHECK(static_cast<double>(layer.activation_bytes) == Approx(formula).epsilon(0.3));
 }
+
+TEST_CASE("loom profile --for a recomputing plan measures its embedding and head too",
+          "[tools][profile][cover]") {
+  // Recomputation changes the transformer layers only: the profile measures the embedding and
+  // the head without it, and the plan reads them as measured.
+  CliSandbox box("cover-recompute");
+  REQUIRE(box.loom("plan --model tiny-bert --cluster local-cpu --global-batch 8 --seq-len 16 "
+                   "--precision fp32 --dp 1 --tp 1 --pp 1 --micro-batch 4 --recompute full "
+                   "-o p.json")
+              .exit_code == 0);
+  const CliResult profiled = box.loom("profile --for p.json --repeats 2 -o for.json");
+  INFO(profiled.err);
+  REQUIRE(profiled.exit_code == 0);
+  const loom::profiles::Profile p =
+      loom::profiles::load_profile((box.work() / "for.json").string());
+  REQUIRE(p.layers.size() == 3);
+  CHECK(p.layers[0].kind == loom::profiles::LayerKind::kEmbedding);
+  CHECK(p.layers[0].recompute == "none");
+  CHECK(p.layers[1].recompute == "full");
+  CHECK(p.layers[2].kind == loom::profiles::LayerKind::kHead);
+  const CliResult simulated = box.loom("simulate p.json --profile for.json --json");
+  INFO(simulated.err);
+  REQUIRE(simulated.exit_code == 0);
+  CHECK(json::parse(simulated.out).at("extrapolated") == json::array());
+}
