@@ -557,6 +557,7 @@ StepTerms step_terms_of(const Terms& t) {
   out.head = t.head_terms;
   out.p2p_bytes = t.p2p_bytes;
   out.p2p_all_gather_bytes = t.p2p_all_gather_bytes;
+  out.p2p_s = t.p2p_s;
   out.recompute_buffer_bytes = t.recompute_buffer;
   out.memory_bytes_per_s = t.rate_memory_bytes_per_s;
   out.optimizer_s_per_parameter = t.optimizer_s_per_parameter;

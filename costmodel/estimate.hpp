@@ -139,6 +139,7 @@ struct StepTerms {
   // p2p_all_gather_bytes over tp (0 when there is no gather).
   double p2p_bytes = 0;
   double p2p_all_gather_bytes = 0;
+  double p2p_s = 0;  // one such transfer alone (what the estimate adds to each pass)
   double recompute_buffer_bytes = 0;  // working set of one recomputed layer (0 without recompute)
   double memory_bytes_per_s = 0;      // the device's effective memory bandwidth
   double optimizer_s_per_parameter = 0;  // AdamW step per parameter (measured or bandwidth-bound)

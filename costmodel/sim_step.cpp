@@ -51,10 +51,11 @@ class StepBuilder {
 
  private:
   struct OpTasks {
-    int first = -1;  // the first task that needs the op's input
-    int recv = -1;   // the receiving group's all-gather of the input
-    int send = -1;   // the transfer of the op's output
-    int done = -1;   // the op's last task on its rank
+    int first = -1;    // the first task that needs the op's input
+    int recv = -1;     // the receiving group's all-gather of the input
+    int receive = -1;  // CPU ranks: the receiver's cores taking the transfer in
+    int send = -1;     // the transfer of the op's output
+    int done = -1;     // the op's last task on its rank
   };
 
   OpTasks& at(bool forward, std::int64_t mb, int chunk) {
@@ -68,6 +69,8 @@ class StepBuilder {
 
   void connect(const OpTasks& producer, const OpTasks& consumer) {
     int from = producer.send >= 0 ? producer.send : producer.done;
+    // The receiver's share of a transfer starts with it, when the producer's pass is done.
+    if (consumer.receive >= 0) engine_.depend(producer.done, consumer.receive);
     if (consumer.recv >= 0) {
       engine_.depend(from, consumer.recv);
       engine_.depend(consumer.recv, consumer.first);
@@ -172,6 +175,11 @@ class StepBuilder {
                        comms_->collective(Collective::kAllGather, Group::kTensor, r,
                                           spec_.p2p_all_gather_bytes),
                        "all-gather " + std::string(op.forward ? "act " : "grad ") + mb);
+      }
+      if (has_input && comms_ && spec_.p2p_receive_s > 0) {
+        ot.receive = compute(r, Phase::kPipelineWait, spec_.p2p_receive_s, false,
+                             std::string(op.forward ? "receive act " : "receive grad ") + mb);
+        prev = chain(prev, ot.receive);
       }
       if (comms_ && spec_.dp > 1 && spec_.zero.gathers_per_block && c.gradient_bytes > 0) {
         prev = block_gathers(r, c, pass, what, prev);

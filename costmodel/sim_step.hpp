@@ -69,6 +69,9 @@ struct StepSpec {
   double p2p_bytes = 0;
   double p2p_all_gather_bytes = 0;
   bool cpu = false;  // CPU ranks: communication does not overlap compute (Task::queue)
+  // CPU ranks: how long each pipeline transfer keeps the receiving rank's cores busy (Gloo
+  // receives on the cores the compute uses); 0 on GPUs, whose transfers run beside the compute.
+  double p2p_receive_s = 0;
   std::vector<ChunkSpec> chunks;
   std::vector<double> optimizer_s;            // per pipeline rank
   std::vector<double> zero_grad_s;            // per pipeline rank: the step's first task

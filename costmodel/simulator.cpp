@@ -207,6 +207,7 @@ SimulationResult simulate(const CostModel& cost, const Job& job, const Strategy&
   spec.p2p_bytes = terms.p2p_bytes;
   spec.p2p_all_gather_bytes = terms.p2p_all_gather_bytes;
   spec.cpu = cost.cluster().device.kind == profiles::DeviceKind::kCpu;
+  if (spec.cpu) spec.p2p_receive_s = terms.p2p_s;
 
   const std::vector<ChunkCost> lowered = lower_chunks(m, s, terms, stages);
   const std::vector<StageLoad> load = stage_loads(lowered, s.pp);

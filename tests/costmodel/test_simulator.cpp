@@ -517,3 +517,34 @@ TEST_CASE("a rank's step splits into loom train's phases", "[simulator][phases]"
     }
   }
 }
+
+TEST_CASE("a CPU rank's cores take in each pipeline transfer, a GPU's do not", "[simulator]") {
+  // pp = 2, four micro-batches: the second stage receives four activations, the first four
+  // gradients. On CPU ranks Gloo receives on the cores the compute uses: each transfer keeps the
+  // receiver's compute stream busy for the transfer's time alone (what estimate() adds to each
+  // pass), beginning when the sender's pass ends. NCCL's transfers on GPUs run beside the compute.
+  const profiles::ModelSpec model = profiles::load_model("tiny-bert");
+  const Strategy s = make(1, 1, 2, 0, 4, 4);
+  Job job = job_of(s, 64);
+  for (const char* name : {"local-cpu", "dgx-a100-80g"}) {
+    const profiles::Cluster cluster = profiles::load_cluster(name);
+    const bool cpu = cluster.device.kind == profiles::DeviceKind::kCpu;
+    job.precision = cpu ? Precision::kFp32 : Precision::kBf16;
+    const CostModel cost(model, cluster);
+    const double p2p_s = cost.step_terms(job, s).p2p_s;
+    REQUIRE(p2p_s > 0);
+    const SimulationResult r = simulate(cost, job, s, even(cost, s), SimulationOptions{true});
+    int activations = 0;
+    int gradients = 0;
+    for (const TraceSlice& slice : r.slices) {
+      if (slice.name.rfind("receive ", 0) != 0) continue;
+      CHECK(slice.stream == Stream::kCompute);
+      CHECK(close(slice.duration_s, p2p_s));
+      (slice.rank == 1 ? activations : gradients) += 1;
+      CHECK(slice.name.rfind(slice.rank == 1 ? "receive act" : "receive grad", 0) == 0);
+    }
+    INFO(name);
+    CHECK(activations == (cpu ? 4 : 0));
+    CHECK(gradients == (cpu ? 4 : 0));
+  }
+}
