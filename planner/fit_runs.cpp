@@ -67,6 +67,7 @@ PreparedRow validate_row(const json& doc, const std::string& file, const std::st
   m.model = plan.model;
   m.job = plan.job;
   m.job.runtime = costmodel::Runtime::kLoom;
+  m.job.reduce_precision.reset();  // Loom's executor reduces fp32 gradients
   m.strategy = plan.strategy;
   m.options = plan.cost_options;
   m.cluster_file = cluster.name;

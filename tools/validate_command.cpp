@@ -217,7 +217,8 @@ int run_validate(const ValidateArgs& a) {
   // The run is Loom's executor, so the prediction it is compared with is runtime loom's.
   const costmodel::Runtime planned_runtime = plan.job.runtime;
   plan.job.runtime = costmodel::Runtime::kLoom;
-  plan.job.half_model = false;  // the executor trains 16-bit jobs under autocast
+  plan.job.half_model = false;        // the executor trains 16-bit jobs under autocast
+  plan.job.reduce_precision.reset();  // and reduces fp32 gradients
   // The points the profile lacks (docs/validate.md): said on stderr, and in --json.
   plan.extrapolated = planner::extrapolated_points(plan);
   print_extrapolated(std::cerr, plan);

@@ -260,6 +260,16 @@ TEST_CASE("loom plan --reduce-dtype: FSDP's reduction width, named and kept", "[
   CHECK(line_starting(bf16.out, "runtime ") ==
         "runtime  fsdp (PyTorch FSDP's memory and overlap rules), gradients reduced in bf16");
   CHECK(nlohmann::json::parse(box.read("fsdp.json"))["job"]["reduce_dtype"] == "bf16");
+  // loom validate runs Loom's executor, which reduces fp32 gradients: it compares with runtime
+  // loom's prediction whatever the plan's reduce dtype.
+  REQUIRE(box.loom("plan --model tiny-bert --cluster local-cpu --global-batch 4 --seq-len 16 "
+                   "--dp 1 --tp 1 --pp 1 --micro-batch 4 --runtime fsdp --reduce-dtype bf16 "
+                   "-o cpu.json")
+              .exit_code == 0);
+  const CliResult validated = box.loom("validate cpu.json --steps 2 --warmup 1");
+  INFO("stderr: " << validated.err);
+  CHECK(validated.exit_code == 0);
+  CHECK_THAT(validated.out, Contains("compared with runtime loom's prediction"));
   require_error(box.loom(gpt2 + "--runtime loom --reduce-dtype bf16"),
                 "loom plan: error: gpt2 on dgx-a100-80g: runtime loom reduces gradients in "
                 "4-byte elements: reduce_dtype bf16 needs runtime fsdp (or no reduce_dtype)");
