@@ -1,7 +1,7 @@
 // Fused-attention kernel times measured by bench/gpu_layers.py (groups "attention" and
 // "encoder" of its JSON), in the cost model's terms, and a least-squares fit of the kernel's
 // constants (costmodel::FusedAttentionFit) to them. bench_attention prints the check and the fit;
-// tests/costmodel/test_attention_rows.cpp holds the model to the measured rows. Both time a row
+// tests/planner/test_attention_rows.cpp holds the model to the measured rows. Both time a row
 // with costmodel::fused_attention_time_s, so the formula has one home.
 //
 // A row's kernel runs one thread block per 128 queries of each (sample, head), each walking the
@@ -10,7 +10,6 @@
 // whole grid, costmodel/compute.hpp).
 #pragma once
 
-#include <algorithm>
 #include <array>
 #include <cmath>
 #include <fstream>
@@ -20,6 +19,7 @@
 #include <vector>
 
 #include "costmodel/gemm.hpp"
+#include "planner/published_rows.hpp"
 
 namespace loom::bench {
 
@@ -83,29 +83,49 @@ struct PassFit {
   double mask_setup_s = 0, dropout_setup_s = 0;  // forward only
 };
 
-// Least squares on relative error of one pass over `rows`: the pass's time is
-//   fixed_s + setup + waves / blocks x SM share x per_dim / peak
-//         x (elements (head_dim u + e + d [dropout] + m [mask]) + blocks 128^2 b)
-// (fused_attention_time_s), linear in u = 1 / efficiency, u x the head-dimension costs and the
-// setup times, so the normal equations give them at once. Unknowns no row informs (no dropout,
-// no mask) come out 0. `fixed_s` is GemmFit's per-kernel time.
+// The pass's time of `w`, fixed_s aside, as a linear function of the fit's unknowns (u =
+// 1 / efficiency, u x the exponential's, dropout's, mask's and per-block head dimensions, the
+// mask's and dropout's setup times): each coefficient is what one unit of that unknown adds to
+// fused_attention_time_s itself, so the fit reads the formula from its one home.
+inline std::array<double, 7> attention_design_row(const costmodel::FusedAttentionWork& w,
+                                                  const costmodel::GemmDevice& device) {
+  const int pass = w.backward ? 1 : 0;
+  costmodel::FusedAttentionFit none;
+  none.exp_head_dims = none.dropout_head_dims = none.mask_head_dims = {0, 0};
+  none.block_tile_head_dims = {0, 0};
+  none.backward_rate = 1;
+  none.mask_setup_s = none.dropout_setup_s = 0;
+  auto time_s = [&](const costmodel::FusedAttentionFit& k) {
+    return costmodel::fused_attention_time_s(w, device, 1.0, {}, k);
+  };
+  const double base_s = time_s(none);
+  auto unit = [&](auto set) {
+    costmodel::FusedAttentionFit k = none;
+    set(k);
+    return time_s(k) - base_s;
+  };
+  return {base_s - costmodel::GemmFit{}.fixed_s,
+          unit([&](auto& k) { k.exp_head_dims[pass] = 1; }),
+          unit([&](auto& k) { k.dropout_head_dims[pass] = 1; }),
+          unit([&](auto& k) { k.mask_head_dims[pass] = 1; }),
+          unit([&](auto& k) { k.block_tile_head_dims[pass] = 1; }),
+          unit([](auto& k) { k.mask_setup_s = 1; }),
+          unit([](auto& k) { k.dropout_setup_s = 1; })};
+}
+
+// Least squares on relative error of one pass over `rows` (attention_design_row: the normal
+// equations give every unknown at once). Unknowns no row informs (no dropout, no mask) come out
+// 0.
 inline PassFit fit_attention_pass(const std::vector<AttentionRow>& rows, bool backward,
-                                  const costmodel::GemmDevice& device, double fixed_s) {
-  constexpr int kUnknowns = 7;  // u, u e, u d, u m, u b, mask setup, dropout setup
+                                  const costmodel::GemmDevice& device) {
+  constexpr int kUnknowns = 7;
   std::array<std::array<double, kUnknowns + 1>, kUnknowns> normal{};
-  const double per_dim = backward ? 4 * 2.5 : 4;
   for (const AttentionRow& r : rows) {
-    const costmodel::FusedAttentionWork w = attention_work(r, backward);
-    const double waves = std::ceil(w.blocks / device.sm_count);
-    const double c = waves / w.blocks * per_dim * device.sm_count / device.peak_flops_per_s;
+    std::array<double, kUnknowns> a = attention_design_row(attention_work(r, backward), device);
     const double t = r.time_s[backward ? 1 : 0];
-    std::array<double, kUnknowns> a = {
-        c * w.elements * w.head_dim,     c * w.elements,           r.dropout ? c * w.elements : 0,
-        r.mask ? c * w.elements : 0,     c * w.blocks * 128 * 128, !backward && r.mask ? 1.0 : 0,
-        !backward && r.dropout ? 1.0 : 0};
     // Relative error: each equation a x = t - fixed_s divided by t.
     for (double& v : a) v /= t;
-    const double y = (t - fixed_s) / t;
+    const double y = (t - costmodel::GemmFit{}.fixed_s) / t;
     for (int i = 0; i < kUnknowns; ++i) {
       for (int j = 0; j < kUnknowns; ++j) normal[i][j] += a[i] * a[j];
       normal[i][kUnknowns] += a[i] * y;
@@ -156,7 +176,7 @@ inline costmodel::FusedAttentionFit kernel_fit(const PassFit& forward, const Pas
   return k;
 }
 
-// The median of |model / measured - 1| of one pass over `rows`.
+// The median of |model / measured - 1| of one pass over `rows` (0 without rows).
 inline double median_abs_error(const std::vector<AttentionRow>& rows, bool backward,
                                const costmodel::GemmDevice& device, double efficiency,
                                const costmodel::FusedAttentionFit& kernel = {}) {
@@ -166,10 +186,7 @@ inline double median_abs_error(const std::vector<AttentionRow>& rows, bool backw
                                                        efficiency, {}, kernel);
     e.push_back(std::abs(t / r.time_s[backward ? 1 : 0] - 1));
   }
-  if (e.empty()) return 0;
-  std::sort(e.begin(), e.end());
-  const std::size_t n = e.size();
-  return n % 2 ? e[n / 2] : (e[n / 2 - 1] + e[n / 2]) / 2;
+  return published::median(e).value_or(0);
 }
 
 }  // namespace loom::bench

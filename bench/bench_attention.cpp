@@ -69,9 +69,8 @@ void print_rows(const std::vector<bench::AttentionRow>& rows, const costmodel::G
 
 void print_fit(const std::string& backend, const std::vector<bench::AttentionRow>& rows,
                const costmodel::GemmDevice& d) {
-  const double fixed_s = costmodel::GemmFit{}.fixed_s;
-  const bench::PassFit f = bench::fit_attention_pass(rows, false, d, fixed_s);
-  const bench::PassFit b = bench::fit_attention_pass(rows, true, d, fixed_s);
+  const bench::PassFit f = bench::fit_attention_pass(rows, false, d);
+  const bench::PassFit b = bench::fit_attention_pass(rows, true, d);
   const costmodel::FusedAttentionFit k = bench::kernel_fit(f, b);
   std::printf(
       "%-9s rate %.3f forward, %.3f backward (backward_rate %.3f); head dimensions forward / "

@@ -51,9 +51,8 @@ TEST_CASE("FusedAttentionFit's constants are the least-squares fit to cuDNN's ro
           "[gemm][attention]") {
   const std::vector<bench::AttentionRow> rows = measured_rows("cudnn");
   const costmodel::GemmDevice d = h200_bf16();
-  const double fixed_s = costmodel::GemmFit{}.fixed_s;
-  const bench::PassFit f = bench::fit_attention_pass(rows, false, d, fixed_s);
-  const bench::PassFit b = bench::fit_attention_pass(rows, true, d, fixed_s);
+  const bench::PassFit f = bench::fit_attention_pass(rows, false, d);
+  const bench::PassFit b = bench::fit_attention_pass(rows, true, d);
   const costmodel::FusedAttentionFit fit = bench::kernel_fit(f, b);
   const costmodel::FusedAttentionFit shipped;
   CHECK(f.efficiency == Approx(0.893).epsilon(0.01));
@@ -74,9 +73,8 @@ TEST_CASE("FlashAttention-2's measured kernels fit the same form at a lower rate
   const std::vector<bench::AttentionRow> rows = measured_rows("flash");
   REQUIRE(rows.size() == 66);
   const costmodel::GemmDevice d = h200_bf16();
-  const double fixed_s = costmodel::GemmFit{}.fixed_s;
-  const bench::PassFit f = bench::fit_attention_pass(rows, false, d, fixed_s);
-  const bench::PassFit b = bench::fit_attention_pass(rows, true, d, fixed_s);
+  const bench::PassFit f = bench::fit_attention_pass(rows, false, d);
+  const bench::PassFit b = bench::fit_attention_pass(rows, true, d);
   // docs/cost-model.md: 0.43 forward, 0.34 backward; exponential 13.5, dropout 24.7 head
   // dimensions forward.
   CHECK(f.efficiency == Approx(0.43).margin(0.005));
