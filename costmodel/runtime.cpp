@@ -99,10 +99,11 @@ std::optional<std::string> runtime_refusal(const Job& job, const Strategy& strat
   if (job.reduce_precision && !rules.sets_reduce_dtype) {
     Job own = job;
     own.reduce_precision.reset();
-    if (element_bytes(*job.reduce_precision) != rules.reduce_bytes_per_parameter(own)) {
+    const double own_bytes = rules.reduce_bytes_per_parameter(own);
+    if (element_bytes(*job.reduce_precision) != own_bytes) {
       return "runtime " + std::string(rules.name) + " reduces gradients in " +
-             std::to_string(static_cast<int>(rules.reduce_bytes_per_parameter(own))) +
-             "-byte elements: reduce_dtype " + profiles::to_string(*job.reduce_precision) +
+             std::to_string(static_cast<int>(own_bytes)) + "-byte elements: reduce_dtype " +
+             profiles::to_string(*job.reduce_precision) +
              " needs runtime fsdp (or no reduce_dtype)";
     }
   }

@@ -81,7 +81,7 @@ struct Job {
   // The dtype the data-parallel gradient reduction sends (FSDP's MixedPrecision.reduce_dtype,
   // DeepSpeed's communication_data_type); unset = the runtime's own (RuntimeRules::
   // reduce_bytes_per_parameter). JSON "reduce_dtype": "fp32" | "bf16" | "fp16", absent = unset.
-  std::optional<Precision> reduce_precision;
+  std::optional<Precision> reduce_precision = std::nullopt;
   bool operator==(const Job&) const = default;
 };
 

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "costmodel/layers.hpp"
 #include "costmodel/runtime.hpp"
 #include "profiles/errors.hpp"
 
@@ -175,12 +176,19 @@ std::string deepspeed(const Plan& plan) {
   return out;
 }
 
+// PyTorch's name of a precision's storage dtype (tf32 stores fp32).
+const char* torch_dtype(Precision p) {
+  if (p == Precision::kBf16) return "torch.bfloat16";
+  if (p == Precision::kFp16) return "torch.float16";
+  return "torch.float32";
+}
+
 std::string fsdp(const Plan& plan) {
   const costmodel::Strategy& s = plan.strategy;
   const char* sharding = s.zero == 3 ? "FULL_SHARD" : s.zero == 2 ? "SHARD_GRAD_OP" : "NO_SHARD";
-  std::string dtype;
-  if (plan.job.precision == Precision::kBf16) dtype = "torch.bfloat16";
-  if (plan.job.precision == Precision::kFp16) dtype = "torch.float16";
+  // Mixed precision for 16-bit jobs only.
+  const std::string dtype =
+      costmodel::element_bytes(plan.job.precision) == 2 ? torch_dtype(plan.job.precision) : "";
   std::string out = header(plan, "PyTorch FSDP");
   out += "# in train.py, one FSDP unit per transformer block:\n";
   out += "#   model = FSDP(model,\n";
@@ -189,11 +197,9 @@ std::string fsdp(const Plan& plan) {
       "#       auto_wrap_policy=functools.partial(transformer_auto_wrap_policy, "
       "transformer_layer_cls={<the block class>}),\n";
   if (!dtype.empty()) {
-    std::string reduce = "torch.float32";
-    if (plan.job.reduce_precision == Precision::kBf16) reduce = "torch.bfloat16";
-    if (plan.job.reduce_precision == Precision::kFp16) reduce = "torch.float16";
     out += "#       mixed_precision=MixedPrecision(param_dtype=" + dtype +
-           ", reduce_dtype=" + reduce + ", buffer_dtype=" + dtype + "),\n";
+           ", reduce_dtype=" + torch_dtype(plan.job.reduce_precision.value_or(Precision::kFp32)) +
+           ", buffer_dtype=" + dtype + "),\n";
   }
   out += "#       backward_prefetch=BackwardPrefetch.BACKWARD_PRE,\n";
   out += "#       forward_prefetch=True,\n";
