@@ -510,9 +510,60 @@ void set_entry_costs(const TermsInput& in, const EntryCalibrations& cal,
   t.costs.head = cost(t.head_terms, static_cast<double>(params.head.per_rank(s.tp)), act.head);
 }
 
+// `count`-weighted collectives: each of `from`'s, its count times `weight`.
+void add_weighted(const TensorParallelCollectives& from, double weight,
+                  TensorParallelCollectives& to) {
+  for (TensorParallelCollective c : from) {
+    c.count *= weight;
+    if (c.count > 0) to.push_back(c);
+  }
+}
+
+// A chunk whose first recompute_layers recompute: each per-layer term becomes the share-weighted
+// mean of the recomputing layer's (`full`, kept in place) and the plain layer's. Every term is
+// linear in the layer count, so the chunk's totals are exact. The backward pass reaches the
+// recomputing layers last, after the `plain_layers` others of the micro-batch freed what they
+// kept: the working set of a layer run again needs only what that did not free. A point the
+// profile answers less directly makes both answers so.
+void blend_partial_recompute(const Terms& plain, double share, double plain_layers, Terms& full) {
+  auto mix = [share](double a, double b) { return (1 - share) * a + share * b; };
+  EntryCost& c = full.costs.layer;
+  c.forward_s = mix(plain.costs.layer.forward_s, c.forward_s);
+  c.backward_s = mix(plain.costs.layer.backward_s, c.backward_s);
+  c.activation_bytes = mix(plain.costs.layer.activation_bytes, c.activation_bytes);
+  full.layer.forward_s = mix(plain.layer.forward_s, full.layer.forward_s);
+  full.layer.backward_s = mix(plain.layer.backward_s, full.layer.backward_s);
+  full.layer.recompute_s = mix(plain.layer.recompute_s, full.layer.recompute_s);
+  EntryTerms& e = full.layer_terms;
+  e.forward_compute_s = mix(plain.layer_terms.forward_compute_s, e.forward_compute_s);
+  e.backward_compute_s = mix(plain.layer_terms.backward_compute_s, e.backward_compute_s);
+  for (TensorParallelCollectives* list : {&e.forward_tp, &e.backward_tp}) {
+    TensorParallelCollectives mixed;
+    add_weighted(*list, share, mixed);
+    add_weighted(
+        list == &e.forward_tp ? plain.layer_terms.forward_tp : plain.layer_terms.backward_tp,
+        1 - share, mixed);
+    *list = std::move(mixed);
+  }
+  full.how_layer = std::max(full.how_layer, plain.how_layer);
+  full.recompute_buffer =
+      std::max(0.0, full.recompute_buffer - plain_layers * plain.costs.layer.activation_bytes);
+}
+
 Terms compute_terms(const profiles::ModelSpec& m, const CostOptions& options,
                     const GroupLinks& links, const profiles::Cluster& cluster,
                     const Calibration* calibration, const Job& job, const Strategy& s) {
+  if (const double share = recompute_share(s, m.layers); share > 0 && share < 1) {
+    Strategy every = s;
+    every.recompute_layers = 0;
+    Strategy none = every;
+    none.recompute = Recompute::kNone;
+    Terms t = compute_terms(m, options, links, cluster, calibration, job, every);
+    const double chunk = std::ceil(static_cast<double>(m.layers) / (s.pp * s.virtual_stages));
+    blend_partial_recompute(compute_terms(m, options, links, cluster, calibration, job, none),
+                            share, chunk * (1 - share), t);
+    return t;
+  }
   const TermsInput in{m,
                       options,
                       links,
@@ -783,7 +834,7 @@ Prediction CostModel::estimate(const Job& job, const Strategy& s,
   out.model_tflops_per_gpu = model_flops_per_step(m, job.global_batch, job.seq_len) / per_gpu;
   out.hardware_tflops_per_gpu =
       hardware_flops_per_step(m, job.global_batch, job.seq_len, s.recompute, s.attention,
-                              runtime.selective) /
+                              runtime.selective, recompute_share(s, m.layers)) /
       per_gpu;
   out.mfu = out.model_tflops_per_gpu / cluster_.device.peak_tflops.of(job.precision);
   return out;

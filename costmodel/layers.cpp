@@ -203,14 +203,14 @@ double model_flops_per_step(const ModelSpec& m, std::int64_t batch, std::int64_t
 }
 
 double hardware_flops_per_step(const ModelSpec& m, std::int64_t batch, std::int64_t seq_len,
-                               Recompute recompute, Attention attention,
-                               SelectivePolicy selective) {
+                               Recompute recompute, Attention attention, SelectivePolicy selective,
+                               double full_share) {
   double flops = model_flops_per_step(m, batch, seq_len);
   const double l = static_cast<double>(m.layers);
   const double s = static_cast<double>(seq_len);
   const double core = 4 * static_cast<double>(batch) * s * s * static_cast<double>(m.hidden);
   if (recompute == Recompute::kFull) {
-    flops += l * transformer_layer_forward_flops(m, batch, seq_len);
+    flops += full_share * l * transformer_layer_forward_flops(m, batch, seq_len);
   } else if (recompute == Recompute::kSelective && selective == SelectivePolicy::kOperators) {
     // The products the per-operator policy does not keep (the 2nd, 4th, ...), and the unfused
     // attention core.

@@ -76,11 +76,12 @@ double model_flops_per_step(const profiles::ModelSpec& model, std::int64_t batch
 // With `flash` the fused kernel's backward recomputes the scores (half the attention core's
 // 4 b s^2 h more per layer) and selective recomputation repeats nothing.
 // kOperators (torchtitan's) repeats the products it does not keep, and the unfused attention
-// core.
+// core. `full_share` is the share of layers that full recomputation repeats (recompute_share()).
 double hardware_flops_per_step(const profiles::ModelSpec& model, std::int64_t batch,
                                std::int64_t seq_len, Recompute recompute,
                                Attention attention = Attention::kMath,
-                               SelectivePolicy selective = SelectivePolicy::kAttentionCore);
+                               SelectivePolicy selective = SelectivePolicy::kAttentionCore,
+                               double full_share = 1);
 
 // One matrix product of a transformer layer (per token: `in` x `out` weights), in the order an
 // unfused layer runs them: query, key, value, attention output, then the MLP's up (gated: W1 and

@@ -35,7 +35,7 @@ double runtime_host_s_per_step(const profiles::ModelSpec& model, const Job& job,
   const ParameterCounts c = count_parameters(model);
   auto pass_s = [&](const LayerParameters& entry, bool layer) {
     const LayerTime t = runtime_host_time(job, strategy, entry, layer);
-    return t.forward_s + t.backward_s + t.recompute_s;
+    return t.forward_s + t.backward_s + t.recompute_s * recompute_share(strategy, model.layers);
   };
   const double per_micro_batch =
       pass_s(c.embedding, false) +

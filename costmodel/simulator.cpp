@@ -267,7 +267,7 @@ SimulationResult simulate(const CostModel& cost, const Job& job, const Strategy&
   p.model_tflops_per_gpu = model_flops_per_step(m, job.global_batch, job.seq_len) / per_gpu;
   p.hardware_tflops_per_gpu =
       hardware_flops_per_step(m, job.global_batch, job.seq_len, s.recompute, s.attention,
-                              runtime_rules(job.runtime).selective) /
+                              runtime_rules(job.runtime).selective, recompute_share(s, m.layers)) /
       per_gpu;
   p.mfu = p.model_tflops_per_gpu / cost.cluster().device.peak_tflops.of(job.precision);
   return out;

@@ -102,6 +102,16 @@ std::optional<std::string> check_strategy(const profiles::ModelSpec& model, std:
   if (model.ffn_hidden % s.tp != 0) {
     return "tp=" + num(s.tp) + " does not divide ffn_hidden=" + num(model.ffn_hidden);
   }
+  if (s.recompute_layers < 0 || s.recompute_layers > model.layers) {
+    return "recompute_layers=" + num(s.recompute_layers) + " must be between 1 and the " +
+           num(model.layers) + " transformer layers (0 = every layer)";
+  }
+  if (s.recompute_layers > 0 && s.recompute != Recompute::kFull) {
+    return std::string(
+               "recompute_layers counts the layers that recompute in full: it needs "
+               "recompute=full (found recompute=") +
+           to_string(s.recompute) + ")";
+  }
   if (s.sequence_parallel && s.tp == 1) {
     return "sequence parallelism shards the sequence over the tensor-parallel group: it needs "
            "tp > 1 (found tp=1)";
@@ -166,23 +176,41 @@ std::string describe(const Strategy& s) {
                     " schedule=" + to_string(s.schedule);
   if (s.virtual_stages > 1) out += " virtual-stages=" + std::to_string(s.virtual_stages);
   out += std::string(" recompute=") + to_string(s.recompute);
+  if (s.recompute_layers > 0) out += " recompute-layers=" + std::to_string(s.recompute_layers);
   if (s.sequence_parallel) out += " sequence-parallel";
   if (s.attention == Attention::kFlash) out += " attention=flash";
   return out;
 }
 
+double recompute_share(const Strategy& s, std::int64_t layers) {
+  if (s.recompute == Recompute::kNone) return 0;
+  if (s.recompute_layers <= 0) return 1;
+  const std::int64_t chunks = std::max<std::int64_t>(1, std::int64_t{s.pp} * s.virtual_stages);
+  const std::int64_t largest = std::max<std::int64_t>(1, (layers + chunks - 1) / chunks);
+  return static_cast<double>(std::min<std::int64_t>(s.recompute_layers, largest)) /
+         static_cast<double>(largest);
+}
+
+std::string recompute_cell(const Strategy& s) {
+  std::string out = to_string(s.recompute);
+  if (s.recompute_layers > 0) out += "(" + std::to_string(s.recompute_layers) + ")";
+  return out;
+}
+
 nlohmann::json strategy_to_json(const Strategy& s) {
-  return {{"dp", s.dp},
-          {"tp", s.tp},
-          {"pp", s.pp},
-          {"zero", s.zero},
-          {"micro_batch", s.micro_batch},
-          {"num_micro_batches", s.num_micro_batches},
-          {"schedule", to_string(s.schedule)},
-          {"virtual_stages", s.virtual_stages},
-          {"recompute", to_string(s.recompute)},
-          {"sequence_parallel", s.sequence_parallel},
-          {"attention", to_string(s.attention)}};
+  nlohmann::json out = {{"dp", s.dp},
+                        {"tp", s.tp},
+                        {"pp", s.pp},
+                        {"zero", s.zero},
+                        {"micro_batch", s.micro_batch},
+                        {"num_micro_batches", s.num_micro_batches},
+                        {"schedule", to_string(s.schedule)},
+                        {"virtual_stages", s.virtual_stages},
+                        {"recompute", to_string(s.recompute)},
+                        {"sequence_parallel", s.sequence_parallel},
+                        {"attention", to_string(s.attention)}};
+  if (s.recompute_layers > 0) out["recompute_layers"] = s.recompute_layers;
+  return out;
 }
 
 Strategy strategy_from_json(const nlohmann::json& value, const std::string& source,
@@ -201,6 +229,8 @@ Strategy strategy_from_json(const nlohmann::json& value, const std::string& sour
   s.schedule = *parse_schedule(r.choice("schedule", schedule_names()));
   s.virtual_stages = static_cast<int>(r.optional_integer("virtual_stages", 1, kIntMax).value_or(1));
   s.recompute = *parse_recompute(r.choice("recompute", {"none", "selective", "full"}));
+  s.recompute_layers =
+      static_cast<int>(r.optional_integer("recompute_layers", 1, kIntMax).value_or(0));
   s.sequence_parallel = r.optional_boolean("sequence_parallel").value_or(false);
   if (r.has("attention")) s.attention = *parse_attention(r.choice("attention", {"math", "flash"}));
   r.finish();

@@ -95,6 +95,11 @@ struct Strategy {
   Schedule schedule = Schedule::k1F1B;
   int virtual_stages = 1;  // model chunks per pipeline rank (> 1 only interleaved)
   Recompute recompute = Recompute::kNone;
+  // With full recomputation, how many transformer layers of each model chunk recompute: the
+  // chunk's first `recompute_layers`, the rest keep their activations (Megatron-LM's
+  // --recompute-method block --recompute-num-layers). 0 = every layer. JSON "recompute_layers",
+  // written only when set.
+  int recompute_layers = 0;
   bool sequence_parallel = false;          // Megatron sequence parallelism with tp (an extension)
   Attention attention = Attention::kMath;  // JSON "attention", default "math"
 
@@ -104,6 +109,15 @@ struct Strategy {
 
 // An inclusive range of the layer sequence held by one pipeline stage (model chunk). With the
 // interleaved schedule there are pp * virtual_stages ranges; range c runs on pipeline rank c % pp.
+// The share of a chunk's transformer layers that recompute: 0 without recomputation, 1 when every
+// layer does, else min(recompute_layers, L) / L with L the largest chunk's layer count
+// (ceil(layers / (pp * v)), Megatron's even split). Memory and time per layer are that blend of
+// the recomputing and the plain layer, exact for the chunk's totals.
+double recompute_share(const Strategy& strategy, std::int64_t layers);
+// The recomputation in a table cell: "none", "selective", "full", or "full(N)" with
+// recompute_layers N.
+std::string recompute_cell(const Strategy& strategy);
+
 struct StageRange {
   int first_layer = 0;
   int last_layer = 0;

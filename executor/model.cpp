@@ -202,6 +202,7 @@ EncoderClassifier::EncoderClassifier(const ModelSpec& spec, const EncoderOptions
       parallel_(std::move(parallel)),
       dropout_(options.dropout),
       recompute_(options.recompute),
+      recompute_layers_(options.recompute_layers),
       sequence_parallel_(options.sequence_parallel),
       attention_(options.attention),
       first_layer_(options.first_layer),
@@ -590,9 +591,11 @@ torch::Tensor EncoderClassifier::forward(const EncoderInputs& inputs, const torc
   const bool full = recompute_ == costmodel::Recompute::kFull && is_training() &&
                     torch::GradMode::is_enabled() && x.requires_grad();
   int index = std::max(first_layer_, 1);
+  int local = 0;
   for (const LayerWeights& layer : layers_) {
     before(index);
-    if (!full) {
+    const bool recomputes = full && (recompute_layers_ <= 0 || local++ < recompute_layers_);
+    if (!recomputes) {
       x = after(index++, transformer_layer(layer, x, keep));
       continue;
     }

@@ -193,6 +193,9 @@ struct EncoderOptions {
   // for the attention core (scores, softmax, dropout, context). The recomputed forward draws the
   // same dropout masks (the generators' states are restored), so gradients equal the plain ones.
   costmodel::Recompute recompute = costmodel::Recompute::kNone;
+  // With full recomputation, only this chunk's first `recompute_layers` transformer layers
+  // recompute (costmodel::Strategy::recompute_layers); 0 = all of them.
+  int recompute_layers = 0;
   // Megatron sequence parallelism over the tp group (needs tp > 1 and a sequence length divisible
   // by tp): LayerNorms, dropout and residuals run on 1/tp of the sequence; see the class comment.
   bool sequence_parallel = false;
@@ -324,6 +327,7 @@ class EncoderClassifier : public torch::nn::Module {
   ParallelContext parallel_;
   double dropout_;
   costmodel::Recompute recompute_;
+  int recompute_layers_;
   bool sequence_parallel_;
   costmodel::Attention attention_;
   int first_layer_;

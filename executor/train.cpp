@@ -39,6 +39,7 @@ TrainOptions train_options_from_plan(const planner::Plan& plan) {
   options.schedule = s.schedule;
   options.virtual_stages = s.virtual_stages;
   options.recompute = s.recompute;
+  options.recompute_layers = s.recompute_layers;
   options.sequence_parallel = s.sequence_parallel;
   options.attention = s.attention;
   options.stages = plan.stages;

@@ -155,6 +155,7 @@ struct TrainOptions {
   int virtual_stages = 1;
   std::vector<costmodel::StageRange> stages;  // pp * virtual_stages ranges; empty = even split
   costmodel::Recompute recompute = costmodel::Recompute::kNone;  // activation recomputation
+  int recompute_layers = 0;  // full recomputation of each chunk's first N layers; 0 = all
   // Megatron sequence parallelism over the tp group (executor/model.hpp); needs tp > 1 and a
   // sequence length divisible by tp.
   bool sequence_parallel = false;

@@ -192,6 +192,7 @@ ParallelRank::ParallelRank(const TrainOptions& o, const RunSize& size,
     model_options.seed = o.seed;
     model_options.device = device_;
     model_options.recompute = o.recompute;
+    model_options.recompute_layers = o.recompute_layers;
     model_options.sequence_parallel = o.sequence_parallel;
     model_options.attention = o.attention;
     const auto& range = stages_[static_cast<std::size_t>(global_chunk(k))];

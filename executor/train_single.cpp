@@ -125,6 +125,7 @@ EncoderOptions model_options(const TrainOptions& o, const torch::Device& device)
   options.seed = o.seed;
   options.device = device;
   options.recompute = o.recompute;
+  options.recompute_layers = o.recompute_layers;
   options.attention = o.attention;
   return options;
 }

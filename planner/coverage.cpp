@@ -121,7 +121,14 @@ PlanPoints plan_points(const Plan& plan) {
   const bool encoder = plan.model.family == profiles::Family::kEncoder;
   q.kind = encoder ? profiles::LayerKind::kEncoderLayer : profiles::LayerKind::kDecoderLayer;
   q.attention = costmodel::to_string(s.attention);
-  out.layers.emplace_back(encoder ? "encoder layer" : "decoder layer", q);
+  const std::string layer = encoder ? "encoder layer" : "decoder layer";
+  out.layers.emplace_back(layer, q);
+  // Recomputing only some layers (recompute_layers) blends the recomputing and the plain layer.
+  const double share = costmodel::recompute_share(s, plan.model.layers);
+  if (share > 0 && share < 1) {
+    q.recompute = "none";
+    out.layers.emplace_back(layer + " (not recomputed)", q);
+  }
   q.kind = profiles::LayerKind::kHead;
   q.attention = "math";
   out.layers.emplace_back("head", q);

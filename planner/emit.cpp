@@ -103,8 +103,11 @@ std::string megatron(const Plan& plan) {
   if (s.recompute == Recompute::kSelective) args.push_back("--recompute-granularity selective");
   if (s.recompute == Recompute::kFull) {
     args.push_back("--recompute-granularity full");
-    args.push_back("--recompute-method uniform");
-    args.push_back("--recompute-num-layers 1");
+    // block: the first N layers of each model chunk recompute, the rest keep their activations;
+    // uniform with one layer per group recomputes every layer.
+    args.push_back(s.recompute_layers > 0 ? "--recompute-method block"
+                                          : "--recompute-method uniform");
+    args.push_back("--recompute-num-layers " + num(std::max(1, s.recompute_layers)));
   }
   if (s.zero == 1) args.push_back("--use-distributed-optimizer");
   if (s.dp > 1) args.push_back("--overlap-grad-reduce");
@@ -164,8 +167,11 @@ std::string deepspeed(const Plan& plan) {
            ": wrap the model in deepspeed.pipe.PipelineModule(num_stages=" + num(s.pp) + ")\n";
   }
   if (s.recompute != Recompute::kNone) {
-    out += std::string("# recompute=") + costmodel::to_string(s.recompute) +
-           ": checkpoint every transformer block (deepspeed.checkpointing.checkpoint)\n";
+    out += std::string("# recompute=") + costmodel::to_string(s.recompute) + ": checkpoint " +
+           (s.recompute_layers > 0
+                ? "the first " + num(s.recompute_layers) + " transformer blocks of each stage"
+                : std::string("every transformer block")) +
+           " (deepspeed.checkpointing.checkpoint)\n";
   }
   if (nodes_of(plan) > 1) {
     out += "# " + num(nodes_of(plan)) + " nodes: name them in a hostfile (deepspeed --hostfile)\n";
@@ -208,7 +214,12 @@ std::string fsdp(const Plan& plan) {
   if (plan.job.precision == Precision::kTf32) {
     out += "#   torch.backends.cuda.matmul.allow_tf32 = True\n";
   }
-  if (s.recompute != Recompute::kNone) {
+  if (s.recompute != Recompute::kNone && s.recompute_layers > 0) {
+    out +=
+        "#   apply_activation_checkpointing(model, check_fn=lambda m: m in "
+        "set(<the block list>[:" +
+        num(s.recompute_layers) + "]))\n";
+  } else if (s.recompute != Recompute::kNone) {
     out +=
         "#   apply_activation_checkpointing(model, check_fn=lambda m: isinstance(m, <the block "
         "class>))\n";

@@ -282,7 +282,7 @@ std::string plan_section(const Plan& plan) {
        {"micro-batches (chunks)", integer(s.num_micro_batches) + " per step"},
        {"schedule", escape_html(costmodel::to_string(s.schedule))},
        {"virtual stages", integer(s.virtual_stages)},
-       {"recompute", escape_html(costmodel::to_string(s.recompute))},
+       {"recompute", escape_html(costmodel::recompute_cell(s))},
        {"sequence parallel", s.sequence_parallel ? "yes" : "no"},
        {"attention", escape_html(costmodel::to_string(s.attention))},
        {"world size", integer(s.world_size()) + " ranks"}});
@@ -500,7 +500,7 @@ std::string alternatives_section(const Plan& plan, const std::vector<Plan>& alte
            num_cell(integer(static_cast<std::int64_t>(i + 1))) + num_cell(integer(s.dp)) +
            num_cell(integer(s.tp)) + num_cell(integer(s.pp)) + num_cell(integer(s.zero)) +
            num_cell(integer(s.micro_batch)) + num_cell(integer(s.num_micro_batches)) +
-           cell(escape_html(schedule)) + cell(escape_html(costmodel::to_string(s.recompute))) +
+           cell(escape_html(schedule)) + cell(escape_html(costmodel::recompute_cell(s))) +
            cell(s.tp == 1             ? "-"
                 : s.sequence_parallel ? "on"
                                       : "off") +

@@ -582,6 +582,7 @@ SearchResult search(const costmodel::CostModel& cost, const costmodel::Job& job,
     for (std::size_t k = 0; k < recomputes.size(); ++k) {
       const Recompute rc = recomputes[k];
       s.recompute = rc;
+      s.recompute_layers = rc == Recompute::kFull ? o.recompute_layers : 0;
       const costmodel::Prediction p = shaped.estimate(job, s, stages);
       Candidate c;
       c.strategy = s;

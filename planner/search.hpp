@@ -32,6 +32,9 @@ struct SearchOptions {
   std::optional<costmodel::Schedule> schedule;
   std::optional<int> virtual_stages;
   std::optional<costmodel::Recompute> recompute;
+  // > 0: full recomputation of only each chunk's first recompute_layers layers (Strategy::
+  // recompute_layers); needs recompute pinned to full.
+  int recompute_layers = 0;
   std::optional<bool> sequence_parallel;  // pinned on: only tp > 1 is searched
   std::optional<costmodel::Attention> attention;
   // A pinned layer-to-stage partition (pp ranges; pins pp to its size). Without it the search

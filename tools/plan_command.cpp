@@ -44,6 +44,7 @@ std::string strategy_text(const costmodel::Strategy& s) {
   if (s.pp > 1) out += std::string(" schedule=") + costmodel::to_string(s.schedule);
   if (s.virtual_stages > 1) out += " virtual-stages=" + std::to_string(s.virtual_stages);
   out += std::string(" recompute=") + costmodel::to_string(s.recompute);
+  if (s.recompute_layers > 0) out += " recompute-layers=" + std::to_string(s.recompute_layers);
   if (s.sequence_parallel) out += " sequence-parallel";
   out += std::string(" attention=") + costmodel::to_string(s.attention);
   return out;
@@ -282,6 +283,21 @@ planner::SearchOptions search_options(const PlanArgs& a, const profiles::ModelSp
   o.micro_batch = a.micro_batch;
   if (a.schedule) o.schedule = costmodel::parse_schedule(*a.schedule);
   if (a.recompute) o.recompute = costmodel::parse_recompute(*a.recompute);
+  if (a.recompute_layers) {
+    if (o.recompute && *o.recompute != costmodel::Recompute::kFull) {
+      throw InputError("--recompute-layers", "",
+                       "a count of layers that recompute in full: it needs --recompute full "
+                       "(found --recompute " +
+                           *a.recompute + ")");
+    }
+    if (*a.recompute_layers > model.layers) {
+      throw InputError("--recompute-layers", "",
+                       "at most the " + std::to_string(model.layers) + " transformer layers of " +
+                           model.name + " (found " + std::to_string(*a.recompute_layers) + ")");
+    }
+    o.recompute = costmodel::Recompute::kFull;
+    o.recompute_layers = *a.recompute_layers;
+  }
   if (a.sp) o.sequence_parallel = *a.sp == "on";
   if (a.attention) o.attention = costmodel::parse_attention(*a.attention);
   o.virtual_stages = a.virtual_stages;
@@ -360,7 +376,7 @@ void print_table(std::ostream& out, const std::vector<planner::Plan>& plans, dou
                   "%s\n",
                   i + 1, s.dp, s.tp, s.pp, s.zero, static_cast<long long>(s.micro_batch),
                   static_cast<long long>(s.num_micro_batches), schedule.c_str(),
-                  costmodel::to_string(s.recompute),
+                  costmodel::recompute_cell(s).c_str(),
                   s.tp == 1             ? "-"
                   : s.sequence_parallel ? "on"
                                         : "off",
@@ -512,6 +528,11 @@ void add_plan_options(CLI::App* cmd, PlanArgs* args) {
       ->check(kPositiveNumber);
   cmd->add_option("--recompute", args->recompute, "none | selective | full")
       ->check(CLI::IsMember({"none", "selective", "full"}));
+  cmd->add_option("--recompute-layers", args->recompute_layers,
+                  "with full recomputation, only the first N transformer layers of each "
+                  "pipeline chunk recompute (Megatron's --recompute-method block); implies "
+                  "--recompute full")
+      ->check(kPositiveNumber);
   cmd->add_option("--sp", args->sp,
                   "Megatron sequence parallelism with tensor parallelism: on | off (default: "
                   "both searched whenever tp > 1; on needs tp > 1)")

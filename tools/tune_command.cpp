@@ -129,7 +129,7 @@ std::string strategy_cell(const costmodel::Strategy& s) {
                     std::to_string(s.num_micro_batches);
   if (s.pp > 1) out += std::string(" ") + costmodel::to_string(s.schedule);
   if (s.virtual_stages > 1) out += " v=" + std::to_string(s.virtual_stages);
-  out += std::string(" ") + costmodel::to_string(s.recompute);
+  out += " " + costmodel::recompute_cell(s);
   if (s.sequence_parallel) out += " sp";
   if (s.attention == costmodel::Attention::kFlash) out += " flash";
   return out;

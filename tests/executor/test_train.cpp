@@ -263,6 +263,30 @@ TEST_CASE("Recomputation gives the losses and memory of the plain backward pass"
   CHECK(none.peak_memory_bytes > 0);
 }
 
+TEST_CASE("Recomputing the first layer of three keeps the others' activations", "[train]") {
+  // The losses are the plain run's; the peak lies between the plain run's and full
+  // recomputation's, as the cost model blends them (costmodel::recompute_share).
+  const auto train = synthetic(64, 9);
+  TrainOptions plain = tiny_options();
+  plain.model = small_spec(3, 32, 4);
+  plain.steps = 4;
+  plain.dropout = 0.2;
+  const TrainSummary none = loom::executor::train_classifier(plain, train, {});
+  TrainOptions o = plain;
+  o.recompute = loom::costmodel::Recompute::kFull;
+  const TrainSummary full = loom::executor::train_classifier(o, train, {});
+  o.recompute_layers = 1;
+  const TrainSummary part = loom::executor::train_classifier(o, train, {});
+  REQUIRE(part.losses.size() == none.losses.size());
+  for (std::size_t i = 0; i < part.losses.size(); ++i) {
+    CHECK(part.losses[i] == Approx(none.losses[i]).epsilon(1e-6));
+  }
+  INFO("none " << none.peak_memory_bytes << " part " << part.peak_memory_bytes << " full "
+               << full.peak_memory_bytes);
+  REQUIRE(part.peak_memory_bytes < none.peak_memory_bytes);
+  REQUIRE(part.peak_memory_bytes > full.peak_memory_bytes);
+}
+
 TEST_CASE("The learning rate follows linear warm-up and decay", "[train]") {
   const auto train = synthetic(32, 6);
   const fs::path dir = fresh_dir("schedule");

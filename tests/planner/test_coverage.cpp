@@ -76,6 +76,21 @@ TEST_CASE("the points of a dp=2 plan: its shape at one thread per rank and its c
   CHECK(points.links[1].bytes == 520);
 }
 
+TEST_CASE("a plan that recomputes some layers needs the plain layer too", "[coverage]") {
+  const profiles::ModelSpec model = profiles::load_model("tiny-bert");
+  planner::Plan plan = dp2_plan(layers_at(model, 1));
+  plan.strategy.recompute = costmodel::Recompute::kFull;
+  plan.strategy.recompute_layers = 1;  // 1 of tiny-bert's 4 layers
+  const planner::PlanPoints points = planner::plan_points(plan);
+  REQUIRE(points.layers.size() == 4);
+  CHECK(points.layers[1].first == "encoder layer");
+  CHECK(points.layers[1].second.recompute == "full");
+  CHECK(points.layers[2].first == "encoder layer (not recomputed)");
+  CHECK(points.layers[2].second.recompute == "none");
+  plan.strategy.recompute_layers = 4;  // every layer: the plain one is not needed
+  CHECK(planner::plan_points(plan).layers.size() == 3);
+}
+
 TEST_CASE("a plan whose threads per rank the profile lacks records one line per point",
           "[coverage]") {
   const profiles::ModelSpec model = profiles::load_model("tiny-bert");

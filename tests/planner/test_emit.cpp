@@ -93,6 +93,19 @@ TEST_CASE("Emit megatron: interleaving and full recomputation", "[emit]") {
   CHECK_THAT(text, !Contains("--use-distributed-optimizer"));
 }
 
+TEST_CASE("Emit: the first N layers of each chunk recompute", "[emit]") {
+  planner::Plan plan = gpt2_plan(0, costmodel::Recompute::kFull);
+  plan.strategy.recompute_layers = 4;
+  CHECK_THAT(planner::emit_plan(plan, costmodel::Runtime::kMegatron),
+             Contains("    --recompute-granularity full \\\n"
+                      "    --recompute-method block \\\n"
+                      "    --recompute-num-layers 4 \\\n"));
+  CHECK_THAT(planner::emit_plan(plan, costmodel::Runtime::kDeepspeed),
+             Contains("# recompute=full: checkpoint the first 4 transformer blocks of each stage"));
+  CHECK_THAT(planner::emit_plan(plan, costmodel::Runtime::kFsdp),
+             Contains("check_fn=lambda m: m in set(<the block list>[:4])"));
+}
+
 TEST_CASE("Emit megatron: an uneven pipeline split as first and last stage layers", "[emit]") {
   planner::Plan plan = gpt2_plan(0, costmodel::Recompute::kNone);
   // The embedding and layers 1-7 on stage 0; layers 8-12 and the head on stage 1.

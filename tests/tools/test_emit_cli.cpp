@@ -69,3 +69,26 @@ TEST_CASE("loom plan --emit refuses what the runtime cannot run", "[tools][cli][
   CHECK(both.exit_code == 2);
   CHECK_THAT(both.err, Contains("--emit and --json both print: give one of them"));
 }
+
+TEST_CASE("loom plan --recompute-layers recomputes the first layers of each chunk",
+          "[tools][cli][emit]") {
+  Sandbox box;
+  const std::string base =
+      "plan --model gpt2 --cluster dgx-a100-80g --global-batch 64 --seq-len 1024 --tp 2 --pp 2 "
+      "--dp 2 --micro-batch 2 --schedule 1f1b --zero 1";
+  const CliResult r = box.loom(base + " --recompute-layers 3 --emit megatron");
+  INFO("stderr: " << r.err);
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.out, Contains("    --recompute-granularity full \\\n"
+                             "    --recompute-method block \\\n"
+                             "    --recompute-num-layers 3 \\\n"));
+  const CliResult table = box.loom(base + " --recompute-layers 3");
+  REQUIRE(table.exit_code == 0);
+  CHECK_THAT(table.out, Contains(" full(3) "));
+  const CliResult selective = box.loom(base + " --recompute selective --recompute-layers 3");
+  CHECK(selective.exit_code == 2);
+  CHECK_THAT(selective.err, Contains("--recompute-layers") && Contains("--recompute full"));
+  const CliResult too_many = box.loom(base + " --recompute-layers 13");
+  CHECK(too_many.exit_code == 2);
+  CHECK_THAT(too_many.err, Contains("at most the 12 transformer layers of gpt2"));
+}
