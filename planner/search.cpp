@@ -530,6 +530,56 @@ void rebalance(ShapeCosts& costs, const costmodel::Job& job, double limit,
   }
 }
 
+// One estimate of `s` on `stages`, numbered `order`.
+Candidate estimated(const costmodel::CostModel& shaped, const costmodel::Job& job,
+                    const Strategy& s, const std::vector<costmodel::StageRange>& stages,
+                    double limit, std::int64_t order) {
+  const costmodel::Prediction p = shaped.estimate(job, s, stages);
+  Candidate c;
+  c.strategy = s;
+  c.stages = stages;
+  c.step_time_s = p.step_time_s;
+  c.peak_memory_bytes = p.peak_memory_bytes;
+  auto peak = std::max_element(p.memory_by_stage.begin(), p.memory_by_stage.end(),
+                               [](const auto& x, const auto& y) { return x.total() < y.total(); });
+  c.peak_stage = static_cast<int>(peak - p.memory_by_stage.begin());
+  c.fits = p.peak_memory_bytes <= limit;
+  c.order = order;
+  return c;
+}
+
+// `full` recomputes every layer and fits where recomputing none needs `none_peak_bytes`, more
+// than `limit`: the fewest layers per chunk whose recomputation fits (Strategy::
+// recompute_layers), or nullopt. The kept activations fall linearly in the count from none's
+// peak to full's (less the working set of a layer run again, which only full pays), so the count
+// that line gives is tried, then one fewer when it fits or one more when it does not.
+std::optional<Candidate> fewest_recomputing(const costmodel::CostModel& shaped,
+                                            const costmodel::Job& job, const Candidate& full,
+                                            double none_peak_bytes, double limit,
+                                            std::int64_t* evaluated) {
+  const Strategy& s = full.strategy;
+  const std::int64_t chunks = std::int64_t{s.pp} * s.virtual_stages;
+  const int chunk_layers = static_cast<int>((shaped.model().layers + chunks - 1) / chunks);
+  if (chunk_layers < 2 || none_peak_bytes <= full.peak_memory_bytes) return std::nullopt;
+  const double share = (none_peak_bytes - limit) / (none_peak_bytes - full.peak_memory_bytes);
+  const int guess =
+      std::clamp(static_cast<int>(std::ceil(share * chunk_layers)), 1, chunk_layers - 1);
+  auto at = [&](int layers) {
+    Strategy x = s;
+    x.recompute_layers = layers;
+    return estimated(shaped, job, x, full.stages, limit, (*evaluated)++);
+  };
+  Candidate c = at(guess);
+  if (c.fits) {
+    if (guess == 1) return c;
+    Candidate fewer = at(guess - 1);
+    return fewer.fits ? fewer : c;
+  }
+  if (guess + 1 >= chunk_layers) return std::nullopt;
+  c = at(guess + 1);
+  return c.fits ? std::optional<Candidate>(c) : std::nullopt;
+}
+
 }  // namespace
 
 SearchResult search(const costmodel::CostModel& cost, const costmodel::Job& job,
@@ -579,22 +629,24 @@ SearchResult search(const costmodel::CostModel& cost, const costmodel::Job& job,
       }
     }
     const costmodel::CostModel& shaped = costs.of(s);
+    double none_peak_bytes = 0;
+    bool lighter_fits = false;  // none or selective recomputation fits
     for (std::size_t k = 0; k < recomputes.size(); ++k) {
       const Recompute rc = recomputes[k];
       s.recompute = rc;
       s.recompute_layers = rc == Recompute::kFull ? o.recompute_layers : 0;
-      const costmodel::Prediction p = shaped.estimate(job, s, stages);
-      Candidate c;
-      c.strategy = s;
-      c.stages = stages;
-      c.step_time_s = p.step_time_s;
-      c.peak_memory_bytes = p.peak_memory_bytes;
-      auto peak =
-          std::max_element(p.memory_by_stage.begin(), p.memory_by_stage.end(),
-                           [](const auto& x, const auto& y) { return x.total() < y.total(); });
-      c.peak_stage = static_cast<int>(peak - p.memory_by_stage.begin());
-      c.fits = p.peak_memory_bytes <= limit;
-      c.order = result.evaluated++;
+      Candidate c = estimated(shaped, job, s, stages, limit, result.evaluated++);
+      if (rc == Recompute::kNone) none_peak_bytes = c.peak_memory_bytes;
+      // Unpinned, full recomputation is of only as many layers as the plan needs to fit, where
+      // nothing lighter fits.
+      if (rc != Recompute::kFull) lighter_fits = lighter_fits || c.fits;
+      if (rc == Recompute::kFull && c.fits && !o.recompute && !lighter_fits &&
+          none_peak_bytes > limit) {
+        if (auto fewer =
+                fewest_recomputing(shaped, job, c, none_peak_bytes, limit, &result.evaluated)) {
+          c = *fewer;
+        }
+      }
       all.push_back(c);
       // Recomputing more only adds time: once one fits, the rest cannot win. They keep less
       // than this one, so they fit too: counted as feasible without being evaluated.

@@ -23,6 +23,10 @@ namespace loom::planner {
 // the micro-batch size, so once the leanest recomputation does not fit at micro-batch b, larger
 // ones are not estimated; and recomputing more only adds time, so once a recomputation choice fits
 // the heavier ones are not estimated. Both are counted in `searched` but not in `evaluated`.
+//
+// Unpinned recomputation: where neither none nor selective fits and full does, full
+// recomputation covers only the fewest layers per chunk that fit (Strategy::recompute_layers),
+// found with one to two more estimates (counted in `evaluated`).
 struct SearchOptions {
   std::optional<int> tp;
   std::optional<int> pp;

@@ -219,3 +219,32 @@ TEST_CASE("an LM head whose vocabulary is not padded gets the padded plan's time
   const costmodel::Job fine_tune{64, 512, profiles::Precision::kBf16, "adamw"};
   CHECK(note_of(search(bert, fine_tune, o).plans.at(0)).empty());
 }
+
+TEST_CASE("where only full recomputation fits, the search recomputes the fewest layers",
+          "[planner]") {
+  // BERT-large at 192 sequences of 512 per A100 80GB, flash attention (so selective
+  // recomputation keeps as much as none): recomputing every layer fits, none does not.
+  const costmodel::CostModel cost = bert_on_dgx();
+  const costmodel::Job job{1536, 512, profiles::Precision::kBf16, "adamw"};
+  SearchOptions o = pinned(8, 1, 1, 0, 192);
+  o.attention = costmodel::Attention::kFlash;
+  o.top = 1;
+  const SearchResult r = search(cost, job, o);
+  REQUIRE(r.plans.size() == 1);
+  const costmodel::Strategy& s = r.plans[0].strategy;
+  CHECK(s.recompute == costmodel::Recompute::kFull);
+  REQUIRE(s.recompute_layers > 1);  // 9 of 24 with the shipped cluster
+  REQUIRE(s.recompute_layers < 24);
+  // N of the 24 layers fit under 0.9 of the 80 GiB, N - 1 do not, and all 24 are slower.
+  const double limit = 0.9 * static_cast<double>(cost.cluster().device.memory_bytes);
+  const auto stages = costmodel::even_partition(cost.model(), 1);
+  costmodel::Strategy x = s;
+  CHECK(cost.estimate(job, x, stages).peak_memory_bytes <= limit);
+  x.recompute_layers = s.recompute_layers - 1;
+  CHECK(cost.estimate(job, x, stages).peak_memory_bytes > limit);
+  x.recompute_layers = 0;
+  CHECK(cost.estimate(job, x, stages).step_time_s > cost.estimate(job, s, stages).step_time_s);
+  // Pinned to full, every layer recomputes.
+  o.recompute = costmodel::Recompute::kFull;
+  CHECK(search(cost, job, o).plans.at(0).strategy.recompute_layers == 0);
+}
