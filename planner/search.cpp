@@ -82,7 +82,9 @@ bool applies(const Dimension& d, const Strategy& s) {
   return true;
 }
 
-std::vector<std::string> explain(const Candidate& best, const std::vector<Candidate>& all) {
+// `chose_layers`: the search, not the user, set the best plan's recompute_layers.
+std::vector<std::string> explain(const Candidate& best, const std::vector<Candidate>& all,
+                                 const profiles::ModelSpec& model, bool chose_layers) {
   std::vector<std::string> why;
   // Durations in the unit the plan's summary prints its step time in.
   const profiles::Unit time = profiles::time_unit(best.step_time_s);
@@ -116,6 +118,13 @@ std::vector<std::string> explain(const Candidate& best, const std::vector<Candid
                     std::to_string(leanest_other->peak_stage) + " (" +
                     costmodel::describe(leanest_other->strategy) + ")");
     }
+  }
+  const Strategy& b = best.strategy;
+  if (chose_layers && b.recompute_layers > 0) {
+    const std::int64_t chunks = std::int64_t{b.pp} * b.virtual_stages;
+    why.push_back("full recomputation of the first " + std::to_string(b.recompute_layers) +
+                  " of each chunk's " + std::to_string((model.layers + chunks - 1) / chunks) +
+                  " layers: the fewest that fit");
   }
   return why;
 }
@@ -713,7 +722,7 @@ SearchResult search(const costmodel::CostModel& cost, const costmodel::Job& job,
       if (result.searched == 1) {
         plan.why.push_back("every dimension was pinned; evaluated as given");
       } else {
-        plan.why = explain(*ranked[0], all);
+        plan.why = explain(*ranked[0], all, model, o.recompute_layers == 0);
       }
       for (std::string& w : describe(plan, shaped, o.stages.has_value())) {
         plan.why.push_back(std::move(w));

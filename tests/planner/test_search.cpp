@@ -235,6 +235,9 @@ TEST_CASE("where only full recomputation fits, the search recomputes the fewest 
   CHECK(s.recompute == costmodel::Recompute::kFull);
   REQUIRE(s.recompute_layers > 1);  // 9 of 24 with the shipped cluster
   REQUIRE(s.recompute_layers < 24);
+  CHECK(r.plans[0].why.back() == "full recomputation of the first " +
+                                     std::to_string(s.recompute_layers) +
+                                     " of each chunk's 24 layers: the fewest that fit");
   // N of the 24 layers fit under 0.9 of the 80 GiB, N - 1 do not, and all 24 are slower.
   const double limit = 0.9 * static_cast<double>(cost.cluster().device.memory_bytes);
   const auto stages = costmodel::even_partition(cost.model(), 1);
