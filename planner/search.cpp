@@ -82,6 +82,14 @@ bool applies(const Dimension& d, const Strategy& s) {
   return true;
 }
 
+// Why a plan the search gave recompute_layers recomputes no more layers.
+std::string fewest_layers_reason(const Strategy& s, const profiles::ModelSpec& model) {
+  const std::int64_t chunks = std::int64_t{s.pp} * s.virtual_stages;
+  return "full recomputation of the first " + std::to_string(s.recompute_layers) +
+         " of each chunk's " + std::to_string((model.layers + chunks - 1) / chunks) +
+         " layers: the fewest that fit";
+}
+
 // `chose_layers`: the search, not the user, set the best plan's recompute_layers.
 std::vector<std::string> explain(const Candidate& best, const std::vector<Candidate>& all,
                                  const profiles::ModelSpec& model, bool chose_layers) {
@@ -119,12 +127,8 @@ std::vector<std::string> explain(const Candidate& best, const std::vector<Candid
                     costmodel::describe(leanest_other->strategy) + ")");
     }
   }
-  const Strategy& b = best.strategy;
-  if (chose_layers && b.recompute_layers > 0) {
-    const std::int64_t chunks = std::int64_t{b.pp} * b.virtual_stages;
-    why.push_back("full recomputation of the first " + std::to_string(b.recompute_layers) +
-                  " of each chunk's " + std::to_string((model.layers + chunks - 1) / chunks) +
-                  " layers: the fewest that fit");
+  if (chose_layers && best.strategy.recompute_layers > 0) {
+    why.push_back(fewest_layers_reason(best.strategy, model));
   }
   return why;
 }
@@ -441,7 +445,8 @@ constexpr std::int64_t kMaxSimulatedTasks = 60000;
 
 // Replaces the analytical predictions of `plans` by simulated ones and re-ranks them; the best
 // plan keeps its reasons and says how the simulation changed the figure.
-void refine_by_simulation(ShapeCosts& costs, std::vector<Plan>* plans, bool pinned_stages) {
+void refine_by_simulation(ShapeCosts& costs, std::vector<Plan>* plans, bool pinned_stages,
+                          bool chose_layers) {
   costmodel::SimulationOptions options;
   options.record_trace = false;
   options.max_tasks = kMaxSimulatedTasks;
@@ -487,6 +492,9 @@ void refine_by_simulation(ShapeCosts& costs, std::vector<Plan>* plans, bool pinn
                     profiles::unit_text(other->predicted.step_time_s, time, 3).c_str(),
                     100 * (other->predicted.step_time_s / best.predicted.step_time_s - 1));
       best.why.emplace_back(line);
+    }
+    if (chose_layers && best.strategy.recompute_layers > 0) {
+      best.why.push_back(fewest_layers_reason(best.strategy, best.model));
     }
     for (std::string& w : describe(best, costs.of(best.strategy), pinned_stages)) {
       best.why.push_back(std::move(w));
@@ -735,7 +743,9 @@ SearchResult search(const costmodel::CostModel& cost, const costmodel::Job& job,
     }
     result.plans.push_back(std::move(plan));
   }
-  if (o.simulate) refine_by_simulation(costs, &result.plans, o.stages.has_value());
+  if (o.simulate) {
+    refine_by_simulation(costs, &result.plans, o.stages.has_value(), o.recompute_layers == 0);
+  }
   return result;
 }
 
