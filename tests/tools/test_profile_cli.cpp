@@ -165,13 +165,15 @@ TEST_CASE("loom validate: one rank's peak memory is predicted within 2 %, whatev
   // tiny-bert at seq 64, fp32: b=8 keeps 25 MB of activations, more than the optimizer step's
   // temporary (one fp32 copy of a chunk of the parameters: all 4.8 M of them, as they are fewer
   // than twice the word table's), so the backward pass sets the peak; b=2 with full recomputation
-  // keeps 1.4 MB, so the optimizer step does. The memory counter is exact on the CPU, and the
-  // profile measures the layers' activation bytes.
+  // keeps 1.4 MB, so the optimizer step does; b=8 recomputing the first 2 of its 4 layers keeps
+  // the other two's activations. The memory counter is exact on the CPU, and the profile
+  // measures the layers' activation bytes.
   CliSandbox box("validate-memory");
   REQUIRE(box.loom("profile --model tiny-bert --seq-len 64 --micro-batch 2 8 --recompute none "
                    "full --repeats 1 -o prof.json")
               .exit_code == 0);
-  for (const char* pinned : {"--micro-batch 8", "--micro-batch 2 --recompute full"}) {
+  for (const char* pinned : {"--micro-batch 8", "--micro-batch 2 --recompute full",
+                             "--micro-batch 8 --recompute-layers 2"}) {
     INFO(pinned);
     REQUIRE(box.loom(std::string("plan --model tiny-bert --cluster local-cpu --global-batch 8 "
                                  "--seq-len 64 --precision fp32 --dp 1 --tp 1 --pp 1 "
