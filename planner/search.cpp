@@ -597,6 +597,52 @@ std::optional<Candidate> fewest_recomputing(const costmodel::CostModel& shaped,
   return c.fits ? std::optional<Candidate>(c) : std::nullopt;
 }
 
+// With full recomputation pinned, the reason line that says when recomputing fewer of the best
+// plan's layers (or none) also fits, and how much faster that is; nullopt when nothing lighter
+// fits.
+std::optional<std::string> lighter_recompute_hint(const costmodel::CostModel& shaped,
+                                                  const costmodel::Job& job, const Candidate& best,
+                                                  double limit) {
+  if (!best.fits) return std::nullopt;
+  Strategy none = best.strategy;
+  none.recompute = Recompute::kNone;
+  none.recompute_layers = 0;
+  std::int64_t evaluated = 0;
+  const Candidate plain = estimated(shaped, job, none, best.stages, limit, 0);
+  const std::optional<Candidate> lighter =
+      plain.fits
+          ? std::optional<Candidate>(plain)
+          : fewest_recomputing(shaped, job, best, plain.peak_memory_bytes, limit, &evaluated);
+  if (!lighter || lighter->step_time_s >= best.step_time_s) return std::nullopt;
+  const int layers = lighter->strategy.recompute_layers;
+  const std::string flag =
+      layers > 0 ? "--recompute-layers " + std::to_string(layers) : std::string("--recompute none");
+  char buf[160];
+  std::snprintf(buf, sizeof buf, "%s would also fit (%s) and is %.1f %% faster", flag.c_str(),
+                profiles::gib_text(lighter->peak_memory_bytes, 1).c_str(),
+                100 * (1 - lighter->step_time_s / best.step_time_s));
+  return std::string(buf);
+}
+
+// The best plan's reasons: per dimension (or that every one was pinned), the lighter
+// recomputation a pinned full one leaves aside, then its partition, placement and profile notes.
+std::vector<std::string> first_reasons(const Plan& plan, const costmodel::CostModel& shaped,
+                                       const costmodel::Job& job, const std::vector<Candidate>& all,
+                                       const Candidate& best, const SearchOptions& o,
+                                       bool all_pinned, double limit) {
+  std::vector<std::string> why;
+  if (all_pinned) {
+    why.emplace_back("every dimension was pinned; evaluated as given");
+  } else {
+    why = explain(best, all, plan.model, o.recompute_layers == 0);
+  }
+  if (o.recompute == Recompute::kFull && o.recompute_layers == 0) {
+    if (auto hint = lighter_recompute_hint(shaped, job, best, limit)) why.push_back(*hint);
+  }
+  for (std::string& w : describe(plan, shaped, o.stages.has_value())) why.push_back(std::move(w));
+  return why;
+}
+
 }  // namespace
 
 SearchResult search(const costmodel::CostModel& cost, const costmodel::Job& job,
@@ -727,14 +773,7 @@ SearchResult search(const costmodel::CostModel& cost, const costmodel::Job& job,
     const costmodel::CostModel& shaped = costs.of(ranked[i]->strategy);
     Plan plan = evaluate_strategy(shaped, job, ranked[i]->strategy, ranked[i]->stages);
     if (i == 0) {
-      if (result.searched == 1) {
-        plan.why.push_back("every dimension was pinned; evaluated as given");
-      } else {
-        plan.why = explain(*ranked[0], all, model, o.recompute_layers == 0);
-      }
-      for (std::string& w : describe(plan, shaped, o.stages.has_value())) {
-        plan.why.push_back(std::move(w));
-      }
+      plan.why = first_reasons(plan, shaped, job, all, *ranked[0], o, result.searched == 1, limit);
     } else {
       char buf[96];
       std::snprintf(buf, sizeof buf, "%.1f %% slower than the best plan",

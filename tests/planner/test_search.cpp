@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -247,7 +248,19 @@ TEST_CASE("where only full recomputation fits, the search recomputes the fewest 
   CHECK(cost.estimate(job, x, stages).peak_memory_bytes > limit);
   x.recompute_layers = 0;
   CHECK(cost.estimate(job, x, stages).step_time_s > cost.estimate(job, s, stages).step_time_s);
-  // Pinned to full, every layer recomputes.
+  // Pinned to full, every layer recomputes, and the reasons point to the lighter plan.
   o.recompute = costmodel::Recompute::kFull;
-  CHECK(search(cost, job, o).plans.at(0).strategy.recompute_layers == 0);
+  const SearchResult all = search(cost, job, o);
+  CHECK(all.plans.at(0).strategy.recompute_layers == 0);
+  const std::string hint =
+      "--recompute-layers " + std::to_string(s.recompute_layers) + " would also fit (";
+  CHECK(std::any_of(all.plans[0].why.begin(), all.plans[0].why.end(),
+                    [&](const std::string& w) { return w.rfind(hint, 0) == 0; }));
+  // Where no recomputation fits as well, that is the hint.
+  const costmodel::Job small{512, 512, profiles::Precision::kBf16, "adamw"};
+  o.micro_batch = 64;
+  const SearchResult fits = search(cost, small, o);
+  CHECK(std::any_of(fits.plans[0].why.begin(), fits.plans[0].why.end(), [](const std::string& w) {
+    return w.rfind("--recompute none would also fit (", 0) == 0;
+  }));
 }
