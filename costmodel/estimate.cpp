@@ -467,22 +467,26 @@ void set_entry_costs(const TermsInput& in, const EntryCalibrations& cal,
   t.costs.head = cost(t.head_terms, static_cast<double>(params.head.per_rank(s.tp)), act.head);
 }
 
-// `count`-weighted collectives: each of `from`'s, its count times `weight`.
-void add_weighted(const TensorParallelCollectives& from, double weight,
-                  TensorParallelCollectives& to) {
-  for (TensorParallelCollective c : from) {
-    c.count *= weight;
-    if (c.count > 0) to.push_back(c);
-  }
+// Each collective of `full` at `share` of its count and each of `plain` at the rest: a collective's
+// time is linear in its count.
+TensorParallelCollectives mix_collectives(const TensorParallelCollectives& plain,
+                                          const TensorParallelCollectives& full, double share) {
+  TensorParallelCollectives out;
+  for (const auto& c : full) out.push_back({c.collective, c.count * share, c.bytes});
+  for (const auto& c : plain) out.push_back({c.collective, c.count * (1 - share), c.bytes});
+  return out;
 }
 
 // A chunk whose first recompute_layers recompute: each per-layer term becomes the share-weighted
 // mean of the recomputing layer's (`full`, kept in place) and the plain layer's. Every term is
 // linear in the layer count, so the chunk's totals are exact. The backward pass reaches the
-// recomputing layers last, after the `plain_layers` others of the micro-batch freed what they
+// recomputing layers last, after the chunk's plain layers of the micro-batch freed what they
 // kept: the working set of a layer run again needs only what that did not free. A point the
 // profile answers less directly makes both answers so.
-void blend_partial_recompute(const Terms& plain, double share, double plain_layers, Terms& full) {
+void blend_partial_recompute(const Terms& plain, const Strategy& s, std::int64_t layers,
+                             Terms& full) {
+  const double share = recompute_share(s, layers);
+  const double plain_layers = static_cast<double>(largest_chunk_layers(s, layers)) * (1 - share);
   auto mix = [share](double a, double b) { return (1 - share) * a + share * b; };
   EntryCost& c = full.costs.layer;
   c.forward_s = mix(plain.costs.layer.forward_s, c.forward_s);
@@ -494,14 +498,8 @@ void blend_partial_recompute(const Terms& plain, double share, double plain_laye
   EntryTerms& e = full.layer_terms;
   e.forward_compute_s = mix(plain.layer_terms.forward_compute_s, e.forward_compute_s);
   e.backward_compute_s = mix(plain.layer_terms.backward_compute_s, e.backward_compute_s);
-  for (TensorParallelCollectives* list : {&e.forward_tp, &e.backward_tp}) {
-    TensorParallelCollectives mixed;
-    add_weighted(*list, share, mixed);
-    add_weighted(
-        list == &e.forward_tp ? plain.layer_terms.forward_tp : plain.layer_terms.backward_tp,
-        1 - share, mixed);
-    *list = std::move(mixed);
-  }
+  e.forward_tp = mix_collectives(plain.layer_terms.forward_tp, e.forward_tp, share);
+  e.backward_tp = mix_collectives(plain.layer_terms.backward_tp, e.backward_tp, share);
   full.how_layer = std::max(full.how_layer, plain.how_layer);
   full.recompute_buffer =
       std::max(0.0, full.recompute_buffer - plain_layers * plain.costs.layer.activation_bytes);
@@ -510,15 +508,14 @@ void blend_partial_recompute(const Terms& plain, double share, double plain_laye
 Terms compute_terms(const profiles::ModelSpec& m, const CostOptions& options,
                     const GroupLinks& links, const profiles::Cluster& cluster,
                     const Calibration* calibration, const Job& job, const Strategy& s) {
-  if (const double share = recompute_share(s, m.layers); share > 0 && share < 1) {
+  if (recomputes_part(s, m.layers)) {
     Strategy every = s;
     every.recompute_layers = 0;
     Strategy none = every;
     none.recompute = Recompute::kNone;
     Terms t = compute_terms(m, options, links, cluster, calibration, job, every);
-    const double chunk = std::ceil(static_cast<double>(m.layers) / (s.pp * s.virtual_stages));
-    blend_partial_recompute(compute_terms(m, options, links, cluster, calibration, job, none),
-                            share, chunk * (1 - share), t);
+    blend_partial_recompute(compute_terms(m, options, links, cluster, calibration, job, none), s,
+                            m.layers, t);
     return t;
   }
   const TermsInput in{m,

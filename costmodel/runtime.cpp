@@ -6,6 +6,13 @@
 
 namespace loom::costmodel {
 
+Job executor_job(Job job) {
+  job.runtime = Runtime::kLoom;
+  job.half_model = false;
+  job.reduce_precision.reset();
+  return job;
+}
+
 bool trains_under_autocast(const Job& job) {
   return element_bytes(job.precision) == 2 && runtime_rules(job.runtime).autocast &&
          !job.half_model;

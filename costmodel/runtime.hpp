@@ -146,6 +146,10 @@ struct RuntimeRules {
 
 RuntimeRules runtime_rules(Runtime runtime);
 
+// `job` as Loom's executor runs it (what `loom validate` measures): runtime loom, 16-bit jobs
+// under autocast (no half model), gradients reduced in fp32 (no reduce_dtype).
+Job executor_job(Job job);
+
 // Whether `job` trains under autocast: 16-bit arithmetic on a runtime that keeps fp32 weights
 // (RuntimeRules::autocast), unless the job keeps its model in 16 bits (Job::half_model).
 bool trains_under_autocast(const Job& job);

@@ -182,13 +182,22 @@ std::string describe(const Strategy& s) {
   return out;
 }
 
+std::int64_t largest_chunk_layers(const Strategy& s, std::int64_t layers) {
+  const std::int64_t chunks = std::max<std::int64_t>(1, std::int64_t{s.pp} * s.virtual_stages);
+  return std::max<std::int64_t>(1, (layers + chunks - 1) / chunks);
+}
+
 double recompute_share(const Strategy& s, std::int64_t layers) {
   if (s.recompute == Recompute::kNone) return 0;
   if (s.recompute_layers <= 0) return 1;
-  const std::int64_t chunks = std::max<std::int64_t>(1, std::int64_t{s.pp} * s.virtual_stages);
-  const std::int64_t largest = std::max<std::int64_t>(1, (layers + chunks - 1) / chunks);
+  const std::int64_t largest = largest_chunk_layers(s, layers);
   return static_cast<double>(std::min<std::int64_t>(s.recompute_layers, largest)) /
          static_cast<double>(largest);
+}
+
+bool recomputes_part(const Strategy& s, std::int64_t layers) {
+  const double share = recompute_share(s, layers);
+  return share > 0 && share < 1;
 }
 
 std::string recompute_cell(const Strategy& s) {

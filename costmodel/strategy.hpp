@@ -114,6 +114,10 @@ struct Strategy {
 // (ceil(layers / (pp * v)), Megatron's even split). Memory and time per layer are that blend of
 // the recomputing and the plain layer, exact for the chunk's totals.
 double recompute_share(const Strategy& strategy, std::int64_t layers);
+// The largest chunk's transformer layer count: ceil(layers / (pp * v)).
+std::int64_t largest_chunk_layers(const Strategy& strategy, std::int64_t layers);
+// Whether some, but not all, of a chunk's layers recompute (0 < recompute_share() < 1).
+bool recomputes_part(const Strategy& strategy, std::int64_t layers);
 // The recomputation in a table cell: "none", "selective", "full", or "full(N)" with
 // recompute_layers N.
 std::string recompute_cell(const Strategy& strategy);

@@ -124,8 +124,7 @@ PlanPoints plan_points(const Plan& plan) {
   const std::string layer = encoder ? "encoder layer" : "decoder layer";
   out.layers.emplace_back(layer, q);
   // Recomputing only some layers (recompute_layers) blends the recomputing and the plain layer.
-  const double share = costmodel::recompute_share(s, plan.model.layers);
-  if (share > 0 && share < 1) {
+  if (costmodel::recomputes_part(s, plan.model.layers)) {
     q.recompute = "none";
     out.layers.emplace_back(layer + " (not recomputed)", q);
   }

@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "costmodel/runtime.hpp"
 #include "planner/fit.hpp"
 #include "planner/plan.hpp"
 #include "profiles/errors.hpp"
@@ -65,9 +66,7 @@ PreparedRow validate_row(const json& doc, const std::string& file, const std::st
   }
   published::RowMapping m;
   m.model = plan.model;
-  m.job = plan.job;
-  m.job.runtime = costmodel::Runtime::kLoom;
-  m.job.reduce_precision.reset();  // Loom's executor reduces fp32 gradients
+  m.job = costmodel::executor_job(plan.job);
   m.strategy = plan.strategy;
   m.options = plan.cost_options;
   m.cluster_file = cluster.name;

@@ -264,7 +264,7 @@ std::optional<std::string> row_recompute(const std::string& text, std::int64_t l
     return std::nullopt;
   }
   if (text == "selective layer" || contains(text, "every n-th")) {
-    const std::int64_t chunk = layers / (std::int64_t{s.pp} * s.virtual_stages);
+    const std::int64_t chunk = costmodel::largest_chunk_layers(s, layers);
     if (chunk < 2) return "checkpointing every 2nd block of a one-layer chunk";
     s.recompute = costmodel::Recompute::kFull;
     s.recompute_layers = static_cast<int>(chunk / 2);

@@ -84,9 +84,8 @@ bool applies(const Dimension& d, const Strategy& s) {
 
 // Why a plan the search gave recompute_layers recomputes no more layers.
 std::string fewest_layers_reason(const Strategy& s, const profiles::ModelSpec& model) {
-  const std::int64_t chunks = std::int64_t{s.pp} * s.virtual_stages;
   return "full recomputation of the first " + std::to_string(s.recompute_layers) +
-         " of each chunk's " + std::to_string((model.layers + chunks - 1) / chunks) +
+         " of each chunk's " + std::to_string(costmodel::largest_chunk_layers(s, model.layers)) +
          " layers: the fewest that fit";
 }
 
@@ -575,8 +574,8 @@ std::optional<Candidate> fewest_recomputing(const costmodel::CostModel& shaped,
                                             double none_peak_bytes, double limit,
                                             std::int64_t* evaluated) {
   const Strategy& s = full.strategy;
-  const std::int64_t chunks = std::int64_t{s.pp} * s.virtual_stages;
-  const int chunk_layers = static_cast<int>((shaped.model().layers + chunks - 1) / chunks);
+  const auto chunk_layers =
+      static_cast<int>(costmodel::largest_chunk_layers(s, shaped.model().layers));
   if (chunk_layers < 2 || none_peak_bytes <= full.peak_memory_bytes) return std::nullopt;
   const double share = (none_peak_bytes - limit) / (none_peak_bytes - full.peak_memory_bytes);
   const int guess =

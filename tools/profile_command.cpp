@@ -268,7 +268,9 @@ int run_profile_for(const ProfileArgs& a) {
   o.tp = {s.tp};
   o.recompute = {s.recompute};
   // A chunk that recomputes only its first layers also runs plain ones.
-  if (s.recompute_layers > 0) o.recompute.push_back(costmodel::Recompute::kNone);
+  if (costmodel::recomputes_part(s, plan.model.layers)) {
+    o.recompute.push_back(costmodel::Recompute::kNone);
+  }
   o.attention = profiled_attention(costmodel::to_string(s.attention), *device);
   o.threads = {plan_cpu_threads(plan)};
   o.optimizer_loops = {points.flat};

@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "costmodel/calibration.hpp"
+#include "costmodel/runtime.hpp"
 #include "costmodel/simulator.hpp"
 #include "executor/dataset.hpp"
 #include "executor/metrics.hpp"
@@ -216,9 +217,7 @@ int run_validate(const ValidateArgs& a) {
   if (!a.profile.empty()) planner::apply_profiles(&plan, a.profile);
   // The run is Loom's executor, so the prediction it is compared with is runtime loom's.
   const costmodel::Runtime planned_runtime = plan.job.runtime;
-  plan.job.runtime = costmodel::Runtime::kLoom;
-  plan.job.half_model = false;        // the executor trains 16-bit jobs under autocast
-  plan.job.reduce_precision.reset();  // and reduces fp32 gradients
+  plan.job = costmodel::executor_job(plan.job);
   // The points the profile lacks (docs/validate.md): said on stderr, and in --json.
   plan.extrapolated = planner::extrapolated_points(plan);
   print_extrapolated(std::cerr, plan);

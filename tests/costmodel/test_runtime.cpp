@@ -576,3 +576,16 @@ TEST_CASE("deepspeed's ZeRO-2 and ZeRO-3 hooks cost the host per parameter tenso
   CHECK(runtime_host_s_per_step(model, job, s) ==
         Approx((12 * 16 + 5 + 4) * 1.2e-3 + 12 * 16 * 0.4e-3));
 }
+
+TEST_CASE("the job as Loom's executor runs it", "[runtime]") {
+  Job job{64, 1024, Precision::kBf16, "adamw"};
+  job.runtime = Runtime::kFsdp;
+  job.half_model = true;
+  job.reduce_precision = Precision::kBf16;
+  const Job run = executor_job(job);
+  CHECK(run.runtime == Runtime::kLoom);
+  CHECK_FALSE(run.half_model);
+  CHECK_FALSE(run.reduce_precision.has_value());
+  CHECK(run.precision == Precision::kBf16);  // the rest as the plan says
+  CHECK(run.global_batch == 64);
+}
