@@ -42,7 +42,8 @@
 # MODELS (default "bert-base bert-large"), MICRO_BATCHES ("4 8 16 32"), REPEATS (10),
 # VALIDATE_BATCHES ("8 32"), VALIDATE_STEPS (12) and VALIDATE_WARMUP (4) choose what profile and
 # validate run; VALIDATE_PLANS="bert-base:512:8:none ..." (model:seq:micro-batch:recompute, global
-# batch 64, optionally :attention and :attention:precision, e.g. bert-large:384:32:none:math:tf32)
+# batch 64, optionally :attention and :attention:precision, e.g. bert-large:384:32:none:math:tf32;
+# RECOMPUTE fullN recomputes the first N layers only, e.g. bert-large:512:32:full12)
 # replaces validate's models x batches x {none, full} at seq 128.
 # A machine call is at most 10 minutes: run the stages over several calls (build products stay
 # on a warm machine), e.g. `bench/gpu.sh env build logits losses`, then
@@ -317,6 +318,8 @@ stage_validate() {
     # Optional fifth and sixth fields: the attention kernel and the precision (the plan's
     # defaults otherwise); a profile is only used for the default precision.
     extra=()
+    # RECOMPUTE "fullN": full recomputation of the first N layers (--recompute-layers N).
+    if [[ $r =~ ^full([0-9]+)$ ]]; then extra+=(--recompute-layers "${BASH_REMATCH[1]}"); r=full; fi
     [ -n "$a" ] && extra+=(--attention "$a") && name=$name-$a
     [ -n "$p" ] && [ "$p" != "$PRECISION" ] && name=$name-$p
     p=${p:-$PRECISION}
