@@ -92,7 +92,8 @@ mapfile -t H100_RUNS < <(runs_of "$RUNS_DIR"/h100/*.json "$RUNS_DIR"/h100-precis
   "$RUNS_DIR"/h100-fused/bert*.json "$RUNS_DIR"/h100-fused/roberta*.json \
   "$RUNS_DIR"/h100-fused/tiny*.json)
 mapfile -t H200_RUNS < <(runs_of "$RUNS_DIR"/h200/*.json "$RUNS_DIR"/h200-autocast/*.json \
-  "$RUNS_DIR"/h200-precision/*.json "$RUNS_DIR"/h100-fused/h200-*.json)
+  "$RUNS_DIR"/h200-precision/*.json "$RUNS_DIR"/h200-recompute/*.json \
+  "$RUNS_DIR"/h100-fused/h200-*.json)
 own_runs h100-x1 "${H100_RUNS[@]}"
 own_runs h200-x1 "${H200_RUNS[@]}"
 calibrate h100-96g-hbm2e

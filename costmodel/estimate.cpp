@@ -76,7 +76,7 @@ namespace {
 struct Terms {
   SequenceCosts costs;
   double p2p_s = 0;
-  double recompute_buffer = 0;
+  double backward_temporary = 0;
   double rate_memory_bytes_per_s = 0;
   // Compute only, without tensor-parallel collectives (for the bubble and the exposed split).
   LayerTime layer, embed, head;
@@ -270,7 +270,7 @@ double embedding_activation_bytes(const TermsInput& in, std::int64_t micro_batch
          (in.s.sequence_parallel ? tp : 1);
 }
 
-// The formulas' activations, and the working set while one layer is recomputed.
+// The formulas' activations, and one layer's backward temporaries (recomputed activations).
 EntryActivations activation_terms(const TermsInput& in, Terms& t) {
   const profiles::ModelSpec& m = in.m;
   const Strategy& s = in.s;
@@ -287,10 +287,14 @@ EntryActivations activation_terms(const TermsInput& in, Terms& t) {
     a.head = (m.family == Family::kEncoder ? 3 : 1) * e * sbh / sp_split +
              head_kept_bytes_per_logit(in.job) * in.b * in.seq * in.v / s.tp;
   }
+  if (in.cluster.device.kind == profiles::DeviceKind::kGpu) {
+    t.backward_temporary = layer_backward_temporary_bytes(ashape, s.tp, s.sequence_parallel,
+                                                          s.recompute, keeps_scores(in));
+  }
   if (s.recompute != Recompute::kNone) {
-    double full = transformer_layer_activation_bytes(ashape, s.tp, s.sequence_parallel,
-                                                     Recompute::kNone, keeps_scores(in));
-    t.recompute_buffer = full - a.layer;
+    t.backward_temporary += transformer_layer_activation_bytes(ashape, s.tp, s.sequence_parallel,
+                                                               Recompute::kNone, keeps_scores(in)) -
+                            a.layer;
   }
   return a;
 }
@@ -368,7 +372,7 @@ EntryCalibrations calibrate_entries(const TermsInput& in, const DeviceRates& cor
       *in.calibration, q, [&](const LayerQuery& x) { return roofline(x, head_time); }, head_formula,
       &t.head, &act.head);
   act.layer = std::max(0.0, act.layer - copies);
-  if (formula_layer_act > 0) t.recompute_buffer *= act.layer / formula_layer_act;
+  if (formula_layer_act > 0) t.backward_temporary *= act.layer / formula_layer_act;
   return out;
 }
 
@@ -481,8 +485,8 @@ TensorParallelCollectives mix_collectives(const TensorParallelCollectives& plain
 // mean of the recomputing layer's (`full`, kept in place) and the plain layer's. Every term is
 // linear in the layer count, so the chunk's totals are exact. The backward pass reaches the
 // recomputing layers last, after the chunk's plain layers of the micro-batch freed what they
-// kept: the working set of a layer run again needs only what that did not free. A point the
-// profile answers less directly makes both answers so.
+// kept: the working set of a layer run again needs only what that did not free (the plain
+// layers' temporaries come first). A point the profile answers less directly makes both so.
 void blend_partial_recompute(const Terms& plain, const Strategy& s, std::int64_t layers,
                              Terms& full) {
   const double share = recompute_share(s, layers);
@@ -501,8 +505,9 @@ void blend_partial_recompute(const Terms& plain, const Strategy& s, std::int64_t
   e.forward_tp = mix_collectives(plain.layer_terms.forward_tp, e.forward_tp, share);
   e.backward_tp = mix_collectives(plain.layer_terms.backward_tp, e.backward_tp, share);
   full.how_layer = std::max(full.how_layer, plain.how_layer);
-  full.recompute_buffer =
-      std::max(0.0, full.recompute_buffer - plain_layers * plain.costs.layer.activation_bytes);
+  full.backward_temporary =
+      std::max(plain.backward_temporary,
+               full.backward_temporary - plain_layers * plain.costs.layer.activation_bytes);
 }
 
 Terms compute_terms(const profiles::ModelSpec& m, const CostOptions& options,
@@ -563,7 +568,7 @@ StepTerms step_terms_of(const Terms& t) {
   out.p2p_bytes = t.p2p_bytes;
   out.p2p_all_gather_bytes = t.p2p_all_gather_bytes;
   out.p2p_s = t.p2p_s;
-  out.recompute_buffer_bytes = t.recompute_buffer;
+  out.backward_temporary_bytes = t.backward_temporary;
   out.memory_bytes_per_s = t.rate_memory_bytes_per_s;
   out.optimizer_s_per_parameter = t.optimizer_s_per_parameter;
   out.step_sync_s = t.step_sync_s;
@@ -617,26 +622,15 @@ StepTerms CostModel::step_terms(const Job& job, const Strategy& strategy) const 
 MemoryBreakdown CostModel::stage_memory(const Job& job, const Strategy& s, int pipeline_rank,
                                         const StageLoad& load) const {
   const Terms t = compute_terms(model_, options_, links_, cluster_, calibration_.get(), job, s);
-  return stage_memory_from(t.recompute_buffer, job, s, pipeline_rank, load);
+  return stage_memory_from(t.backward_temporary, job, s, pipeline_rank, load);
 }
 
-double zero_staging_bytes_per_parameter(const Strategy& s) {
-  if (s.dp <= 1 || !zero_policy(s.zero).reduces_every_micro_batch) return 0;
-  return 8 + 12.0 / s.dp;
-}
-
-double zeroed_gradient_parameters(const Strategy& s, bool cpu, double rank_parameters) {
-  if (s.world_size() == 1) return cpu ? rank_parameters : 0;
-  return s.dp > 1 && zero_policy(s.zero).shards_gradients ? rank_parameters / s.dp
-                                                          : rank_parameters;
-}
-
-double CostModel::recompute_buffer_bytes(const Job& job, const Strategy& s) const {
+double CostModel::backward_temporary_bytes(const Job& job, const Strategy& s) const {
   return compute_terms(model_, options_, links_, cluster_, calibration_.get(), job, s)
-      .recompute_buffer;
+      .backward_temporary;
 }
 
-MemoryBreakdown CostModel::stage_memory_from(double recompute_buffer, const Job& job,
+MemoryBreakdown CostModel::stage_memory_from(double backward_temporary, const Job& job,
                                              const Strategy& s, int pipeline_rank,
                                              const StageLoad& load) const {
   MemoryBreakdown mem;
@@ -660,7 +654,10 @@ MemoryBreakdown CostModel::stage_memory_from(double recompute_buffer, const Job&
                 pipeline_rank == s.pp - 1 ? static_cast<double>(counts.head.per_rank(s.tp)) : 0.0});
   in.activation_bytes = mem.activation_bytes;
   in.chunk_activation_bytes = load.activation_bytes / s.virtual_stages;
-  in.recompute_buffer_bytes = recompute_buffer;
+  in.backward_temporary_bytes = backward_temporary;
+  if (s.recompute == Recompute::kFull) {
+    in.recomputing_layers = load.num_layers * recompute_share(s, model_.layers);
+  }
   in.bucket_bytes = options_.dp_bucket_bytes;
   in.gpu = cluster_.device.kind == profiles::DeviceKind::kGpu;
   const RuntimeRules rules = runtime_rules(job.runtime);
@@ -737,7 +734,7 @@ Prediction CostModel::estimate(const Job& job, const Strategy& s,
   for (int r = 0; r < s.pp; ++r) {
     const StageLoad& l = load[static_cast<std::size_t>(r)];
     MemoryBreakdown& mem = out.memory_by_stage[static_cast<std::size_t>(r)];
-    mem = stage_memory_from(terms.recompute_buffer, job, s, r, l);
+    mem = stage_memory_from(terms.backward_temporary, job, s, r, l);
 
     double dp_exposed = 0;
     double zero_exposed = 0;

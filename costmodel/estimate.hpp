@@ -140,8 +140,10 @@ struct StepTerms {
   double p2p_bytes = 0;
   double p2p_all_gather_bytes = 0;
   double p2p_s = 0;  // one such transfer alone (what the estimate adds to each pass)
-  double recompute_buffer_bytes = 0;  // working set of one recomputed layer (0 without recompute)
-  double memory_bytes_per_s = 0;      // the device's effective memory bandwidth
+  // One layer's backward temporaries beyond its kept activations (a recomputed layer's
+  // activations; on GPUs the attention core's gradients): layer_backward_temporary_bytes().
+  double backward_temporary_bytes = 0;
+  double memory_bytes_per_s = 0;         // the device's effective memory bandwidth
   double optimizer_s_per_parameter = 0;  // AdamW step per parameter (measured or bandwidth-bound)
   // After the optimizer, every step: loom train's scalar all-reduces (the gradient norm over dp
   // with ZeRO, tp and pp; the step's statistics over the world), latency-bound, on groups of more
@@ -215,12 +217,12 @@ class CostModel {
   // Memory of pipeline rank `pipeline_rank` holding `load` (what estimate() reports per stage).
   MemoryBreakdown stage_memory(const Job& job, const Strategy& strategy, int pipeline_rank,
                                const StageLoad& load) const;
-  // The same with the recomputation working set given (recompute_buffer_bytes(job, strategy)),
+  // The same with one layer's backward temporaries given (backward_temporary_bytes(job, strategy)),
   // for callers that evaluate many loads of one strategy.
-  MemoryBreakdown stage_memory_from(double recompute_buffer, const Job& job,
+  MemoryBreakdown stage_memory_from(double backward_temporary, const Job& job,
                                     const Strategy& strategy, int pipeline_rank,
                                     const StageLoad& load) const;
-  double recompute_buffer_bytes(const Job& job, const Strategy& strategy) const;
+  double backward_temporary_bytes(const Job& job, const Strategy& strategy) const;
 
   // Requires check_strategy() and check_partition() to pass (throws std::invalid_argument with
   // their message otherwise), and a device rate for the job's precision (InputError).

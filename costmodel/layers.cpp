@@ -274,4 +274,23 @@ double transformer_layer_activation_bytes(const ActivationShape& x, int tp, bool
   return total;
 }
 
+double layer_backward_temporary_bytes(const ActivationShape& x, int tp, bool sequence_parallel,
+                                      Recompute recompute, bool attention_scores) {
+  const double s = static_cast<double>(x.seq_len);
+  const double b = static_cast<double>(x.micro_batch);
+  const double h = static_cast<double>(x.hidden);
+  const double a = static_cast<double>(x.heads);
+  const double e = x.element_bytes;
+  const double t = tp;
+  const double sbh = s * b * h;
+  const double kv = x.kv_heads > 0 ? static_cast<double>(x.kv_heads) / a : 1.0;
+  const double qkv_gradients = e * (1 + 2 * kv) * sbh / t;
+  double bytes = attention_scores ? qkv_gradients + (x.autocast ? 4 : e) * a * s * s * b / t
+                                  : qkv_gradients + (e + 4) * sbh / t;
+  if (recompute == Recompute::kFull) {
+    bytes += 2 * (x.autocast ? 4 : e) * sbh * (sequence_parallel ? 1 / t : 1);
+  }
+  return bytes;
+}
+
 }  // namespace loom::costmodel

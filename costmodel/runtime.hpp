@@ -43,16 +43,20 @@ struct RankMemoryInput {
   double embedding_table_num_parameters = 0;
   double activation_bytes = 0;        // kept at the peak: every micro-batch in flight
   double chunk_activation_bytes = 0;  // one micro-batch of one model chunk
-  double recompute_buffer_bytes = 0;  // one recomputed layer's working set (0 without)
-  double bucket_bytes = 0;            // Loom's gradient bucket (CostOptions::dp_bucket_bytes)
-  bool gpu = false;                   // the rank runs on a GPU
+  // What one layer's backward pass allocates beyond the activations kept for it: a recomputed
+  // layer's activations, and on GPUs the attention core's gradients (Terms' backward_temporary).
+  double backward_temporary_bytes = 0;
+  // Of num_layers, those that recompute their forward pass (Recompute::kFull, all or part).
+  double recomputing_layers = 0;
+  double bucket_bytes = 0;  // Loom's gradient bucket (CostOptions::dp_bucket_bytes)
+  bool gpu = false;         // the rank runs on a GPU
   // What the language-model loss's backward pass allocates at its start beyond the kept
   // activations (the rank holding the LM head; RuntimeRules::loss_backward_bytes_per_logit).
   double loss_backward_bytes = 0;
   // Working memory of the backward pass while (nearly) every activation is kept: the loss's
-  // gradients at its start, or one recomputed layer's working set.
+  // gradients at its start, or one layer's backward temporaries.
   double backward_working_bytes() const {
-    return std::max(num_layers > 0 ? recompute_buffer_bytes : 0.0, loss_backward_bytes);
+    return std::max(num_layers > 0 ? backward_temporary_bytes : 0.0, loss_backward_bytes);
   }
 };
 

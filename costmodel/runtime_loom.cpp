@@ -2,11 +2,25 @@
 // stage shards and when it communicates).
 #include <algorithm>
 
+#include "costmodel/estimate.hpp"
 #include "costmodel/layers.hpp"
 #include "costmodel/runtime.hpp"
 #include "costmodel/zero.hpp"
 
 namespace loom::costmodel {
+
+// Loom's executor's per-step gradient work (declared in estimate.hpp beside the terms it sets).
+double zero_staging_bytes_per_parameter(const Strategy& s) {
+  if (s.dp <= 1 || !zero_policy(s.zero).reduces_every_micro_batch) return 0;
+  return 8 + 12.0 / s.dp;
+}
+
+double zeroed_gradient_parameters(const Strategy& s, bool cpu, double rank_parameters) {
+  if (s.world_size() == 1) return cpu ? rank_parameters : 0;
+  return s.dp > 1 && zero_policy(s.zero).shards_gradients ? rank_parameters / s.dp
+                                                          : rank_parameters;
+}
+
 namespace {
 
 RuntimeMemory loom_memory(const Job& job, const Strategy& s, const RankMemoryInput& in) {
@@ -60,11 +74,15 @@ RuntimeMemory loom_memory(const Job& job, const Strategy& s, const RankMemoryInp
                            std::min(in.chunk_activation_bytes, in.activation_bytes);
     if (gathered > 0) embedding_grad_extra += 4.0 * in.embedding_table_num_parameters - gathered;
   }
-  // Autocast's 16-bit copies of the transformer layers' weights: cached for the forward pass
-  // and kept by autograd for the backward, alive at the activation peak.
-  const double copies = trains_under_autocast(job)
-                            ? element_bytes(job.precision) * in.num_layers * in.layer_num_parameters
-                            : 0;
+  // Autocast's 16-bit copies of the transformer layers' weights: cached through the forward
+  // pass (whose end holds every layer's) and kept by autograd for the backward. A layer that
+  // recomputes keeps none into the backward pass (its forward records no graph, and the cache
+  // ends with the forward pass): only the one being recomputed holds them again.
+  const double copy_bytes =
+      trains_under_autocast(job) ? element_bytes(job.precision) * in.layer_num_parameters : 0;
+  const double copies = copy_bytes * in.num_layers;
+  const double held =
+      copy_bytes * (in.num_layers - in.recomputing_layers + (in.recomputing_layers > 0 ? 1 : 0));
   // One rank on a GPU sets its gradients to none at the step's start (the caching allocator
   // hands the memory back): with one micro-batch none exist at the activation peak; they appear
   // as the backward pass frees the activations and are all there for the optimizer step.
@@ -75,7 +93,7 @@ RuntimeMemory loom_memory(const Job& job, const Strategy& s, const RankMemoryInp
   }
   if (in.embedding_table_num_parameters > 0) embedding_grad_extra += absent;
   out.buffer_bytes =
-      persistent + std::max({recompute + copies, absent + transient - in.activation_bytes,
+      persistent + std::max({recompute + held, copies, absent + transient - in.activation_bytes,
                              embedding_grad_extra});
   return out;
 }

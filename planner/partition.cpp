@@ -21,7 +21,7 @@ class Partitioner {
               const costmodel::Strategy& s, double limit)
       : cost_(cost), job_(job), s_(s), limit_(limit) {
     const costmodel::SequenceCosts c = cost.sequence_costs(job, s);
-    recompute_buffer_ = cost.recompute_buffer_bytes(job, s);
+    backward_temporary_ = cost.backward_temporary_bytes(job, s);
     const profiles::ModelSpec& m = cost.model();
     auto add = [&](const costmodel::EntryCost& e, bool layer) {
       time_.push_back(time_.back() + e.forward_s + e.backward_s);
@@ -53,7 +53,7 @@ class Partitioner {
       load.num_parameters += costmodel::tied_head_copy_parameters(cost_.model(), s_.tp, stage);
     }
     load.largest_chunk_num_parameters = load.num_parameters;
-    return cost_.stage_memory_from(recompute_buffer_, job_, s_, stage, load).total() <= limit_;
+    return cost_.stage_memory_from(backward_temporary_, job_, s_, stage, load).total() <= limit_;
   }
 
   // Fills stages from the last backwards, each as long as `bottleneck_s` and memory allow while
@@ -78,7 +78,7 @@ class Partitioner {
   const costmodel::Job& job_;
   const costmodel::Strategy& s_;
   double limit_;
-  double recompute_buffer_ = 0;
+  double backward_temporary_ = 0;
   // Prefix sums over the layer sequence: element i covers entries [0, i).
   std::vector<double> time_{0}, parameters_{0}, activations_{0}, layers_{0};
   double largest_entry_s_ = 0;

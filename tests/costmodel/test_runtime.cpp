@@ -281,8 +281,8 @@ TEST_CASE("an eager language-model loss allocates fp32 gradients, a fused one ke
           "[runtime][memory]") {
   // GPT-2 (vocabulary 50,257) under FSDP on 8 A100s, micro-batch 4 of 1024 tokens: the eager
   // cross-entropy's backward starts with the fp32 gradients of the log-probabilities and of the
-  // logits, 8 x 4 x 1024 x 50,257 = 1,646,821,376 bytes beside the kept activations; a fused
-  // loss (and Megatron-LM's) writes its gradient in place.
+  // logits, 8 x 4 x 1024 x 50,257 = 1,646,821,376 bytes beside the kept activations, more than
+  // a layer's backward temporaries; a fused loss (and Megatron-LM's) writes its gradient in place.
   const auto model = load_model("gpt2");
   const CostModel cost(model, load_cluster("dgx-a100-80g"));
   Strategy s = dp8(3);
@@ -296,7 +296,12 @@ TEST_CASE("an eager language-model loss allocates fp32 gradients, a fused one ke
       cost.estimate(eager, s, even_partition(model, 1)).memory_by_stage[0].buffer_bytes;
   const double without =
       cost.estimate(fused, s, even_partition(model, 1)).memory_by_stage[0].buffer_bytes;
-  CHECK(with - without == Approx(1646821376.0));
+  // Without it the backward pass's working memory is one layer's temporaries: the unfused
+  // attention's gradients of Q, K and V (3 x 2 x 4 x 1024 x 768 = 18,874,368 bytes) and of the
+  // scores (2 x 12 x 4 x 1024^2 = 100,663,296), which the loss's gradients exceed.
+  REQUIRE(s.attention == Attention::kMath);
+  CHECK(cost.step_terms(fused, s).backward_temporary_bytes == 119537664.0);
+  CHECK(with - without == Approx(1646821376.0 - 119537664.0));
   // The eager loss keeps the bf16 logits and their fp32 softmax (6 bytes a logit); the fused one
   // only the logits (2), from which it recomputes the softmax: 4 x 4 x 1024 x 50,257 =
   // 823,410,688 fewer activation bytes for the one micro-batch in flight.

@@ -87,7 +87,7 @@ TEST_CASE("loom plan says what it planned: head, precision, idle share, layers, 
       "recompute=none attention=math",
       "", "step time                376.945 ms", "samples/s                84.9",
       "tokens/s                 43465", "model TFLOP/s per GPU    12.31  (MFU 11.0 %)",
-      "hw TFLOP/s per GPU       12.31", "peak memory              16.58 GiB of 32.00 GiB",
+      "hw TFLOP/s per GPU       12.31", "peak memory              17.07 GiB of 32.00 GiB",
       // Half of the two GPUs' time is idle: stage 0 holds only the embedding.
       "devices idle             50.6 % of the step (waiting on other stages or on communication)",
       "pipeline bubble          0.2 % added to m x the slowest stage's time (Megatron's (p-1)/m "
@@ -100,15 +100,17 @@ TEST_CASE("loom plan says what it planned: head, precision, idle share, layers, 
       // Loom's autocast keeps fp32 weights, gradients and moments (4 + 4 + 8 bytes for stage 1's
       // 85.6 M parameters: 0.32, 0.32, 0.64 GiB), and a layer keeps sbh (38 + 7as/h) = 94 sbh =
       // 1.18 GB at s = 512, b = 32 (13.22 GiB for 12); the buffers are the fp16 weight copies
-      // (0.16) and two cuBLAS workspaces (0.016). The process column is what each GPU process
-      // holds beyond the allocator's tensors: the CUDA context (0.50 GiB), NCCL's buffers for the
-      // pipeline pair (1 peer x 8 channels x 9.19 MiB = 0.072) and a tenth of the activations
-      // and buffers as the allocator's fragmentation: stage 0 0.57 + 0.009 = 0.58, stage 1
-      // 0.57 + 1.34 = 1.91. The step is 41 us longer than the bare transfers: NCCL's launch cost
-      // on the pipeline send (collective_launch_us).
+      // (0.16), two cuBLAS workspaces (0.016) and the last layer's backward temporaries: the
+      // unfused attention's dQ, dK, dV and its scores' fp32 gradient, 6 sbh + 4 as^2b = 0.45 GiB.
+      // The process column is what each GPU process holds beyond the allocator's tensors: the
+      // CUDA context (0.50 GiB), NCCL's buffers for the pipeline pair (1 peer x 8 channels x
+      // 9.19 MiB = 0.072) and a tenth of the activations and buffers as the allocator's
+      // fragmentation: stage 0 0.57 + 0.009 = 0.58, stage 1 0.57 + 1.38 = 1.95. The step is
+      // 41 us longer than the bare transfers: NCCL's launch cost on the pipeline send
+      // (collective_launch_us).
       "0      0.09 GiB    0.09 GiB    0.18 GiB    0.06 GiB    0.05 GiB    0.58 GiB    1.04 GiB    "
       "emb",
-      "1      0.32 GiB    0.32 GiB    0.64 GiB    13.22 GiB   0.17 GiB    1.91 GiB    16.58 GiB   "
+      "1      0.32 GiB    0.32 GiB    0.64 GiB    13.22 GiB   0.62 GiB    1.95 GiB    17.07 GiB   "
       "1-12 + "
       "head",
       "(emb = embedding, 0 in --stages; 1-12 = transformer layers; head = classifier, 13 in "

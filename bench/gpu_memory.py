@@ -1,0 +1,88 @@
+#!/usr/bin/env python3
+"""The allocator peaks of the stored GPU runs against this build's prediction.
+
+Usage: bench/gpu_memory.py [-v] [RUN.json ...]     (BUILD=build-foo to use another build's loom)
+
+Each `loom validate --json` document (default: every one under bench/gpu-runs/ predicted by the
+roofline, i.e. without a profile, except h200/, whose executor predates the one-cast-per-layer
+input) is predicted again by `loom simulate` from the plan it ran, and the tensors the plan
+predicts (the prediction less the CUDA context and the allocator's fragmentation) are compared
+with the caching allocator's measured peak. Runs of the same plan on several machines count once.
+Prints the median |error| per recomputation mode and overall; -v one line per run. Needs no GPU.
+"""
+import glob
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+LOOM = os.path.join(ROOT, os.environ.get("BUILD", "build"), "tools", "loom")
+
+
+def default_runs():
+    files = sorted(glob.glob(os.path.join(ROOT, "bench", "gpu-runs", "*", "*.json")))
+    return [f for f in files if os.sep + "h200" + os.sep not in f]
+
+
+def predicted_tensor_bytes(plan):
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+        json.dump(plan, f)
+        path = f.name
+    try:
+        r = subprocess.run([LOOM, "simulate", path, "--json"], capture_output=True, text=True)
+    finally:
+        os.unlink(path)
+    if r.returncode != 0:
+        raise RuntimeError(r.stderr.strip())
+    stage = json.loads(r.stdout)["memory_bytes_by_stage"][0]
+    return stage["total"] - stage["cuda_context"] - stage["fragmentation"]
+
+
+def mode(strategy):
+    if strategy["recompute"] == "full" and strategy.get("recompute_layers"):
+        return "full, some layers"
+    return strategy["recompute"]
+
+
+def main(argv):
+    verbose = "-v" in argv
+    files = [a for a in argv if a != "-v"] or default_runs()
+    errors = {}
+    seen = set()
+    for path in files:
+        try:
+            doc = json.load(open(path))
+        except ValueError:
+            continue
+        if doc.get("calibration") != "roofline" or "plan" not in doc:
+            continue
+        plan = doc["plan"]
+        key = json.dumps([plan["model"], plan["job"], plan["strategy"]], sort_keys=True)
+        if key in seen:
+            continue
+        seen.add(key)
+        measured = doc["measured"]["peak_memory_bytes"]
+        error = predicted_tensor_bytes(plan) / measured - 1
+        errors.setdefault(mode(plan["strategy"]), []).append(error)
+        if verbose:
+            name = os.path.relpath(path, os.path.join(ROOT, "bench", "gpu-runs"))
+            print(f"{name:60s} {mode(plan['strategy']):18s} {measured / 2**20:8.0f} MiB "
+                  f"{100 * error:+6.1f} %")
+    every = [e for v in errors.values() for e in v]
+    if not every:
+        print("no roofline runs among the files", file=sys.stderr)
+        return 2
+    for name, v in sorted(errors.items()):
+        print(f"{name:18s} {len(v):3d} plans: median |error| "
+              f"{100 * statistics.median(abs(e) for e in v):4.1f} %, signed median "
+              f"{100 * statistics.median(v):+5.1f} %")
+    print(f"{'all':18s} {len(every):3d} plans: median |error| "
+          f"{100 * statistics.median(abs(e) for e in every):4.1f} %")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
