@@ -5,10 +5,12 @@ Usage: bench/gpu_memory.py [-v] [RUN.json ...]     (BUILD=build-foo to use anoth
 
 Each `loom validate --json` document (default: every one under bench/gpu-runs/ predicted by the
 roofline, i.e. without a profile, except h200/, whose executor predates the one-cast-per-layer
-input) is predicted again by `loom simulate` from the plan it ran, and the tensors the plan
-predicts (the prediction less the CUDA context and the allocator's fragmentation) are compared
-with the caching allocator's measured peak. Runs of the same plan on several machines count once.
-Prints the median |error| per recomputation mode and overall; -v one line per run. Needs no GPU.
+input) is predicted again by `loom simulate` from the plan it ran, on the shipped cluster file of
+the plan's cluster name where there is one (profiles/clusters/: its fitted process memory).
+The tensors the plan predicts (the prediction less the CUDA context and the allocator's
+fragmentation) are compared with the caching allocator's measured peak, and the whole prediction
+with the device's used memory. Runs of the same plan on several machines count once. Prints the
+median |error| per recomputation mode and overall; -v one line per run. Needs no GPU.
 """
 import glob
 import json
@@ -27,7 +29,16 @@ def default_runs():
     return [f for f in files if os.sep + "h200" + os.sep not in f]
 
 
-def predicted_tensor_bytes(plan):
+def shipped(plan):
+    """The plan with its cluster replaced by the shipped file of the same name, if any."""
+    path = os.path.join(ROOT, "profiles", "clusters", plan["cluster"].get("name", "") + ".json")
+    if os.path.exists(path):
+        plan = dict(plan, cluster=json.load(open(path)))
+    return plan
+
+
+def predicted_bytes(plan):
+    """(tensors, device) predicted for the plan's first stage."""
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
         json.dump(plan, f)
         path = f.name
@@ -38,7 +49,7 @@ def predicted_tensor_bytes(plan):
     if r.returncode != 0:
         raise RuntimeError(r.stderr.strip())
     stage = json.loads(r.stdout)["memory_bytes_by_stage"][0]
-    return stage["total"] - stage["cuda_context"] - stage["fragmentation"]
+    return stage["total"] - stage["cuda_context"] - stage["fragmentation"], stage["total"]
 
 
 def mode(strategy):
@@ -51,6 +62,7 @@ def main(argv):
     verbose = "-v" in argv
     files = [a for a in argv if a != "-v"] or default_runs()
     errors = {}
+    device_errors = []
     seen = set()
     for path in files:
         try:
@@ -65,12 +77,18 @@ def main(argv):
             continue
         seen.add(key)
         measured = doc["measured"]["peak_memory_bytes"]
-        error = predicted_tensor_bytes(plan) / measured - 1
+        tensors, device = predicted_bytes(shipped(plan))
+        error = tensors / measured - 1
         errors.setdefault(mode(plan["strategy"]), []).append(error)
+        used = doc["measured"].get("device_used_bytes", 0)
+        device_error = device / used - 1 if used else None
+        if device_error is not None:
+            device_errors.append(device_error)
         if verbose:
             name = os.path.relpath(path, os.path.join(ROOT, "bench", "gpu-runs"))
+            shown = "-" if device_error is None else f"{100 * device_error:+6.1f} %"
             print(f"{name:60s} {mode(plan['strategy']):18s} {measured / 2**20:8.0f} MiB "
-                  f"{100 * error:+6.1f} %")
+                  f"{100 * error:+6.1f} %  device {shown}")
     every = [e for v in errors.values() for e in v]
     if not every:
         print("no roofline runs among the files", file=sys.stderr)
@@ -81,6 +99,10 @@ def main(argv):
               f"{100 * statistics.median(v):+5.1f} %")
     print(f"{'all':18s} {len(every):3d} plans: median |error| "
           f"{100 * statistics.median(abs(e) for e in every):4.1f} %")
+    if device_errors:
+        print(f"{'device memory':18s} {len(device_errors):3d} plans: median |error| "
+              f"{100 * statistics.median(abs(e) for e in device_errors):4.1f} %, signed median "
+              f"{100 * statistics.median(device_errors):+5.1f} %")
     return 0
 
 

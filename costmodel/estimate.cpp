@@ -672,8 +672,7 @@ MemoryBreakdown CostModel::stage_memory_from(double backward_temporary, const Jo
   mem.gradient_bytes = runtime.states.gradient_bytes;
   mem.optimizer_bytes = runtime.states.optimizer_bytes;
   mem.buffer_bytes = runtime.buffer_bytes;
-  const ProcessMemory process =
-      process_memory(cluster_.device, s, mem.activation_bytes + mem.buffer_bytes);
+  const ProcessMemory process = process_memory(cluster_.device, s, mem.buffer_bytes);
   mem.cuda_context_bytes = process.cuda_context_bytes;
   mem.workspace_bytes = process.workspace_bytes;
   mem.nccl_buffer_bytes = process.nccl_buffer_bytes;

@@ -12,8 +12,12 @@
 //   nccl_buffers    per communicator the rank joins: channels x peers x the buffers of NCCL's three
 //                   protocols (Simple: NCCL_BUFFSIZE 4 MiB; LL128 4.6875 MiB; LL 512 KiB)
 //   fragmentation   the caching allocator's reserved-but-unallocated memory, a fraction of the
-//                   step's transient bytes (activations and working buffers): the device's
-//                   `fragmentation` (a calibrated cluster's), else kFragmentationFraction
+//                   step's working buffers: the device's `fragmentation` (a calibrated
+//                   cluster's), else kFragmentationFraction. Not of the kept activations: each
+//                   step allocates them again at the same sizes in the same order, and the
+//                   allocator hands back the blocks they freed (128 one-GPU runs on H100s and
+//                   H200s: the device's used memory less the allocator's peak grew by 0.006
+//                   of the activations and 0.19 of the working buffers, bench/RESULTS.md)
 //
 // All zero on CPU devices: Loom's CPU ranks run without any of these, and the CPU validation
 // measures the allocator's own peak.
@@ -48,7 +52,7 @@ inline constexpr double kFragmentationFraction = 0.1;
 double nccl_connection_count(const Strategy& strategy);
 
 // The process lines of a rank of `strategy` on `device` whose step holds `transient_bytes` of
-// activations and working buffers at its peak; all zero on CPU devices.
+// working buffers at its peak; all zero on CPU devices.
 ProcessMemory process_memory(const profiles::DeviceSpec& device, const Strategy& strategy,
                              double transient_bytes);
 

@@ -58,6 +58,9 @@ Field field(Cluster& c, const std::string& name) {
   if (name == "device.fragmentation") {
     return {nullptr, &c.device.fragmentation, costmodel::kFragmentationFraction};
   }
+  if (name == "device.cuda_context_mib") {
+    return {nullptr, &c.device.cuda_context_mib, costmodel::kCudaContextBytes / (1 << 20)};
+  }
   if (name == "device.host_launch_us") {
     return {nullptr, &c.device.host_launch_us, d.gpu_host_launch_s * 1e6};
   }
@@ -130,6 +133,7 @@ std::vector<ParameterSpec> free_parameters(const Cluster& cluster) {
   if (gpu) {
     add("device.attention_efficiency", 0.01, 1, 0);
     add("device.fragmentation", 0, 1, 0.01);
+    add("device.cuda_context_mib", 0, 16384, 16);
     add("device.host_launch_us", 0, 1000, 1);
     add("device.host_pass_us", 0, 100000, 100);
     add("device.host_serial_fraction", 0, 1, 0.05);

@@ -187,6 +187,8 @@ Cluster datasheet_cluster(const Cluster& cluster) {
       c.device.attention_efficiency = p.start;
     } else if (n == "device.fragmentation") {
       c.device.fragmentation = p.start;
+    } else if (n == "device.cuda_context_mib") {
+      c.device.cuda_context_mib = p.start;
     } else if (n == "device.host_launch_us") {
       c.device.host_launch_us = p.start;
     } else if (n == "device.host_pass_us") {

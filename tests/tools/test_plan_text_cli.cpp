@@ -87,7 +87,7 @@ TEST_CASE("loom plan says what it planned: head, precision, idle share, layers, 
       "recompute=none attention=math",
       "", "step time                376.945 ms", "samples/s                84.9",
       "tokens/s                 43465", "model TFLOP/s per GPU    12.31  (MFU 11.0 %)",
-      "hw TFLOP/s per GPU       12.31", "peak memory              17.07 GiB of 32.00 GiB",
+      "hw TFLOP/s per GPU       12.31", "peak memory              15.75 GiB of 32.00 GiB",
       // Half of the two GPUs' time is idle: stage 0 holds only the embedding.
       "devices idle             50.6 % of the step (waiting on other stages or on communication)",
       "pipeline bubble          0.2 % added to m x the slowest stage's time (Megatron's (p-1)/m "
@@ -104,13 +104,13 @@ TEST_CASE("loom plan says what it planned: head, precision, idle share, layers, 
       // unfused attention's dQ, dK, dV and its scores' fp32 gradient, 6 sbh + 4 as^2b = 0.45 GiB.
       // The process column is what each GPU process holds beyond the allocator's tensors: the
       // CUDA context (0.50 GiB), NCCL's buffers for the pipeline pair (1 peer x 8 channels x
-      // 9.19 MiB = 0.072) and a tenth of the activations and buffers as the allocator's
-      // fragmentation: stage 0 0.57 + 0.009 = 0.58, stage 1 0.57 + 1.38 = 1.95. The step is
-      // 41 us longer than the bare transfers: NCCL's launch cost on the pipeline send
-      // (collective_launch_us).
-      "0      0.09 GiB    0.09 GiB    0.18 GiB    0.06 GiB    0.05 GiB    0.58 GiB    1.04 GiB    "
+      // 9.19 MiB = 0.072) and a tenth of the working buffers (less the workspaces) as the
+      // allocator's fragmentation: stage 0 0.572 + 0.003 = 0.57, stage 1 0.572 + 0.060 = 0.63.
+      // The step is 41 us longer than the bare transfers: NCCL's launch cost on the pipeline
+      // send (collective_launch_us).
+      "0      0.09 GiB    0.09 GiB    0.18 GiB    0.06 GiB    0.05 GiB    0.57 GiB    1.03 GiB    "
       "emb",
-      "1      0.32 GiB    0.32 GiB    0.64 GiB    13.22 GiB   0.62 GiB    1.95 GiB    17.07 GiB   "
+      "1      0.32 GiB    0.32 GiB    0.64 GiB    13.22 GiB   0.62 GiB    0.63 GiB    15.75 GiB   "
       "1-12 + "
       "head",
       "(emb = embedding, 0 in --stages; 1-12 = transformer layers; head = classifier, 13 in "
