@@ -226,23 +226,41 @@ double hardware_flops_per_step(const ModelSpec& m, std::int64_t batch, std::int6
   return flops;
 }
 
+namespace {
+
+// An activation shape's sizes as doubles, per tensor-parallel degree t.
+struct Sizes {
+  double s, b, h, a, f, e, t, sbh;
+  double kv;        // keys and values are kv / a as wide as the queries (grouped-query attention)
+  double outside;   // tensors outside the tp regions: replicated unless sequence parallel
+  double residual;  // the residual stream's element bytes: fp32 under autocast
+};
+
+Sizes sizes_of(const ActivationShape& x, int tp, bool sequence_parallel) {
+  Sizes z{};
+  z.s = static_cast<double>(x.seq_len);
+  z.b = static_cast<double>(x.micro_batch);
+  z.h = static_cast<double>(x.hidden);
+  z.a = static_cast<double>(x.heads);
+  z.f = static_cast<double>(x.ffn_hidden);
+  z.e = x.element_bytes;
+  z.t = tp;
+  z.sbh = z.s * z.b * z.h;
+  z.kv = x.kv_heads > 0 ? static_cast<double>(x.kv_heads) / z.a : 1.0;
+  z.outside = sequence_parallel ? 1 / z.t : 1;
+  z.residual = x.autocast ? 4 : z.e;
+  return z;
+}
+
+}  // namespace
+
 double transformer_layer_activation_bytes(const ActivationShape& x, int tp, bool sequence_parallel,
                                           Recompute recompute, bool attention_scores) {
-  const double s = static_cast<double>(x.seq_len);
-  const double b = static_cast<double>(x.micro_batch);
-  const double h = static_cast<double>(x.hidden);
-  const double a = static_cast<double>(x.heads);
-  const double f = static_cast<double>(x.ffn_hidden);
-  const double e = x.element_bytes;
-  const double t = tp;
-  const double sbh = s * b * h;
-  // Keys and values are kv / a as wide as the queries with grouped-query attention.
-  const double kv = x.kv_heads > 0 ? static_cast<double>(x.kv_heads) / a : 1.0;
-  // Tensors outside the tensor-parallel regions are replicated on every tp rank unless sequence
-  // parallelism splits them along the sequence.
-  const double outside = sequence_parallel ? 1 / t : 1;
-  // Under autocast the residual stream (a layer's input and LayerNorms' inputs) stays fp32.
-  const double residual = x.autocast ? 4 : e;
+  const Sizes z = sizes_of(x, tp, sequence_parallel);
+  const double s = z.s, b = z.b, h = z.h, a = z.a, f = z.f, e = z.e, t = z.t, sbh = z.sbh;
+  const double kv = z.kv;
+  const double outside = z.outside;
+  const double residual = z.residual;
   if (recompute == Recompute::kFull) return residual * sbh * outside;  // only the layer's input
   if (recompute == Recompute::kSelective && x.selective == SelectivePolicy::kOperators) {
     // The layer's input, the outputs of the 1st, 3rd, ... products (column-parallel ones are
@@ -276,20 +294,12 @@ double transformer_layer_activation_bytes(const ActivationShape& x, int tp, bool
 
 double layer_backward_temporary_bytes(const ActivationShape& x, int tp, bool sequence_parallel,
                                       Recompute recompute, bool attention_scores) {
-  const double s = static_cast<double>(x.seq_len);
-  const double b = static_cast<double>(x.micro_batch);
-  const double h = static_cast<double>(x.hidden);
-  const double a = static_cast<double>(x.heads);
-  const double e = x.element_bytes;
-  const double t = tp;
-  const double sbh = s * b * h;
-  const double kv = x.kv_heads > 0 ? static_cast<double>(x.kv_heads) / a : 1.0;
-  const double qkv_gradients = e * (1 + 2 * kv) * sbh / t;
-  double bytes = attention_scores ? qkv_gradients + (x.autocast ? 4 : e) * a * s * s * b / t
-                                  : qkv_gradients + (e + 4) * sbh / t;
-  if (recompute == Recompute::kFull) {
-    bytes += 2 * (x.autocast ? 4 : e) * sbh * (sequence_parallel ? 1 / t : 1);
-  }
+  const Sizes z = sizes_of(x, tp, sequence_parallel);
+  const double qkv_gradients = z.e * (1 + 2 * z.kv) * z.sbh / z.t;
+  double bytes = attention_scores
+                     ? qkv_gradients + (x.autocast ? 4 : z.e) * z.a * z.s * z.s * z.b / z.t
+                     : qkv_gradients + (z.e + 4) * z.sbh / z.t;
+  if (recompute == Recompute::kFull) bytes += 2 * z.residual * z.sbh * z.outside;
   return bytes;
 }
 
