@@ -306,7 +306,7 @@ struct EntryCalibrations {
 };
 
 // Replaces the roofline times and formula activations of every entry kind by what the
-// calibration answers (calibrate()), and scales the recomputation working set alike.
+// calibration answers (calibrate()), and scales a layer's backward temporaries alike.
 EntryCalibrations calibrate_entries(const TermsInput& in, const DeviceRates& core_rates, Terms& t,
                                     EntryActivations& act) {
   const profiles::ModelSpec& m = in.m;

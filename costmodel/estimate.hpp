@@ -34,7 +34,7 @@ struct MemoryBreakdown {
   double optimizer_bytes = 0;
   double activation_bytes = 0;
   // Working memory at the step's peak beyond kept activations: gradient buckets, ZeRO-3 gathers,
-  // the recomputation working set, or the optimizer step's temporaries when those are larger.
+  // one layer's backward temporaries, or the optimizer step's temporaries when those are larger.
   double buffer_bytes = 0;
   // What the process holds beyond its tensors on a GPU (process_memory.hpp; 0 on CPUs): JSON
   // "cuda_context", "workspaces", "nccl_buffers", "fragmentation".

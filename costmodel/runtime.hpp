@@ -64,7 +64,7 @@ struct RankMemoryInput {
 struct RuntimeMemory {
   ModelStateBytes states;
   // Working memory at the step's peak beyond kept activations: gradient buckets, gathered
-  // parameters, the recomputation working set, the optimizer step's temporaries.
+  // parameters, one layer's backward temporaries, the optimizer step's temporaries.
   double buffer_bytes = 0;
 };
 

@@ -55,7 +55,7 @@ RuntimeMemory megatron_memory(const Job& job, const Strategy& s, const RankMemor
   out.states.optimizer_bytes = in.num_parameters * b.optimizer / (s.zero >= 1 ? s.dp : 1);
   // Gradient buckets are views of the contiguous main-grad buffer and the parameter all-gather
   // writes into the contiguous parameter buffer: no copies. The fused multi-tensor Adam needs no
-  // shard-sized temporary. What remains: the recomputed layer's working set, and the word
+  // shard-sized temporary. What remains: one layer's backward temporaries, and the word
   // embedding's dense gradient in the weights' dtype before it is added to the main grad.
   const double recompute = in.backward_working_bytes();
   double embedding_grad_extra = 0;
