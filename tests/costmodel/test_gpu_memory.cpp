@@ -64,7 +64,7 @@ TEST_CASE("a layer's backward temporaries on a GPU, in closed form", "[memory][g
   CHECK(layer_backward_temporary_bytes(a, 2, true, Recompute::kFull, false) == 6 * sbh + 4 * sbh);
 }
 
-TEST_CASE("no temporaries are charged on CPUs, where the profile measures them small",
+TEST_CASE("no temporaries are charged on CPUs, whose validated plans fit without them",
           "[memory][gpu]") {
   const profiles::ModelSpec m = profiles::load_model("tiny-bert");
   const Job job{8, 128, Precision::kFp32, "adamw"};
