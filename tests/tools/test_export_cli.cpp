@@ -20,8 +20,6 @@ using loom::test::CliSandbox;
 
 namespace {
 
-std::string port(int offset) { return std::to_string(23000 + (::getpid() * 17 + offset) % 17000); }
-
 // The tiny model of these tests: its vocabulary (100) holds the synthetic one (63 tokens).
 constexpr const char* kModelJson = R"({
   "format": "loom-model/1", "name": "micro-bert", "family": "encoder", "model_type": "bert",
@@ -39,11 +37,11 @@ void write_plans(const CliSandbox& box) {
     cluster["devices_per_node"] = devices;
     box.write("cluster-" + std::to_string(devices) + ".json", cluster.dump(2));
     const std::string n = std::to_string(devices);
-    const CliResult r =
-        box.loom("plan --model model.json --cluster cluster-" + n + ".json --dp " + n +
-                 " --global-batch 8 --seq-len 32 --precision fp32 --micro-batch "
-                 "4 -o plan" +
-                 n + ".json");
+    std::string args = "plan --model model.json --cluster cluster-" + n;
+    args += ".json --dp " + n;
+    args += " --global-batch 8 --seq-len 32 --precision fp32 --micro-batch 4 -o plan" + n;
+    args += ".json";
+    const CliResult r = box.loom(args);
     INFO("loom plan: " << r.err);
     REQUIRE(r.exit_code == 0);
   }
@@ -71,7 +69,7 @@ TEST_CASE("loom train --output and loom export write the same Hugging Face folde
   INFO("one rank: " << one.err);
   REQUIRE(one.exit_code == 0);
   const CliResult two =
-      box.loom("launch --nproc 2 --master-port " + port(1) +
+      box.loom("launch --nproc 2 --master-port " + loom::test::free_port() +
                " -- loom train plan2.json --checkpoint ck2 --output out2" + kTrain);
   INFO("dp2: " << two.err);
   REQUIRE(two.exit_code == 0);

@@ -26,8 +26,6 @@ using nlohmann::json;
 
 namespace {
 
-std::string port(int offset) { return std::to_string(23000 + (::getpid() * 13 + offset) % 17000); }
-
 const std::string kPlan =
     "plan --model tiny-bert --cluster local-cpu --global-batch 8 --seq-len 16 --precision fp32 "
     "--micro-batch 4";
@@ -59,7 +57,8 @@ TEST_CASE("a rank killed mid-step makes its peer fail within 60 s naming it",
   REQUIRE(box.loom(kPlan + " --dp 2 --zero 0 -o plan.json").exit_code == 0);
   // Two ranks started by hand (no launcher to stop them): rank 1 dies in step 3. No log lines:
   // rank 0's error is all its stderr holds.
-  const std::string env = "WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=" + port(1);
+  const std::string env =
+      "WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=" + loom::test::free_port();
   const auto start = std::chrono::steady_clock::now();
   const int code =
       shell(box, "(" + env + " RANK=1 LOOM_FAULT=kill-in-step:3 $LOOM train plan.json" + kTrain +
@@ -77,8 +76,8 @@ TEST_CASE("a rank killed mid-step makes its peer fail within 60 s naming it",
 
   // Under loom launch, the launcher names the rank that failed first.
   const CliResult r =
-      box.loom("launch --nproc 2 --master-port " + port(2) + " -- loom train plan.json" + kTrain +
-                   " --steps 50 --comm-timeout 10",
+      box.loom("launch --nproc 2 --master-port " + loom::test::free_port() +
+                   " -- loom train plan.json" + kTrain + " --steps 50 --comm-timeout 10",
                "LOOM_FAULT=kill-in-step:3@1");
   CHECK(r.exit_code == 1);
   CHECK_THAT(r.err, Contains("rank 1 was killed by signal 9 (the first to fail)"));
@@ -151,11 +150,13 @@ TEST_CASE("SIGTERM during the final evaluation abandons it, on one rank and on t
       " >out.txt 2>err.txt & pid=$!; "
       "for i in $(seq 1200); do [ -s m.jsonl ] && break; sleep 0.05; done; "
       "kill -TERM $pid; wait $pid; echo $? >code.txt";
-  for (const std::string& run :
-       {"$LOOM train one.json" + train,
-        "$LOOM launch --nproc 2 --master-port " + port(7) + " -- loom train two.json" + train}) {
+  for (const std::string& run : {"$LOOM train one.json" + train,
+                                 "$LOOM launch --nproc 2 --master-port " + loom::test::free_port() +
+                                     " -- loom train two.json" + train}) {
     INFO(run);
-    REQUIRE(shell(box, "rm -f m.jsonl; " + run + signal_at_eval) == 0);
+    std::string script = "rm -f m.jsonl; " + run;
+    script += signal_at_eval;
+    REQUIRE(shell(box, script) == 0);
     const std::string err = box.read("err.txt");
     INFO(err);
     // Without the abandon: exit 0 after the whole evaluation, and an "eval" line.
@@ -216,8 +217,8 @@ TEST_CASE("a 4-rank checkpoint resumes in a 4-rank run with the uninterrupted lo
   REQUIRE(box.loom(plan4 + " --dp 2 --pp 2 --tp 1 --zero 1 --schedule 1f1b --micro-batch 2 "
                            "-o plan.json")
               .exit_code == 0);
-  const std::string train =
-      "launch --nproc 4 --master-port " + port(3) + " -- loom train plan.json" + kTrain;
+  const std::string train = "launch --nproc 4 --master-port " + loom::test::free_port() +
+                            " -- loom train plan.json" + kTrain;
   const CliResult straight = box.loom(train + " --steps 6 --json");
   INFO(straight.err);
   REQUIRE(straight.exit_code == 0);
@@ -234,17 +235,17 @@ TEST_CASE("a 4-rank checkpoint resumes in a 4-rank run with the uninterrupted lo
   REQUIRE(expected.size() == 6);
 
   // Checkpoints every 3 steps; rank 2 dies in step 5, so step 3's is the last one written.
-  const CliResult killed =
-      box.loom("launch --nproc 4 --master-port " + port(4) + " -- loom train plan.json" + kTrain +
-                   " --steps 6 --checkpoint ck --checkpoint-every 3 --comm-timeout 60",
-               "LOOM_FAULT=kill-in-step:5@2");
+  const CliResult killed = box.loom(
+      "launch --nproc 4 --master-port " + loom::test::free_port() + " -- loom train plan.json" +
+          kTrain + " --steps 6 --checkpoint ck --checkpoint-every 3 --comm-timeout 60",
+      "LOOM_FAULT=kill-in-step:5@2");
   CHECK(killed.exit_code == 1);
   CHECK(fs::exists(box.work() / "ck" / "step-00000003" / "rank-3.pt"));
   CHECK_FALSE(fs::exists(box.work() / "ck" / "step-00000006"));
 
   const CliResult resumed =
-      box.loom("launch --nproc 4 --master-port " + port(5) + " -- loom train plan.json" + kTrain +
-               " --steps 6 --checkpoint ck --resume --json");
+      box.loom("launch --nproc 4 --master-port " + loom::test::free_port() +
+               " -- loom train plan.json" + kTrain + " --steps 6 --checkpoint ck --resume --json");
   INFO(resumed.err);
   REQUIRE(resumed.exit_code == 0);
   const json summary = summary_of(resumed.out);
@@ -262,8 +263,8 @@ TEST_CASE("a 4-rank checkpoint resumes in a 4-rank run with the uninterrupted lo
       0);
   fs::remove_all(box.work() / "ck" / "step-00000006");
   const CliResult other =
-      box.loom("launch --nproc 4 --master-port " + port(6) + " -- loom train other.json" + kTrain +
-               " --steps 6 --checkpoint ck --resume --json");
+      box.loom("launch --nproc 4 --master-port " + loom::test::free_port() +
+               " -- loom train other.json" + kTrain + " --steps 6 --checkpoint ck --resume --json");
   INFO(other.err);
   REQUIRE(other.exit_code == 0);
   const json resharded = summary_of(other.out);

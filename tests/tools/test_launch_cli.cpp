@@ -15,6 +15,8 @@
 #include <string>
 #include <vector>
 
+#include "tests/tools/cli_sandbox.hpp"
+
 namespace fs = std::filesystem;
 using Catch::Contains;
 using Catch::StartsWith;
@@ -67,8 +69,6 @@ class Folder {
 };
 
 // A port per test run so that parallel ctest runs do not collide.
-std::string port(int offset) { return std::to_string(20000 + (::getpid() * 7 + offset) % 20000); }
-
 const std::string kPlanDp2 =
     "plan --model tiny-bert --cluster local-cpu --global-batch 8 --seq-len 32 --dp 2 --tp 1 "
     "--pp 1 --zero 0 --micro-batch 2 --precision fp32 -o PLAN.json";
@@ -78,7 +78,7 @@ const std::string kPlanDp2 =
 TEST_CASE("loom launch runs a dp=2 plan as two processes", "[tools][launch]") {
   Folder f;
   REQUIRE(f.loom(kPlanDp2).exit_code == 0);
-  const Result r = f.loom("launch --nproc 2 --master-port " + port(1) +
+  const Result r = f.loom("launch --nproc 2 --master-port " + loom::test::free_port() +
                           " -- loom train PLAN.json --data synthetic:80 --steps 3 --dropout 0 "
                           "--comm-timeout 60 --metrics 'm.{rank}.jsonl' --json");
   INFO("stdout: " << r.out);
@@ -122,7 +122,7 @@ TEST_CASE("loom launch stops every rank when one fails and names it", "[tools][l
   Folder f;
   REQUIRE(f.loom(kPlanDp2).exit_code == 0);
   // Three ranks for a plan of two: every rank refuses (exit 2); launch reports the first.
-  const Result r = f.loom("launch --nproc 3 --master-port " + port(2) +
+  const Result r = f.loom("launch --nproc 3 --master-port " + loom::test::free_port() +
                           " -- loom train PLAN.json --data synthetic:80 --steps 1");
   INFO("stderr: " << r.err);
   CHECK(r.exit_code == 1);
@@ -181,14 +181,14 @@ TEST_CASE("two loom launch nodes train a plan as one launch of the same world do
   const std::string train =
       " -- loom train PLAN.json --data synthetic:80 --steps 3 --dropout 0 --comm-timeout 60 "
       "--log-every 0 --json";
-  const Result single = f.loom("launch --nproc 2 --master-port " + port(3) + train);
+  const Result single = f.loom("launch --nproc 2 --master-port " + loom::test::free_port() + train);
   INFO("one launch: " << single.err);
   REQUIRE(single.exit_code == 0);
 
   // Nodes 0 and 1 of a 2 x 1 job on this machine, started side by side.
   const std::string loom = "'" + std::string(LOOM_BINARY) + "'";
   const std::string nodes = "launch --nnodes 2 --nproc 1 --master-addr 127.0.0.1 --master-port " +
-                            port(4) + " --node-rank ";
+                            loom::test::free_port() + " --node-rank ";
   const std::string script = "cd '" + f.path().string() + "' && { " + loom + " " + nodes + "1" +
                              train + " >n1.out 2>n1.err & node1=$!; " + loom + " " + nodes + "0" +
                              train + " >n0.out 2>n0.err; code=$?; wait $node1 && exit $code; }";

@@ -15,6 +15,8 @@
 #include <string>
 #include <vector>
 
+#include "tests/tools/cli_sandbox.hpp"
+
 namespace fs = std::filesystem;
 using Catch::Contains;
 
@@ -65,8 +67,6 @@ class Folder {
   fs::path dir_;
 };
 
-std::string port(int offset) { return std::to_string(20000 + (::getpid() * 11 + offset) % 20000); }
-
 std::string plan_args(int dp, const std::string& out) {
   return "plan --model tiny-bert --cluster local-cpu --global-batch 8 --seq-len 32 --dp " +
          std::to_string(dp) + " --tp 1 --pp 1 --zero 0 --micro-batch 2 --precision fp32 -o " + out;
@@ -83,7 +83,7 @@ TEST_CASE("loom train --resume takes a dp2 launch's checkpoint into a one-rank p
   REQUIRE(f.loom(plan_args(1, "P1.json")).exit_code == 0);
   // Steps 1-2 of a 4-step run (its learning-rate schedule): the step-4 checkpoint removed.
   const Result first =
-      f.loom("launch --nproc 2 --master-port " + port(1) +
+      f.loom("launch --nproc 2 --master-port " + loom::test::free_port() +
              " -- loom train P2.json --steps 4 --checkpoint-every 2 --comm-timeout 60" + kTrain);
   INFO("launch stderr: " << first.err);
   REQUIRE(first.exit_code == 0);

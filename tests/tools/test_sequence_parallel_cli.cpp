@@ -34,18 +34,15 @@ void variant(const Folder& f, const std::string& name, const std::string& key,
   f.write(name, plan.dump(2));
 }
 
-// A port per test run so that parallel ctest runs do not collide.
-std::string port(int offset) { return std::to_string(20000 + (::getpid() * 11 + offset) % 20000); }
-
 const std::string kPlanTp2 =
     "plan --model tiny-bert --cluster local-cpu --global-batch 4 --seq-len 32 --dp 1 --tp 2 "
     "--pp 1 --zero 0 --micro-batch 2 --precision fp32 -o PLAN.json";
 
 // The losses rank 0 reports for `plan` trained by two processes.
-std::vector<double> launched_losses(const Folder& f, const std::string& plan, int port_offset) {
+std::vector<double> launched_losses(const Folder& f, const std::string& plan) {
   const CliResult r =
-      run(f, "launch --nproc 2 --master-port " + port(port_offset) + " -- loom train " + plan +
-                 " --data synthetic:40 --steps 3 --dropout 0.1 --comm-timeout 60 --json");
+      run(f, "launch --nproc 2 --master-port " + loom::test::free_port() + " -- loom train " +
+                 plan + " --data synthetic:40 --steps 3 --dropout 0.1 --comm-timeout 60 --json");
   INFO("stdout: " << r.out);
   INFO("stderr: " << r.err);
   REQUIRE(r.exit_code == 0);
@@ -64,8 +61,8 @@ TEST_CASE("loom launch trains a tp2 + sp plan to the tp2 plan's losses, dropout 
   const Folder f("test-sp");
   REQUIRE(run(f, kPlanTp2).exit_code == 0);
   variant(f, "PLAN-SP.json", "sequence_parallel", true);
-  const std::vector<double> plain = launched_losses(f, "PLAN.json", 3);
-  const std::vector<double> sp = launched_losses(f, "PLAN-SP.json", 4);
+  const std::vector<double> plain = launched_losses(f, "PLAN.json");
+  const std::vector<double> sp = launched_losses(f, "PLAN-SP.json");
   REQUIRE(plain.size() == 3);
   REQUIRE(sp.size() == 3);
   for (std::size_t i = 0; i < 3; ++i) {
