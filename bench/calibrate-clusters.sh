@@ -81,16 +81,20 @@ own_runs() {
   echo
 }
 # Every `loom validate` document of the GPU but the tf32 flash runs (kernels.json and gaps.json
-# are kernel timings, not runs).
+# are kernel timings, not runs). The first H100 machine's runs (h100/) stay out: they predate the
+# executor's fused AdamW, and that machine ran the same plans up to 1.8 times slower than the
+# three H100 machines since (BERT-base at micro-batch 64: 46.8 ms against 26.6 and 29.7). The
+# H100 runs kept out as a check (h100-check/) are predicted within 2.0 % by this fit, 3.0 % with
+# them in.
 runs_of() {
   local f
   for f in "$@"; do
     case "$f" in *flash-tf32* | */kernels.json | */gaps.json) ;; *) echo "$f" ;; esac
   done
 }
-mapfile -t H100_RUNS < <(runs_of "$RUNS_DIR"/h100/*.json "$RUNS_DIR"/h100-precision/*.json \
+mapfile -t H100_RUNS < <(runs_of "$RUNS_DIR"/h100-precision/*.json \
   "$RUNS_DIR"/h100-fused/bert*.json "$RUNS_DIR"/h100-fused/roberta*.json \
-  "$RUNS_DIR"/h100-fused/tiny*.json)
+  "$RUNS_DIR"/h100-fused/tiny*.json "$RUNS_DIR"/h100-recompute/*.json)
 mapfile -t H200_RUNS < <(runs_of "$RUNS_DIR"/h200/*.json "$RUNS_DIR"/h200-autocast/*.json \
   "$RUNS_DIR"/h200-precision/*.json "$RUNS_DIR"/h200-recompute/*.json \
   "$RUNS_DIR"/h100-fused/h200-*.json)

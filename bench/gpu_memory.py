@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The allocator peaks of the stored GPU runs against this build's prediction.
+"""The allocator peaks and step times of the stored GPU runs against this build's prediction.
 
 Usage: bench/gpu_memory.py [-v] [RUN.json ...]     (BUILD=build-foo to use another build's loom)
 
@@ -8,9 +8,10 @@ roofline, i.e. without a profile, except h200/, whose executor predates the one-
 input) is predicted again by `loom simulate` from the plan it ran, on the shipped cluster file of
 the plan's cluster name where there is one (profiles/clusters/: its fitted process memory).
 The tensors the plan predicts (the prediction less the CUDA context and the allocator's
-fragmentation) are compared with the caching allocator's measured peak, and the whole prediction
-with the device's used memory. Runs of the same plan on several machines count once. Prints the
-median |error| per recomputation mode and overall; -v one line per run. Needs no GPU.
+fragmentation) are compared with the caching allocator's measured peak, the whole prediction
+with the device's used memory, and the predicted step time with the measured one. Runs of the
+same plan on several machines count once. Prints the median |error| per recomputation mode and
+overall; -v one line per run. Needs no GPU.
 """
 import glob
 import json
@@ -37,8 +38,8 @@ def shipped(plan):
     return plan
 
 
-def predicted_bytes(plan):
-    """(tensors, device) predicted for the plan's first stage."""
+def predicted(plan):
+    """(tensors, device) predicted for the plan's first stage, and the step time."""
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
         json.dump(plan, f)
         path = f.name
@@ -48,8 +49,10 @@ def predicted_bytes(plan):
         os.unlink(path)
     if r.returncode != 0:
         raise RuntimeError(r.stderr.strip())
-    stage = json.loads(r.stdout)["memory_bytes_by_stage"][0]
-    return stage["total"] - stage["cuda_context"] - stage["fragmentation"], stage["total"]
+    prediction = json.loads(r.stdout)
+    stage = prediction["memory_bytes_by_stage"][0]
+    tensors = stage["total"] - stage["cuda_context"] - stage["fragmentation"]
+    return tensors, stage["total"], prediction["step_time_s"]
 
 
 def mode(strategy):
@@ -63,6 +66,7 @@ def main(argv):
     files = [a for a in argv if a != "-v"] or default_runs()
     errors = {}
     device_errors = []
+    step_errors = []
     seen = set()
     for path in files:
         try:
@@ -77,8 +81,10 @@ def main(argv):
             continue
         seen.add(key)
         measured = doc["measured"]["peak_memory_bytes"]
-        tensors, device = predicted_bytes(shipped(plan))
+        tensors, device, step_s = predicted(shipped(plan))
         error = tensors / measured - 1
+        step_error = step_s / doc["measured"]["step_time_s"] - 1
+        step_errors.append(step_error)
         errors.setdefault(mode(plan["strategy"]), []).append(error)
         used = doc["measured"].get("device_used_bytes", 0)
         device_error = device / used - 1 if used else None
@@ -88,7 +94,7 @@ def main(argv):
             name = os.path.relpath(path, os.path.join(ROOT, "bench", "gpu-runs"))
             shown = "-" if device_error is None else f"{100 * device_error:+6.1f} %"
             print(f"{name:60s} {mode(plan['strategy']):18s} {measured / 2**20:8.0f} MiB "
-                  f"{100 * error:+6.1f} %  device {shown}")
+                  f"{100 * error:+6.1f} %  device {shown}  step {100 * step_error:+6.1f} %")
     every = [e for v in errors.values() for e in v]
     if not every:
         print("no roofline runs among the files", file=sys.stderr)
@@ -103,6 +109,9 @@ def main(argv):
         print(f"{'device memory':18s} {len(device_errors):3d} plans: median |error| "
               f"{100 * statistics.median(abs(e) for e in device_errors):4.1f} %, signed median "
               f"{100 * statistics.median(device_errors):+5.1f} %")
+    print(f"{'step time':18s} {len(step_errors):3d} plans: median |error| "
+          f"{100 * statistics.median(abs(e) for e in step_errors):4.1f} %, signed median "
+          f"{100 * statistics.median(step_errors):+5.1f} %")
     return 0
 
 
