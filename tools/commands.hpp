@@ -16,6 +16,7 @@
 #include <string_view>
 
 #include "planner/plan.hpp"
+#include "tools/ports.hpp"
 
 namespace loom::costmodel {
 struct SimulationResult;
@@ -171,10 +172,6 @@ void print_plan(std::ostream& out, const planner::Plan& plan, const PlanTextOpti
 // One line "extrapolated: WHAT WANTED: HOW from FROM" per point of plan.extrapolated (what
 // `loom plan`, `simulate` and `validate` say on stderr when a profile lacks points).
 void print_extrapolated(std::ostream& out, const planner::Plan& plan);
-
-// A TCP port that was free a moment ago (the kernel's choice for port 0), for the rendezvous of
-// the ranks a command launches; 29500 when none can be had.
-int free_port();
 
 // A command's work folder: `keep` when given (kept afterwards), else a fresh folder
 // `prefix`-PID under the system's temporary directory, removed when this goes out of scope.

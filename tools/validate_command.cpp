@@ -6,8 +6,6 @@
 // warm-up (the largest over ranks), the peak memory the largest rank's. The prediction is the
 // simulator's for the plan, calibrated with --profile when given (else with the profile the plan
 // carries, else the roofline).
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -54,23 +52,6 @@ WorkFolder::WorkFolder(const std::string& keep, const std::string& prefix)
 WorkFolder::~WorkFolder() {
   std::error_code ec;
   if (!keep_) std::filesystem::remove_all(path_, ec);
-}
-
-int free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return 29500;
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  address.sin_port = 0;
-  int port = 29500;
-  socklen_t length = sizeof address;
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0 &&
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) == 0) {
-    port = ntohs(address.sin_port);
-  }
-  ::close(fd);
-  return port;
 }
 
 namespace {

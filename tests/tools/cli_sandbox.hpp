@@ -2,17 +2,16 @@
 // binary in it with stdout and stderr captured apart.
 #pragma once
 
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <cstdint>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
+
+#include "tools/ports.hpp"
 
 namespace loom::test {
 
@@ -22,29 +21,8 @@ struct CliResult {
   std::string err;
 };
 
-// A rendezvous port for a test's ranks, as a decimal string: free when probed, and below the
-// kernel's ephemeral range (32768 and up on Linux), which the ranks' own outgoing and Gloo
-// sockets draw from, so none of them can take it before the rendezvous binds it. Test processes
-// that run side by side start probing at points their process ids spread over 10000-31999, and
-// each call in one process probes past the port the previous call returned.
-inline std::string free_port() {
-  constexpr int kFirst = 10000;
-  constexpr int kCount = 22000;
-  static int next = static_cast<int>(::getpid() % 1000) * 22;
-  for (int tries = 0; tries < kCount; ++tries) {
-    const int port = kFirst + (next++ % kCount);
-    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-    if (fd < 0) break;
-    sockaddr_in address{};
-    address.sin_family = AF_INET;
-    address.sin_addr.s_addr = htonl(INADDR_ANY);
-    address.sin_port = htons(static_cast<std::uint16_t>(port));
-    const bool free = ::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0;
-    ::close(fd);
-    if (free) return std::to_string(port);
-  }
-  return std::to_string(kFirst + static_cast<int>(::getpid() % kCount));
-}
+// A rendezvous port for a test's ranks, as a decimal string (tools/ports.hpp).
+inline std::string free_port() { return std::to_string(loom::tools::free_port()); }
 
 inline std::string read_all(const std::filesystem::path& path) {
   std::ifstream in(path, std::ios::binary);

@@ -2,11 +2,14 @@
 // TCPStore on rank 0), prefixes their output, stops everything when one fails, and runs as one
 // node of several (torchrun's --nnodes, --node-rank, --master-addr); `loom slurm` writes an
 // sbatch script and warns when this build cannot run the plan's device.
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <catch2/catch.hpp>
+#include <cstdint>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -74,6 +77,31 @@ const std::string kPlanDp2 =
     "--pp 1 --zero 0 --micro-batch 2 --precision fp32 -o PLAN.json";
 
 }  // namespace
+
+TEST_CASE("free_port gives a port below the ephemeral range that a server can bind",
+          "[tools][launch]") {
+  int first = 32768;
+  int last = 60999;
+  std::ifstream("/proc/sys/net/ipv4/ip_local_port_range") >> first >> last;
+  REQUIRE(first > 11000);  // room below the range, as on every Linux default
+  const int port = loom::tools::free_port();
+  CHECK(port >= 10000);
+  CHECK(port < first);
+  // A listening socket, as rank 0's TCPStore opens one, binds it.
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  REQUIRE(fd >= 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_ANY);
+  address.sin_port = htons(static_cast<std::uint16_t>(port));
+  const bool bound = ::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0;
+  const bool listening = bound && ::listen(fd, 1) == 0;
+  // While it is held, later calls give other ports.
+  for (int i = 0; i < 20; ++i) CHECK(loom::tools::free_port() != port);
+  ::close(fd);
+  CHECK(bound);
+  CHECK(listening);
+}
 
 TEST_CASE("loom launch runs a dp=2 plan as two processes", "[tools][launch]") {
   Folder f;
@@ -186,7 +214,9 @@ TEST_CASE("two loom launch nodes train a plan as one launch of the same world do
   REQUIRE(single.exit_code == 0);
 
   // Nodes 0 and 1 of a 2 x 1 job on this machine, started side by side.
-  const std::string loom = "'" + std::string(LOOM_BINARY) + "'";
+  std::string loom = "'";
+  loom += LOOM_BINARY;
+  loom += "'";
   const std::string nodes = "launch --nnodes 2 --nproc 1 --master-addr 127.0.0.1 --master-port " +
                             loom::test::free_port() + " --node-rank ";
   const std::string script = "cd '" + f.path().string() + "' && { " + loom + " " + nodes + "1" +
