@@ -23,55 +23,11 @@
 namespace fs = std::filesystem;
 using Catch::Contains;
 using Catch::StartsWith;
+using loom::test::CliResult;
+using loom::test::CliSandbox;
 
 namespace {
 
-struct Result {
-  int exit_code = -1;
-  std::string out;
-  std::string err;
-};
-
-std::string slurp(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream out;
-  out << in.rdbuf();
-  return out.str();
-}
-
-class Folder {
- public:
-  Folder() {
-    static int counter = 0;
-    dir_ = fs::temp_directory_path() /
-           ("loom-test-launch-" + std::to_string(::getpid()) + "-" + std::to_string(counter++));
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  ~Folder() {
-    std::error_code ec;
-    fs::remove_all(dir_, ec);
-  }
-  Folder(const Folder&) = delete;
-  Folder& operator=(const Folder&) = delete;
-  const fs::path& path() const { return dir_; }
-
-  Result loom(const std::string& args) const {
-    const std::string command = "cd '" + dir_.string() + "' && '" + LOOM_BINARY + "' " + args +
-                                " </dev/null >stdout.txt 2>stderr.txt";
-    const int status = std::system(command.c_str());
-    Result r;
-    r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    r.out = slurp(dir_ / "stdout.txt");
-    r.err = slurp(dir_ / "stderr.txt");
-    return r;
-  }
-
- private:
-  fs::path dir_;
-};
-
-// A port per test run so that parallel ctest runs do not collide.
 const std::string kPlanDp2 =
     "plan --model tiny-bert --cluster local-cpu --global-batch 8 --seq-len 32 --dp 2 --tp 1 "
     "--pp 1 --zero 0 --micro-batch 2 --precision fp32 -o PLAN.json";
@@ -104,11 +60,11 @@ TEST_CASE("free_port gives a port below the ephemeral range that a server can bi
 }
 
 TEST_CASE("loom launch runs a dp=2 plan as two processes", "[tools][launch]") {
-  Folder f;
+  const CliSandbox f("launch");
   REQUIRE(f.loom(kPlanDp2).exit_code == 0);
-  const Result r = f.loom("launch --nproc 2 --master-port " + loom::test::free_port() +
-                          " -- loom train PLAN.json --data synthetic:80 --steps 3 --dropout 0 "
-                          "--comm-timeout 60 --metrics 'm.{rank}.jsonl' --json");
+  const CliResult r = f.loom("launch --nproc 2 --master-port " + loom::test::free_port() +
+                             " -- loom train PLAN.json --data synthetic:80 --steps 3 --dropout 0 "
+                             "--comm-timeout 60 --metrics 'm.{rank}.jsonl' --json");
   INFO("stdout: " << r.out);
   INFO("stderr: " << r.err);
   REQUIRE(r.exit_code == 0);
@@ -126,7 +82,7 @@ TEST_CASE("loom launch runs a dp=2 plan as two processes", "[tools][launch]") {
   // Every rank's step lines say where the time went: the phases add up to the step, and the
   // gradient all-reduce is in the gradients' phase.
   for (const char* name : {"m.0.jsonl", "m.1.jsonl"}) {
-    std::ifstream in(f.path() / name);
+    std::ifstream in(f.work() / name);
     int steps = 0;
     for (std::string line; std::getline(in, line);) {
       const nlohmann::json j = nlohmann::json::parse(line);
@@ -147,11 +103,11 @@ TEST_CASE("loom launch runs a dp=2 plan as two processes", "[tools][launch]") {
 }
 
 TEST_CASE("loom launch stops every rank when one fails and names it", "[tools][launch]") {
-  Folder f;
+  const CliSandbox f("launch");
   REQUIRE(f.loom(kPlanDp2).exit_code == 0);
   // Three ranks for a plan of two: every rank refuses (exit 2); launch reports the first.
-  const Result r = f.loom("launch --nproc 3 --master-port " + loom::test::free_port() +
-                          " -- loom train PLAN.json --data synthetic:80 --steps 1");
+  const CliResult r = f.loom("launch --nproc 3 --master-port " + loom::test::free_port() +
+                             " -- loom train PLAN.json --data synthetic:80 --steps 1");
   INFO("stderr: " << r.err);
   CHECK(r.exit_code == 1);
   CHECK_THAT(r.err, Contains("] loom train: error: "));
@@ -161,13 +117,13 @@ TEST_CASE("loom launch stops every rank when one fails and names it", "[tools][l
 }
 
 TEST_CASE("loom slurm writes an sbatch script for the plan's ranks", "[tools][slurm]") {
-  Folder f;
+  const CliSandbox f("launch");
   REQUIRE(f.loom(kPlanDp2).exit_code == 0);
-  const Result r = f.loom(
+  const CliResult r = f.loom(
       "slurm PLAN.json --partition cpu --time 01:00:00 -o JOB.sh -- --data synthetic --steps 5");
   INFO("stderr: " << r.err);
   REQUIRE(r.exit_code == 0);
-  const std::string script = slurp(f.path() / "JOB.sh");
+  const std::string script = loom::test::read_all(f.work() / "JOB.sh");
   CHECK_THAT(script, Contains("#SBATCH --nodes=1\n"));
   CHECK_THAT(script, Contains("#SBATCH --ntasks=2\n"));
   CHECK_THAT(script, Contains("#SBATCH --partition=cpu\n"));
@@ -179,9 +135,9 @@ TEST_CASE("loom slurm writes an sbatch script for the plan's ranks", "[tools][sl
 
 TEST_CASE("loom launch --nnodes --node-rank --master-addr set torchrun's variables",
           "[tools][launch]") {
-  Folder f;
+  const CliSandbox f("launch");
   // Node 1 of a 2 x 2 job: global ranks 2 and 3.
-  const Result r = f.loom(
+  const CliResult r = f.loom(
       "launch --nnodes 2 --node-rank 1 --nproc 2 --master-addr node0.example --master-port 1234 "
       "-- sh -c 'echo $RANK $WORLD_SIZE $LOCAL_RANK $LOCAL_WORLD_SIZE $MASTER_ADDR $MASTER_PORT'");
   INFO("stderr: " << r.err);
@@ -193,10 +149,10 @@ TEST_CASE("loom launch --nnodes --node-rank --master-addr set torchrun's variabl
   CHECK(lines == std::vector<std::string>{"[rank 2] 2 4 0 2 node0.example 1234",
                                           "[rank 3] 3 4 1 2 node0.example 1234"});
   // The defaults: one node, rank 0, the rendezvous on this machine.
-  const Result one = f.loom("launch --nproc 1 -- sh -c 'echo $RANK $WORLD_SIZE $MASTER_ADDR'");
+  const CliResult one = f.loom("launch --nproc 1 -- sh -c 'echo $RANK $WORLD_SIZE $MASTER_ADDR'");
   CHECK(one.out == "[rank 0] 0 1 127.0.0.1\n");
 
-  const Result bad = f.loom("launch --nnodes 2 --node-rank 2 --nproc 1 -- true");
+  const CliResult bad = f.loom("launch --nnodes 2 --node-rank 2 --nproc 1 -- true");
   CHECK(bad.exit_code == 2);
   CHECK_THAT(bad.err, Contains("loom launch: error: --node-rank") &&
                           Contains("0 to --nnodes - 1 = 1, found 2"));
@@ -204,12 +160,13 @@ TEST_CASE("loom launch --nnodes --node-rank --master-addr set torchrun's variabl
 
 TEST_CASE("two loom launch nodes train a plan as one launch of the same world does",
           "[tools][launch]") {
-  Folder f;
+  const CliSandbox f("launch");
   REQUIRE(f.loom(kPlanDp2).exit_code == 0);
   const std::string train =
       " -- loom train PLAN.json --data synthetic:80 --steps 3 --dropout 0 --comm-timeout 60 "
       "--log-every 0 --json";
-  const Result single = f.loom("launch --nproc 2 --master-port " + loom::test::free_port() + train);
+  const CliResult single =
+      f.loom("launch --nproc 2 --master-port " + loom::test::free_port() + train);
   INFO("one launch: " << single.err);
   REQUIRE(single.exit_code == 0);
 
@@ -219,16 +176,16 @@ TEST_CASE("two loom launch nodes train a plan as one launch of the same world do
   loom += "'";
   const std::string nodes = "launch --nnodes 2 --nproc 1 --master-addr 127.0.0.1 --master-port " +
                             loom::test::free_port() + " --node-rank ";
-  const std::string script = "cd '" + f.path().string() + "' && { " + loom + " " + nodes + "1" +
+  const std::string script = "cd '" + f.work().string() + "' && { " + loom + " " + nodes + "1" +
                              train + " >n1.out 2>n1.err & node1=$!; " + loom + " " + nodes + "0" +
                              train + " >n0.out 2>n0.err; code=$?; wait $node1 && exit $code; }";
   const int status = std::system(script.c_str());
-  INFO("node 0: " << slurp(f.path() / "n0.err"));
-  INFO("node 1: " << slurp(f.path() / "n1.err"));
+  INFO("node 0: " << loom::test::read_all(f.work() / "n0.err"));
+  INFO("node 1: " << loom::test::read_all(f.work() / "n1.err"));
   REQUIRE(WIFEXITED(status));
   REQUIRE(WEXITSTATUS(status) == 0);
   // Rank 0 (node 0) prints the summary; rank 1 (node 1) nothing.
-  CHECK(slurp(f.path() / "n1.out").empty());
+  CHECK(loom::test::read_all(f.work() / "n1.out").empty());
   auto losses = [](const std::string& out) {
     std::string json;
     std::istringstream lines(out);
@@ -240,30 +197,32 @@ TEST_CASE("two loom launch nodes train a plan as one launch of the same world do
   };
   const std::vector<double> expected = losses(single.out);
   REQUIRE(expected.size() == 3);
-  CHECK(losses(slurp(f.path() / "n0.out")) == expected);  // the same ranks, the same sums
+  CHECK(losses(loom::test::read_all(f.work() / "n0.out")) ==
+        expected);  // the same ranks, the same sums
 }
 
 TEST_CASE("loom slurm --cpus-per-task, and a warning when this build cannot run the plan's cuda",
           "[tools][slurm]") {
-  Folder f;
+  const CliSandbox f("launch");
   REQUIRE(f.loom(kPlanDp2).exit_code == 0);
-  Result r = f.loom("slurm PLAN.json --cpus-per-task 8 -o JOB.sh -- --data synthetic --steps 5");
+  CliResult r = f.loom("slurm PLAN.json --cpus-per-task 8 -o JOB.sh -- --data synthetic --steps 5");
   REQUIRE(r.exit_code == 0);
   CHECK(r.err.empty());  // a CPU plan: any build runs it
-  CHECK_THAT(slurp(f.path() / "JOB.sh"), Contains("#SBATCH --cpus-per-task=8\n"));
-  CHECK_FALSE(slurp(f.path() / "JOB.sh").find("--device cuda") != std::string::npos);
+  CHECK_THAT(loom::test::read_all(f.work() / "JOB.sh"), Contains("#SBATCH --cpus-per-task=8\n"));
+  CHECK_FALSE(loom::test::read_all(f.work() / "JOB.sh").find("--device cuda") != std::string::npos);
   CHECK(f.loom("slurm PLAN.json --cpus-per-task 0 -o JOB.sh").exit_code == 2);
 
   REQUIRE(f.loom("plan --model tiny-bert --cluster dgx-a100-80g --global-batch 8 --seq-len 32 "
                  "--dp 1 --tp 1 --pp 1 --micro-batch 8 --precision fp32 -o GPU.json")
               .exit_code == 0);
   // Whether this build trains on cuda, as loom train (LibTorch's side) says it.
-  const Result train = f.loom("train GPU.json --data synthetic:80 --steps 1");
+  const CliResult train = f.loom("train GPU.json --data synthetic:80 --steps 1");
   const bool cpu_build = train.err.find("this one is a CPU build") != std::string::npos;
   r = f.loom("slurm GPU.json -o GPU.sh -- --data synthetic --steps 5");
   INFO("stderr: " << r.err);
   REQUIRE(r.exit_code == 0);  // a warning, not an error
-  CHECK_THAT(slurp(f.path() / "GPU.sh"), Contains("'--steps' '5' --device cuda \"$@\"\n"));
+  CHECK_THAT(loom::test::read_all(f.work() / "GPU.sh"),
+             Contains("'--steps' '5' --device cuda \"$@\"\n"));
   if (cpu_build) {
     CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
     CHECK_THAT(r.err, StartsWith("loom slurm: warning: the plan trains on cuda, but the loom this "
@@ -278,5 +237,5 @@ TEST_CASE("loom slurm --cpus-per-task, and a warning when this build cannot run 
   r = f.loom("slurm GPU.json -o GPU.sh -- --data synthetic --device cpu");
   REQUIRE(r.exit_code == 0);
   CHECK(r.err.empty());
-  CHECK_THAT(slurp(f.path() / "GPU.sh"), Contains("'--device' 'cpu' \"$@\"\n"));
+  CHECK_THAT(loom::test::read_all(f.work() / "GPU.sh"), Contains("'--device' 'cpu' \"$@\"\n"));
 }
