@@ -20,6 +20,7 @@
 #include "executor/profiler.hpp"
 #include "executor/train.hpp"
 #include "profiles/errors.hpp"
+#include "tests/executor/fixtures.hpp"
 #include "tests/executor/thread_ranks.hpp"
 
 using loom::InputError;
@@ -229,31 +230,6 @@ TEST_CASE("A lost peer ends the others with an error naming it and the operation
 
 namespace {
 
-// Sequences of 12 tokens ([CLS]=2, 5..11 random tokens, padding); label 1 iff token 7 appears.
-std::vector<EncodedExample> synthetic(std::size_t count, std::uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::vector<EncodedExample> out;
-  constexpr std::int64_t kSeq = 12;
-  for (std::size_t i = 0; i < count; ++i) {
-    EncodedExample e;
-    const std::int64_t length = 6 + static_cast<std::int64_t>(rng() % 7);
-    e.label = static_cast<std::int64_t>(i % 2);
-    e.input_ids.assign(kSeq, 0);
-    e.attention_mask.assign(kSeq, 0);
-    e.token_type_ids.assign(kSeq, 0);
-    e.input_ids[0] = 2;
-    for (std::int64_t t = 1; t < length; ++t) {
-      std::int64_t id = 4 + static_cast<std::int64_t>(rng() % 28);
-      while (id == 7) id = 4 + static_cast<std::int64_t>(rng() % 28);
-      e.input_ids[static_cast<std::size_t>(t)] = id;
-    }
-    if (e.label == 1) e.input_ids[static_cast<std::size_t>(1 + rng() % (length - 1))] = 7;
-    for (std::int64_t t = 0; t < length; ++t) e.attention_mask[static_cast<std::size_t>(t)] = 1;
-    out.push_back(std::move(e));
-  }
-  return out;
-}
-
 TrainOptions base_options(std::int64_t layers) {
   TrainOptions o;
   o.model.name = "synthetic";
@@ -324,8 +300,8 @@ TEST_CASE("Every parallel layout trains to the single-process losses", "[distrib
   // the 10 losses and the final validation loss within 1e-4 relative (+1e-6 absolute) of the one
   // process run; what differs is only the order of floating-point sums (all-reduce, the
   // tensor-parallel split of matmuls, the clipping norm).
-  const auto train = synthetic(256, 3);
-  const auto validation = synthetic(24, 4);
+  const auto train = loom::test::synthetic_examples(256, 3);
+  const auto validation = loom::test::synthetic_examples(24, 4);
   const std::vector<Layout> layouts = {
       {"dp2", 2, 1, 1, 0, Schedule::k1F1B, 2, 2},
       {"dp2 zero1", 2, 1, 1, 1, Schedule::k1F1B, 2, 2},
@@ -387,8 +363,8 @@ TEST_CASE("ZeRO-3 evaluates a batch count that dp does not divide", "[distribute
   // round. Its forward gathers are dp collectives: it must still take part (running a batch whose
   // scores it drops), or the other replica waits until the timeout. The validation loss is the
   // single-process one.
-  const auto train = synthetic(256, 3);
-  const auto validation = synthetic(22, 4);
+  const auto train = loom::test::synthetic_examples(256, 3);
+  const auto validation = loom::test::synthetic_examples(22, 4);
   TrainOptions o = base_options(2);
   o.steps = 2;
   o.num_micro_batches = 4;
@@ -406,7 +382,7 @@ TEST_CASE("ZeRO-3 evaluates a batch count that dp does not divide", "[distribute
 }
 
 TEST_CASE("A layout that does not match the groups is refused", "[distributed]") {
-  const auto train = synthetic(64, 3);
+  const auto train = loom::test::synthetic_examples(64, 3);
   const auto store = loom::executor::make_local_store();
   run_ranks(2, [&](int rank) {
     ParallelGroups groups(store, rank, 2, 1, 1, quick());
@@ -425,8 +401,8 @@ TEST_CASE("A stop signal on some ranks stops every rank after the same step with
   // none. Every rank stops after step 1 and reports SIGINT, the lowest-numbered signal received;
   // the evaluation due after that step is not started (this set is too small for it to vote and
   // abandon itself).
-  const auto train = synthetic(64, 3);
-  const auto validation = synthetic(24, 4);
+  const auto train = loom::test::synthetic_examples(64, 3);
+  const auto validation = loom::test::synthetic_examples(24, 4);
   const auto store = loom::executor::make_local_store();
   const std::vector<int> received = {0, SIGTERM, SIGINT, 0};
   std::vector<TrainSummary> summaries(4);

@@ -25,6 +25,7 @@
 #include "executor/train.hpp"
 #include "profiles/errors.hpp"
 #include "profiles/loader.hpp"
+#include "tests/executor/fixtures.hpp"
 #include "tests/executor/thread_ranks.hpp"
 
 namespace fs = std::filesystem;
@@ -40,58 +41,11 @@ using loom::profiles::ModelType;
 
 namespace {
 
-// A temporary folder, removed at the end.
-class TempDir {
- public:
-  TempDir() {
-    static int counter = 0;
-    path_ = fs::temp_directory_path() /
-            ("loom-hf-export-" + std::to_string(::getpid()) + "-" + std::to_string(counter++));
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code ignored;
-    fs::remove_all(path_, ignored);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-};
-
 std::string bytes_of(const fs::path& path) {
   std::ifstream in(path, std::ios::binary);
   std::ostringstream out;
   out << in.rdbuf();
   return out.str();
-}
-
-// Sequences of 12 tokens ([CLS]=2, 5..11 tokens of 4..31, padding); label 1 iff token 7 appears.
-std::vector<EncodedExample> examples(std::size_t count, std::uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::vector<EncodedExample> out;
-  constexpr std::int64_t kSeq = 12;
-  for (std::size_t i = 0; i < count; ++i) {
-    EncodedExample e;
-    const std::int64_t length = 6 + static_cast<std::int64_t>(rng() % 7);
-    e.label = static_cast<std::int64_t>(i % 2);
-    e.input_ids.assign(kSeq, 0);
-    e.attention_mask.assign(kSeq, 0);
-    e.token_type_ids.assign(kSeq, 0);
-    e.input_ids[0] = 2;
-    for (std::int64_t t = 1; t < length; ++t) {
-      std::int64_t id = 4 + static_cast<std::int64_t>(rng() % 28);
-      while (id == 7) id = 4 + static_cast<std::int64_t>(rng() % 28);
-      e.input_ids[static_cast<std::size_t>(t)] = id;
-    }
-    if (e.label == 1) e.input_ids[static_cast<std::size_t>(1 + rng() % (length - 1))] = 7;
-    for (std::int64_t t = 0; t < length; ++t) e.attention_mask[static_cast<std::size_t>(t)] = 1;
-    out.push_back(std::move(e));
-  }
-  return out;
 }
 
 ModelSpec tiny_model() {
@@ -162,9 +116,9 @@ void train_layout(const Layout& l, TrainOptions o, const std::vector<EncodedExam
 
 TEST_CASE("Every layout's --output folder scores as the one-process run's",
           "[distributed][export]") {
-  TempDir tmp;
-  const auto train = examples(64, 3);
-  const auto rows = examples(6, 4);
+  const loom::test::TempDir tmp("hf-export");
+  const auto train = loom::test::synthetic_examples(64, 3);
+  const auto rows = loom::test::synthetic_examples(6, 4);
   std::ofstream(tmp.path() / "vocab.txt") << "[PAD]\n[UNK]\n[CLS]\n[SEP]\n";
   TrainOptions base = tiny_options();
   base.tokenizer_files = {(tmp.path() / "vocab.txt").string()};
@@ -251,7 +205,7 @@ TEST_CASE("Every layout's --output folder scores as the one-process run's",
 }
 
 TEST_CASE("export refuses what is no checkpoint and an output folder of other files", "[export]") {
-  TempDir tmp;
+  const loom::test::TempDir tmp("hf-export");
   fs::create_directories(tmp.path() / "empty");
   const fs::path out = tmp.path() / "out";
   CHECK_THROWS_AS(loom::executor::export_checkpoint((tmp.path() / "empty").string(), out, {}),
@@ -260,7 +214,7 @@ TEST_CASE("export refuses what is no checkpoint and an output folder of other fi
                   InputError);
   CHECK_FALSE(fs::exists(out));
 
-  const auto train = examples(16, 5);
+  const auto train = loom::test::synthetic_examples(16, 5);
   TrainOptions o = tiny_options();
   o.checkpoint_dir = (tmp.path() / "ckpt").string();
   o.output_dir = (tmp.path() / "busy").string();
@@ -288,7 +242,7 @@ TEST_CASE("export refuses what is no checkpoint and an output folder of other fi
 }
 
 TEST_CASE("config.json reads back as the same ModelSpec", "[export]") {
-  TempDir tmp;
+  const loom::test::TempDir tmp("hf-export");
   HfFolder f;
   f.model = tiny_model();
   f.model.name = "tiny-roberta";
@@ -325,8 +279,8 @@ TEST_CASE("config.json reads back as the same ModelSpec", "[export]") {
 TEST_CASE(
     "Checkpointing with --keep-checkpoints K keeps the newest K step folders, 0 keeps every one",
     "[export]") {
-  TempDir tmp;
-  const auto train = examples(16, 6);
+  const loom::test::TempDir tmp("hf-export");
+  const auto train = loom::test::synthetic_examples(16, 6);
   auto steps_in = [](const fs::path& dir) {
     std::vector<std::int64_t> steps;
     for (const auto& entry : fs::directory_iterator(dir)) {

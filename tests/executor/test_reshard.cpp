@@ -25,6 +25,7 @@
 #include "executor/train.hpp"
 #include "profiles/errors.hpp"
 #include "profiles/loader.hpp"
+#include "tests/executor/fixtures.hpp"
 #include "tests/executor/thread_ranks.hpp"
 
 namespace fs = std::filesystem;
@@ -38,52 +39,6 @@ using loom::executor::TrainSummary;
 using loom::profiles::ModelSpec;
 
 namespace {
-
-class TempDir {
- public:
-  TempDir() {
-    static int counter = 0;
-    path_ = fs::temp_directory_path() /
-            ("loom-reshard-" + std::to_string(::getpid()) + "-" + std::to_string(counter++));
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code ignored;
-    fs::remove_all(path_, ignored);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-};
-
-// Sequences of 12 tokens ([CLS]=2, 5..11 tokens of 4..31, padding); label 1 iff token 7 appears.
-std::vector<EncodedExample> examples(std::size_t count, std::uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::vector<EncodedExample> out;
-  constexpr std::int64_t kSeq = 12;
-  for (std::size_t i = 0; i < count; ++i) {
-    EncodedExample e;
-    const std::int64_t length = 6 + static_cast<std::int64_t>(rng() % 7);
-    e.label = static_cast<std::int64_t>(i % 2);
-    e.input_ids.assign(kSeq, 0);
-    e.attention_mask.assign(kSeq, 0);
-    e.token_type_ids.assign(kSeq, 0);
-    e.input_ids[0] = 2;
-    for (std::int64_t t = 1; t < length; ++t) {
-      std::int64_t id = 4 + static_cast<std::int64_t>(rng() % 28);
-      while (id == 7) id = 4 + static_cast<std::int64_t>(rng() % 28);
-      e.input_ids[static_cast<std::size_t>(t)] = id;
-    }
-    if (e.label == 1) e.input_ids[static_cast<std::size_t>(1 + rng() % (length - 1))] = 7;
-    for (std::int64_t t = 0; t < length; ++t) e.attention_mask[static_cast<std::size_t>(t)] = 1;
-    out.push_back(std::move(e));
-  }
-  return out;
-}
 
 // Two layers (so pp2 splits them), two heads, and a vocabulary of 33: tp2 holds 17 rows of the
 // word embedding per rank, the last one padding on rank 1. A global batch of 8.
@@ -148,7 +103,7 @@ void check_losses(const std::vector<double>& actual, const std::vector<double>& 
 
 TEST_CASE("A checkpoint resumed in another layout continues that layout's losses",
           "[distributed][reshard]") {
-  const auto data = examples(48, 3);
+  const auto data = loom::test::synthetic_examples(48, 3);
   const TrainOptions base = tiny_options();
   const Layout one{"one rank", 1, 1, 1, 0, 4};
   const Layout dp2{"dp2", 2, 1, 1, 0, 2};
@@ -164,7 +119,7 @@ TEST_CASE("A checkpoint resumed in another layout continues that layout's losses
   };
   for (const auto& [from, to] : moves) {
     INFO(from.name << " -> " << to.name);
-    TempDir tmp;
+    const loom::test::TempDir tmp("reshard");
     // The old layout: 2 of 4 steps, checkpointed, as if stopped there.
     TrainOptions old_run = in_layout(base, from);
     old_run.checkpoint_dir = (tmp.path() / "ckpt").string();
@@ -232,8 +187,8 @@ void check_same(const loom::executor::NamedTensors& a, const loom::executor::Nam
 
 TEST_CASE("Parameters and moments survive a trip through other layouts bit for bit",
           "[distributed][reshard]") {
-  TempDir tmp;
-  const auto data = examples(48, 5);
+  const loom::test::TempDir tmp("reshard");
+  const auto data = loom::test::synthetic_examples(48, 5);
   TrainOptions o = in_layout(tiny_options(), {"tp2 pp2", 1, 2, 2, 0, 4});
   o.checkpoint_dir = (tmp.path() / "ckpt").string();
   o.steps = 2;
@@ -269,8 +224,8 @@ TEST_CASE("Parameters and moments survive a trip through other layouts bit for b
 
 TEST_CASE("Resuming refuses another model and a checkpoint it cannot map from",
           "[distributed][reshard]") {
-  TempDir tmp;
-  const auto data = examples(48, 7);
+  const loom::test::TempDir tmp("reshard");
+  const auto data = loom::test::synthetic_examples(48, 7);
   TrainOptions o = in_layout(tiny_options(), {"dp2", 2, 1, 1, 0, 2});
   o.checkpoint_dir = (tmp.path() / "ckpt").string();
   o.steps = 2;
