@@ -146,6 +146,12 @@ struct RuntimeRules {
   // layer sequence take that much longer in the estimate, the partition and the simulator alike.
   // nullptr: none.
   LayerTime (*host_per_tensor)(const Job&, const Strategy&) = nullptr;
+  // The time a step that overflows the fp16 loss scale does not spend, of the step's
+  // `optimizer_s` (the update) and `parameter_s` (the exposed parameter gathers, "zero"): an
+  // engine that checks for overflow before updating skips the update and what follows it. Only
+  // measurements timed over skipped steps need it (a run's first steps at a large initial loss
+  // scale). nullptr: the engine skips nothing.
+  double (*overflow_skipped_s)(const Strategy&, double optimizer_s, double parameter_s) = nullptr;
 };
 
 RuntimeRules runtime_rules(Runtime runtime);

@@ -117,6 +117,14 @@ LayerTime deepspeed_host_per_tensor(const Job&, const Strategy& s) {
   return {};
 }
 
+// A step whose fp16 gradients overflow returns from the optimizer's step() after the overflow
+// check, before the update (DeepSpeed 0.5's zero/stage2.py and stage3.py, fp16/fused_optimizer.py):
+// no AdamW and, at ZeRO 1 and 2, no all-gather of updated weights. The gradients were reduced in
+// the backward pass; ZeRO-3's parameter gathers run in the passes and stay.
+double deepspeed_overflow_skipped_s(const Strategy& s, double optimizer_s, double parameter_s) {
+  return optimizer_s + (s.zero == 1 || s.zero == 2 ? parameter_s : 0);
+}
+
 }  // namespace
 
 RuntimeRules deepspeed_runtime_rules() {
@@ -131,6 +139,7 @@ RuntimeRules deepspeed_runtime_rules() {
   };
   r.compiles = true;
   r.host_per_tensor = deepspeed_host_per_tensor;
+  r.overflow_skipped_s = deepspeed_overflow_skipped_s;
   return r;
 }
 

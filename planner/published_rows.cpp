@@ -340,6 +340,17 @@ std::optional<std::string> row_job_strategy(const Fields& row, RowMapping* out) 
                                "'s mixed precision)");
   }
   job.compile = contains(framework, "torch.compile");
+  // DeepSpeed's autotuner reads forward + backward + step() over steps 3-5; at fp16 they overflow
+  // the default initial loss scale (initial_scale_power 32, halved after two overflows and then
+  // at each) and skip the update (DeepSpeed 0.5: runtime/constants.py, fp16/loss_scaler.py,
+  // autotuning/constants.py start_profile_step and end_profile_step).
+  if (job.runtime == costmodel::Runtime::kDeepspeed &&
+      job.precision == costmodel::Precision::kFp16 &&
+      contains(row.text("notes").value_or(""), "autotuner metric")) {
+    out->timed_overflowed_steps = true;
+    out->assumptions.push_back(
+        "the autotuner's metric: steps skipped on fp16 overflow (no update, no weight gather)");
+  }
   // apex AMP O2 and Keras mixed precision cast the model to 16 bits: no fp32 residual stream.
   if (costmodel::element_bytes(job.precision) == 2 &&
       (contains(framework, "AMP O2") || contains(framework, "Keras AMP"))) {

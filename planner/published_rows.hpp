@@ -44,6 +44,10 @@ struct RowMapping {
   std::vector<std::string> assumptions;
   std::string cluster_file;  // the cluster the row was sized from (its name)
   ClusterSizing sizing;      // cluster = sized_cluster(that cluster, sizing)
+  // The figure was timed over steps that overflowed the fp16 loss scale, which the runtime skips
+  // (RuntimeRules::overflow_skipped_s): DeepSpeed's autotuner metric of an fp16 run, timed over
+  // steps 3-5, while the default initial loss scale of 2^32 overflows for the first 16 or so.
+  bool timed_overflowed_steps = false;
 };
 
 // The mapping, or the reason the row cannot be expressed. Throws InputError (naming `file` and

@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 
+#include "costmodel/runtime.hpp"
 #include "planner/mapping.hpp"
 #include "planner/partition.hpp"
 #include "planner/published_rows.hpp"
@@ -77,9 +78,29 @@ std::optional<double> RowResult::memory_error_pct() const {
 
 namespace {
 
+// The prediction as the row's figure timed it: less what a step skipped on fp16 overflow leaves
+// out when the figure was timed over such steps (RowMapping::timed_overflowed_steps).
+costmodel::Prediction as_timed(const RowMapping& m, costmodel::Prediction p) {
+  const costmodel::RuntimeRules rules = costmodel::runtime_rules(m.job.runtime);
+  if (!m.timed_overflowed_steps || rules.overflow_skipped_s == nullptr) return p;
+  const double skipped =
+      rules.overflow_skipped_s(m.strategy, p.optimizer_s, p.exposed_communication_s.zero);
+  const double timed_s = p.step_time_s - skipped;
+  if (skipped <= 0 || timed_s <= 0) return p;
+  const double faster = p.step_time_s / timed_s;
+  p.step_time_s = timed_s;
+  p.samples_per_s *= faster;
+  p.tokens_per_s *= faster;
+  p.model_tflops_per_gpu *= faster;
+  p.hardware_tflops_per_gpu *= faster;
+  p.mfu *= faster;
+  return p;
+}
+
 // `p` in the row's units: throughput, and the memory the row's source read (allocator or device).
-RowFigures figures_of(const RowResult& row, const costmodel::Prediction& p,
+RowFigures figures_of(const RowResult& row, const RowMapping& m, const costmodel::Prediction& raw,
                       const profiles::Cluster& cluster) {
+  const costmodel::Prediction p = as_timed(m, raw);
   RowFigures out;
   out.throughput = predicted_in(row.unit, p, static_cast<double>(cluster.device_count()));
   // What the caching allocator hands out is the tensors; what it reserves adds its fragmentation;
@@ -112,7 +133,7 @@ RowFigures predict_prepared(const PreparedRow& row, const profiles::Cluster& clu
   const RowMapping& m = *row.result.mapping;
   const profiles::Cluster cluster = sized_cluster(cluster_file, m.sizing, row.result.file);
   const costmodel::CostModel cost(m.model, cluster, m.options, row.device_of_rank);
-  return figures_of(row.result, cost.estimate(m.job, m.strategy, row.stages), cluster);
+  return figures_of(row.result, m, cost.estimate(m.job, m.strategy, row.stages), cluster);
 }
 
 PreparedRow prepare_row(const nlohmann::json& row, const std::string& file, const std::string& path,
@@ -157,7 +178,7 @@ PreparedRow prepare_row(const nlohmann::json& row, const std::string& file, cons
       }
     }
     prepared.device_of_rank = cost.device_of_rank();
-    set_figures(figures_of(out, p, m.cluster), m.cluster, &out);
+    set_figures(figures_of(out, m, p, m.cluster), m.cluster, &out);
     out.mapping = m;
   } catch (const std::invalid_argument& e) {
     out.not_expressible = e.what();

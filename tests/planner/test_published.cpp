@@ -163,13 +163,48 @@ TEST_CASE("a DeepSpeed row maps to ZeRO-1 under DeepSpeed on an assumed DGX-2", 
   CHECK(m.strategy.num_micro_batches == 1);
   CHECK(m.assumptions ==
         std::vector<std::string>{"V100 memory and interconnect not stated: a DGX-2 (16 x V100 "
-                                 "32GB, NVSwitch) assumed"});
+                                 "32GB, NVSwitch) assumed",
+                                 "the autotuner's metric: steps skipped on fp16 overflow (no "
+                                 "update, no weight gather)"});
+  CHECK(m.timed_overflowed_steps);
+  // The same configuration trained end to end (the Trainer's figure over 200 steps) is timed
+  // over updates.
+  CHECK_FALSE(mapped("deepspeed_autotuning.json", "ds-autotune-gpt2-medium-autotuned-z1")
+                  .timed_overflowed_steps);
 
-  // The BERT rows of the same file fine-tune on MNLI: 3 labels, fp32.
+  // The BERT rows of the same file fine-tune on MNLI: 3 labels, fp32 (no loss scale to overflow).
   const RowMapping bert =
       mapped("deepspeed_autotuning.json", "ds-autotune-bert-large-tune-z1_gas1_tmbspg93");
   CHECK(bert.model.num_labels == 3);
   CHECK(bert.job.precision == Precision::kFp32);
+  CHECK_FALSE(bert.timed_overflowed_steps);
+}
+
+TEST_CASE("the autotuner's fp16 figure leaves out the update and the weight all-gather",
+          "[published]") {
+  const std::string file = "deepspeed_autotuning.json";
+  for (const char* id : {"ds-autotune-gpt2-medium-tune-z1_gas1_tmbspg6",
+                         "ds-autotune-gpt2-medium-tune-z0_gas1_tmbspg5",
+                         "ds-autotune-gpt2-xl-tune-z3_gas1_tmbspg1"}) {
+    INFO(id);
+    PreparedRow timed = prepare_row(published_row(file, id), file, "$.rows[i]");
+    REQUIRE(timed.result.mapping.has_value());
+    const RowMapping& m = *timed.result.mapping;
+    const loom::profiles::Cluster cluster = loom::profiles::load_cluster(m.cluster_file);
+    PreparedRow whole = timed;
+    whole.result.mapping->timed_overflowed_steps = false;
+    const loom::costmodel::Prediction t = predict_prepared(timed, cluster).prediction;
+    const loom::costmodel::Prediction w = predict_prepared(whole, cluster).prediction;
+    // ZeRO 1 and 2 skip the update and the all-gather of updated weights; ZeRO 0 and 3 only
+    // the update (ZeRO-3's gathers run in the passes).
+    const double gather =
+        m.strategy.zero == 1 || m.strategy.zero == 2 ? w.exposed_communication_s.zero : 0.0;
+    REQUIRE(w.optimizer_s > 0);
+    if (m.strategy.zero == 1) REQUIRE(gather > 0);
+    CHECK(t.step_time_s == Approx(w.step_time_s - w.optimizer_s - gather).epsilon(1e-12));
+    CHECK(t.samples_per_s == Approx(static_cast<double>(m.job.global_batch) / t.step_time_s));
+    CHECK(predict_prepared(timed, cluster).throughput == Approx(t.samples_per_s));
+  }
 }
 
 TEST_CASE("an fp8 row is listed with its reason, never dropped", "[published]") {
