@@ -11,6 +11,7 @@
 #include "executor/flat_adamw.hpp"
 #include "executor/train.hpp"
 #include "profiles/errors.hpp"
+#include "tests/executor/fixtures.hpp"
 
 namespace fs = std::filesystem;
 using loom::InputError;
@@ -21,34 +22,6 @@ using loom::profiles::ModelSpec;
 using loom::profiles::ModelType;
 
 namespace {
-
-constexpr std::int64_t kMarker = 7;  // label 1 iff this token appears
-
-// Sequences of 12 tokens: [CLS]=2, then 5..11 random tokens from {4..31}, then padding (id 0).
-// Half contain kMarker once, half never.
-std::vector<EncodedExample> synthetic(std::size_t count, std::uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::vector<EncodedExample> out;
-  constexpr std::int64_t kSeq = 12;
-  for (std::size_t i = 0; i < count; ++i) {
-    EncodedExample e;
-    const std::int64_t length = 6 + static_cast<std::int64_t>(rng() % 7);  // real tokens
-    e.label = static_cast<std::int64_t>(i % 2);
-    e.input_ids.assign(kSeq, 0);
-    e.attention_mask.assign(kSeq, 0);
-    e.token_type_ids.assign(kSeq, 0);
-    e.input_ids[0] = 2;
-    for (std::int64_t t = 1; t < length; ++t) {
-      std::int64_t id = 4 + static_cast<std::int64_t>(rng() % 28);
-      while (id == kMarker) id = 4 + static_cast<std::int64_t>(rng() % 28);
-      e.input_ids[static_cast<std::size_t>(t)] = id;
-    }
-    if (e.label == 1) e.input_ids[static_cast<std::size_t>(1 + rng() % (length - 1))] = kMarker;
-    for (std::int64_t t = 0; t < length; ++t) e.attention_mask[static_cast<std::size_t>(t)] = 1;
-    out.push_back(std::move(e));
-  }
-  return out;
-}
 
 ModelSpec small_spec(std::int64_t layers, std::int64_t hidden, std::int64_t heads) {
   ModelSpec spec;
@@ -96,8 +69,8 @@ TrainOptions tiny_options() {
 }  // namespace
 
 TEST_CASE("A tiny encoder learns whether a token appears", "[train]") {
-  const auto train = synthetic(512, 1);
-  const auto validation = synthetic(256, 2);
+  const auto train = loom::test::synthetic_examples(512, 1);
+  const auto validation = loom::test::synthetic_examples(256, 2);
   TrainOptions o;
   o.model = small_spec(2, 64, 4);
   o.micro_batch = 16;
@@ -167,8 +140,8 @@ TEST_CASE("A tiny encoder learns whether a token appears", "[train]") {
 }
 
 TEST_CASE("Resuming from a checkpoint reproduces the uninterrupted losses exactly", "[train]") {
-  const auto train = synthetic(64, 3);
-  const auto validation = synthetic(16, 4);
+  const auto train = loom::test::synthetic_examples(64, 3);
+  const auto validation = loom::test::synthetic_examples(16, 4);
   const fs::path dir = fresh_dir("resume");
 
   TrainOptions straight = tiny_options();
@@ -221,7 +194,7 @@ TEST_CASE("Resuming from a checkpoint reproduces the uninterrupted losses exactl
 }
 
 TEST_CASE("Gradient accumulation averages over the global batch", "[train]") {
-  const auto train = synthetic(64, 5);
+  const auto train = loom::test::synthetic_examples(64, 5);
   TrainOptions accumulated = tiny_options();
   accumulated.dropout = 0.0;
   accumulated.steps = 4;
@@ -241,7 +214,7 @@ TEST_CASE("Recomputation gives the losses and memory of the plain backward pass"
   // With dropout on, so the recomputed forward must draw the same masks again; the losses of
   // 6 steps (each after the previous step's update) then equal the plain run's to float rounding
   // (the recomputed ops are the same kernels on the same inputs).
-  const auto train = synthetic(64, 9);
+  const auto train = loom::test::synthetic_examples(64, 9);
   TrainOptions plain = tiny_options();
   plain.model = small_spec(3, 32, 4);
   plain.steps = 6;
@@ -266,7 +239,7 @@ TEST_CASE("Recomputation gives the losses and memory of the plain backward pass"
 TEST_CASE("Recomputing the first layer of three keeps the others' activations", "[train]") {
   // The losses are the plain run's; the peak lies between the plain run's and full
   // recomputation's, as the cost model blends them (costmodel::recompute_share).
-  const auto train = synthetic(64, 9);
+  const auto train = loom::test::synthetic_examples(64, 9);
   TrainOptions plain = tiny_options();
   plain.model = small_spec(3, 32, 4);
   plain.steps = 4;
@@ -288,7 +261,7 @@ TEST_CASE("Recomputing the first layer of three keeps the others' activations", 
 }
 
 TEST_CASE("The learning rate follows linear warm-up and decay", "[train]") {
-  const auto train = synthetic(32, 6);
+  const auto train = loom::test::synthetic_examples(32, 6);
   const fs::path dir = fresh_dir("schedule");
   TrainOptions o = tiny_options();
   o.steps = 6;
@@ -396,7 +369,7 @@ TEST_CASE("One-rank clipping is clip_grad_norm_'s, on the device", "[train][opti
 }
 
 TEST_CASE("Bad options and data are refused with InputError", "[train]") {
-  const auto train = synthetic(32, 7);
+  const auto train = loom::test::synthetic_examples(32, 7);
   TrainOptions o = tiny_options();
   SECTION("neither steps nor epochs") {
     o.steps = 0;
