@@ -11,7 +11,7 @@
 #                      the runtime these one-GPU files serve), their GEMM ceilings kept at the
 #                      carried values and the fused attention's rate at its measured 0.89
 #                      (--fix), the rest fitted: the memory efficiency the
-#                      published rows give (0.40, for runs of FSDP) stands for costs of that
+#                      published rows give (0.44, for runs of FSDP) stands for costs of that
 #                      runtime the model does not count, not for the kernels' bandwidth, which
 #                      Loom's runs and bench/gpu_kernels.py measure at 0.7-0.9. Runs of `flash`
 #                      attention in tf32 are left out: PyTorch runs its memory-efficient fp32
