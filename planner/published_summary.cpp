@@ -81,8 +81,9 @@ namespace {
 // The prediction as the row's figure timed it: less what a step skipped on fp16 overflow leaves
 // out when the figure was timed over such steps (RowMapping::timed_overflowed_steps).
 costmodel::Prediction as_timed(const RowMapping& m, costmodel::Prediction p) {
+  if (!m.timed_overflowed_steps) return p;
   const costmodel::RuntimeRules rules = costmodel::runtime_rules(m.job.runtime);
-  if (!m.timed_overflowed_steps || rules.overflow_skipped_s == nullptr) return p;
+  if (rules.overflow_skipped_s == nullptr) return p;
   const double skipped =
       rules.overflow_skipped_s(m.strategy, p.optimizer_s, p.exposed_communication_s.zero);
   const double timed_s = p.step_time_s - skipped;

@@ -16,7 +16,6 @@
 #include <string_view>
 
 #include "planner/plan.hpp"
-#include "tools/ports.hpp"
 
 namespace loom::costmodel {
 struct SimulationResult;

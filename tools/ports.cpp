@@ -24,8 +24,8 @@ int ephemeral_start() {
   return 32768;
 }
 
-// Binds a fresh socket to `port` on every address (0: the kernel picks); returns the port bound,
-// or 0 when the bind fails. The socket is closed again.
+// Binds a fresh socket to `port` on every address (0: the kernel picks) and closes it again;
+// returns the port bound, 0 when the bind fails, -1 when no socket can be had.
 int try_bind(int port) {
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
   if (fd < 0) return -1;

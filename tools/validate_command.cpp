@@ -38,6 +38,7 @@
 #include "profiles/loader.hpp"
 #include "profiles/profile.hpp"
 #include "tools/commands.hpp"
+#include "tools/ports.hpp"
 
 namespace loom::tools {
 
