@@ -16,7 +16,10 @@ bool operands_aligned(double n, double k, int alignment_elements) {
 GemmTime gemm_time(const GemmShape& x, const GemmDevice& d, const GemmFit& fit) {
   const double sms = d.sm_count;
   const double rate = x.unaligned && d.alignment_elements > 0 ? fit.unaligned_rate_fraction : 1.0;
-  const double sm_rate = d.peak_flops_per_s * fit.sm_rate_fraction * rate / sms;
+  // An SM's share of the rate, or of the device's achievable ceiling where that is higher: the
+  // ceiling is the best product measured, so the SMs must be able to reach it.
+  const double sm_rate =
+      std::max(d.peak_flops_per_s * fit.sm_rate_fraction, d.ceiling_flops_per_s) * rate / sms;
   GemmTime best;
   double best_compute_s = -1;
   for (const TileShape& tile : kTileShapes) {

@@ -5,7 +5,10 @@
 // tile quantization pads the edges up to whole tiles, wave quantization pads the last wave up to
 // a whole wave). Each tile's main loop walks k at the SM's share of the device rate, plus a fixed
 // prologue/epilogue worth `prologue_k` more steps of k (filling the pipeline, writing C); small
-// tiles (under 128 x 128) reuse less data and run at `small_tile_efficiency`. cuBLAS picks the
+// tiles (under 128 x 128) reuse less data and run at `small_tile_efficiency`. The SM's share is
+// `sm_rate_fraction` of the peak, or the ceiling's share where the device's measured ceiling is
+// higher (fp32 on CUDA cores keeps its pipes fuller than tensor cores do): a measured rate the
+// tiles could not reach would leave the ceiling without effect. cuBLAS picks the
 // fastest of a small set of tile shapes (kTileShapes). The result is held under the device's
 // achievable ceiling (the best measured matmul rate) and above a memory roofline (reading A and
 // B, writing C once), plus a fixed per-kernel time.

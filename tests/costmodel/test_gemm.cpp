@@ -33,12 +33,12 @@ profiles::DeviceSpec h100_at_boost() {
 const GemmFit kHand{5.5e-6, 160, 0.89, 0.8, 0.35};
 
 // A device whose SMs each run at 1.78e12 FLOP/s (peak x 0.89 / sm_count = 2e12 x 0.89), with a
-// ceiling that never binds and a memory bandwidth that never binds.
+// ceiling (0.85 of the peak, under the SMs' 0.89) and a memory bandwidth that never bind.
 GemmDevice per_sm_device(int sms) {
   GemmDevice d;
   d.sm_count = sms;
   d.peak_flops_per_s = sms * 2e12;
-  d.ceiling_flops_per_s = d.peak_flops_per_s;
+  d.ceiling_flops_per_s = 0.85 * d.peak_flops_per_s;
   d.memory_bytes_per_s = 1e15;
   d.element_bytes = 2;
   return d;
@@ -100,6 +100,17 @@ TEST_CASE("the achievable ceiling and the memory roofline bound a GEMM", "[gemm]
   const GemmTime thin = gemm_time({4096, 4096, 16, 1}, d, kHand);
   CHECK(thin.memory_bound);
   CHECK(thin.time_s == Approx(5.5e-6 + 33816576e-9).epsilon(1e-9));
+}
+
+TEST_CASE("a ceiling above the SMs' share of the peak raises their rate to it", "[gemm]") {
+  // The first case's shape with the ceiling at the peak (264 TFLOP/s on 132 SMs): each SM runs at
+  // 2e12, not 1.78e12, so its one wave takes 2 x 256 x 128 x 4256 / 2e12 = 139.461 us + 5.5 us.
+  // At 0.89 of the peak the ceiling leaves the SMs' rate alone (162.197 us).
+  GemmDevice d = per_sm_device(132);
+  d.ceiling_flops_per_s = d.peak_flops_per_s;
+  CHECK(gemm_time({13952, 256, 4096, 1}, d, kHand).time_s == Approx(144.96064e-6).epsilon(1e-6));
+  d.ceiling_flops_per_s = 0.89 * d.peak_flops_per_s;
+  CHECK(gemm_time({13952, 256, 4096, 1}, d, kHand).time_s == Approx(162.19731e-6).epsilon(1e-6));
 }
 
 TEST_CASE("tf32 jobs run matrix products at the device's tf32 ceiling", "[gemm][tf32]") {
