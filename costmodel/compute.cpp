@@ -37,7 +37,7 @@ DeviceRates device_rates(const profiles::DeviceSpec& device, Precision precision
   }
   r.gemm.peak_flops_per_s = peak_tflops * 1e12;
   r.gemm.memory_bytes_per_s = r.memory_bytes_per_s;
-  r.gemm.element_bytes = precision == Precision::kBf16 || precision == Precision::kFp16 ? 2 : 4;
+  r.gemm.element_bytes = precision == Precision::kFp8 ? 1 : element_bytes(precision);
   r.attention_efficiency = device.attention_efficiency.value_or(gpu ? d.flash_attention : matrix);
   const double ceiling_tflops = device.achievable_tflops.of(precision);
   if (gpu && device.sm_count > 0 && ceiling_tflops > 0) {
@@ -53,6 +53,15 @@ DeviceRates device_rates(const profiles::DeviceSpec& device, Precision precision
         1.0, device.peak_tflops.of(precision) / tensor_tflops * r.gemm.element_bytes / 2.0);
     // Tensor cores (16-bit types and tf32) read 16-byte vectors; fp32 runs on CUDA cores.
     r.gemm.alignment_elements = precision == Precision::kFp32 ? 0 : 16 / r.gemm.element_bytes;
+  }
+  r.core_gemm = r.gemm;
+  r.core_matrix_flops_per_s = r.matrix_flops_per_s;
+  if (precision == Precision::kFp8) {
+    // Only the linear layers' products run in fp8; attention and the head keep bf16's rates.
+    const DeviceRates bf16 = device_rates(device, Precision::kBf16, d);
+    r.core_gemm = bf16.gemm;
+    r.core_matrix_flops_per_s = bf16.matrix_flops_per_s;
+    r.fp8_casts = true;
   }
   return r;
 }
@@ -83,23 +92,34 @@ struct Pass {
   // A matrix product C[m,n] = A[m,k] B[k,n]: forward once; backward as the gradients of A
   // (m x k, inner n) and of B (k x n, inner m), each from its shape under the shape model (all
   // three unaligned when n or k is: operands_aligned), two products of the forward's cost under
-  // the roofline.
-  double matmul(const GemmShape& x) {
+  // the roofline. A linear layer's product (B its weight) runs at the job's precision, the
+  // others (attention's, the head's) at core_gemm's; in fp8 a linear layer's also pays its casts.
+  double matmul(const GemmShape& x, bool linear = true) {
     ++forward_kernels;
     const bool kept = matmuls++ % 2 == 0;
+    double t = 0;
     if (!rates.shape_model()) {
-      double t = kernel(x.flops(), x.bytes(element_bytes));
+      const double rate = linear ? rates.matrix_flops_per_s : rates.core_matrix_flops_per_s;
+      t = std::max({x.flops() / rate, x.bytes(element_bytes) / rates.memory_bytes_per_s,
+                    rates.kernel_launch_s});
       forward_s += t;
       backward_s += 2 * t;
-      if (kept) kept_matmul_s += t;
-      return t;
+    } else {
+      const GemmDevice& g = linear ? rates.gemm : rates.core_gemm;
+      const bool unaligned = !operands_aligned(x.n, x.k, g.alignment_elements);
+      t = gemm_time({x.m, x.n, x.k, x.batch, unaligned}, g).time_s;
+      forward_s += t;
+      backward_s += gemm_time({x.m, x.k, x.n, x.batch, unaligned}, g).time_s +
+                    gemm_time({x.k, x.n, x.m, x.batch, unaligned}, g).time_s;
     }
-    const bool unaligned = !operands_aligned(x.n, x.k, rates.gemm.alignment_elements);
-    double t = gemm_time({x.m, x.n, x.k, x.batch, unaligned}, rates.gemm).time_s;
     if (kept) kept_matmul_s += t;
-    forward_s += t;
-    backward_s += gemm_time({x.m, x.k, x.n, x.batch, unaligned}, rates.gemm).time_s +
-                  gemm_time({x.k, x.n, x.m, x.batch, unaligned}, rates.gemm).time_s;
+    if (linear && rates.fp8_casts) {
+      // Cast and transpose (read 2 bytes, write 1 + 1 per element): the input and the weight
+      // before the forward product, the output's gradient before the backward ones.
+      forward_s += kernel(0, 1 * x.batch * x.m * x.k) + kernel(0, 4 * x.k * x.n);
+      backward_s += kernel(0, 1 * x.batch * x.m * x.n);
+      forward_kernels += 2;
+    }
     return t;
   }
   // An elementwise or reduction kernel moving `bytes`; backward moves about twice as much.
@@ -112,8 +132,8 @@ struct Pass {
   }
   // A fused attention kernel (FlashAttention, cuDNN's): `work` forward, its backward after.
   double fused_attention(FusedAttentionWork work, double backward_flops) {
-    GemmDevice d = rates.gemm;
-    if (d.peak_flops_per_s <= 0) d.peak_flops_per_s = rates.matrix_flops_per_s;
+    GemmDevice d = rates.core_gemm;
+    if (d.peak_flops_per_s <= 0) d.peak_flops_per_s = rates.core_matrix_flops_per_s;
     const double eff = rates.attention_efficiency > 0 ? rates.attention_efficiency : 1;
     ++forward_kernels;
     work.backward = false;
@@ -177,7 +197,7 @@ double attention_core(const profiles::ModelSpec& m, const LayerShape& x, const D
     return 0;
   }
   const double scores = d.a * d.b * d.s * d.s / d.t;
-  double core = p.matmul({d.s, d.s, head_dim, heads});  // Q K^T
+  double core = p.matmul({d.s, d.s, head_dim, heads}, false);  // Q K^T
   if (!p.rates.shape_model()) {
     core += p.memory((3 * d.e + 1) * scores);  // scale, mask, softmax, dropout
     p.also_launches(x.fusions.masked_softmax ? 1 : 3);
@@ -198,7 +218,7 @@ double attention_core(const profiles::ModelSpec& m, const LayerShape& x, const D
     for (int i = 0; i < 3; ++i) core += p.memory(2 * d.e * scores);  // scale, mask, softmax
     core += p.memory((2 * d.e + 1) * scores);                        // dropout
   }
-  core += p.matmul({d.s, head_dim, d.s, heads});  // probabilities x V
+  core += p.matmul({d.s, head_dim, d.s, heads}, false);  // probabilities x V
   return core;
 }
 
@@ -370,20 +390,20 @@ LayerTime head_time(const profiles::ModelSpec& m, const LayerShape& x, const Dev
   Pass p{rates, x.element_bytes};
   if (m.num_labels) {
     const double labels = static_cast<double>(*m.num_labels);
-    p.matmul({b, h, h});       // pooler / dense
-    p.memory(2 * e * b * h);   // tanh
-    p.matmul({b, labels, h});  // classifier
-    p.memory(4 * b * labels);  // loss
+    p.matmul({b, h, h}, false);       // pooler / dense
+    p.memory(2 * e * b * h);          // tanh
+    p.matmul({b, labels, h}, false);  // classifier
+    p.memory(4 * b * labels);         // loss
     return p.times(x.host_floor, 0);
   }
   if (m.family == profiles::Family::kEncoder) {
-    p.matmul({b * s, h, h});      // MLM transform
-    p.memory(4 * e * b * s * h);  // GeLU, LayerNorm
+    p.matmul({b * s, h, h}, false);  // MLM transform
+    p.memory(4 * e * b * s * h);     // GeLU, LayerNorm
   } else {
     p.memory(4 * e * b * s * h);  // final LayerNorm
   }
-  p.matmul({b * s, v / t, h});        // logits
-  p.memory((e + 8) * b * s * v / t);  // softmax cross-entropy in fp32
+  p.matmul({b * s, v / t, h}, false);  // logits
+  p.memory((e + 8) * b * s * v / t);   // softmax cross-entropy in fp32
   return p.times(x.host_floor, 0);
 }
 

@@ -34,6 +34,15 @@ struct DeviceRates {
   // The shape model's view of the device (gemm.hpp); sm_count 0 = roofline at
   // matrix_flops_per_s.
   GemmDevice gemm;
+  // The products that stay in 16 bits when the linear layers' run in fp8 (Precision::kFp8): the
+  // attention core's, fused or not, and the head's. The same as gemm and matrix_flops_per_s for
+  // every other precision.
+  GemmDevice core_gemm;
+  double core_matrix_flops_per_s = 0;
+  // fp8 linear layers (TransformerEngine's recipe): each product's input and weight are cast to
+  // fp8 with their transposes before the forward product, its output's gradient before the
+  // backward ones (transformer_layer_time).
+  bool fp8_casts = false;
   double attention_efficiency = 0;  // fused attention's fraction of peak
   bool gpu = false;                 // a GPU device (causal_attention_time_scale applies)
   double host_launch_s = 0;         // host time per kernel issued (0 on CPUs)

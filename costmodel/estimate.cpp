@@ -95,9 +95,12 @@ struct Terms {
 
 DeviceRates scaled_rates(DeviceRates rates, int threads) {
   rates.matrix_flops_per_s *= threads;
+  rates.core_matrix_flops_per_s *= threads;
   rates.memory_bytes_per_s *= threads;
-  rates.gemm.peak_flops_per_s *= threads;  // the fused attention kernel's rate on CPUs
-  rates.gemm.memory_bytes_per_s *= threads;
+  for (GemmDevice* g : {&rates.gemm, &rates.core_gemm}) {
+    g->peak_flops_per_s *= threads;  // the fused attention kernel's rate on CPUs
+    g->memory_bytes_per_s *= threads;
+  }
   return rates;
 }
 

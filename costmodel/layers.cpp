@@ -8,7 +8,11 @@ using profiles::Family;
 using profiles::ModelSpec;
 
 int element_bytes(Precision precision) {
-  return precision == Precision::kBf16 || precision == Precision::kFp16 ? 2 : 4;
+  // fp8 training keeps its activations and weights in bf16 (only the products' inputs are cast).
+  return precision == Precision::kBf16 || precision == Precision::kFp16 ||
+                 precision == Precision::kFp8
+             ? 2
+             : 4;
 }
 
 namespace {

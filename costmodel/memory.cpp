@@ -2,12 +2,13 @@
 
 #include <algorithm>
 
+#include "costmodel/layers.hpp"
 #include "costmodel/zero.hpp"
 
 namespace loom::costmodel {
 
 ModelStateBytes model_state_bytes(double parameters, int dp, int zero, Precision precision) {
-  bool mixed = precision == Precision::kBf16 || precision == Precision::kFp16;
+  const bool mixed = element_bytes(precision) == 2;
   double param_bytes = mixed ? 2 : 4;
   double grad_bytes = mixed ? 2 : 4;
   double optimizer_bytes = mixed ? 12 : 8;

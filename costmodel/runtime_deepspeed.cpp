@@ -3,6 +3,7 @@
 // overlap_comm on at stage 3 only (DeepSpeed's default). Sources in docs/runtimes.md.
 #include <algorithm>
 
+#include "costmodel/layers.hpp"
 #include "costmodel/runtime.hpp"
 
 namespace loom::costmodel {
@@ -13,7 +14,12 @@ constexpr double kReduceBucketElements = 5e8;      // reduce_bucket_size
 constexpr double kPrefetchBucketElements = 5e7;    // stage3_prefetch_bucket_size
 constexpr double kMaxLiveParameterElements = 1e9;  // stage3_max_live_parameters
 
-std::optional<std::string> deepspeed_refusal(const Job&, const Strategy& s) {
+std::optional<std::string> deepspeed_refusal(const Job& job, const Strategy& s) {
+  if (job.precision == Precision::kFp8) {
+    return std::string(
+        "DeepSpeed's engine has no fp8 training of its own (use bf16, or runtime megatron or "
+        "fsdp, which run TransformerEngine's fp8)");
+  }
   if (s.pp > 1 && s.zero >= 2) {
     return "DeepSpeed's pipeline engine refuses ZeRO-2 and ZeRO-3 (they are incompatible with its "
            "pipeline parallelism); use zero 0 or 1 with pp=" +
@@ -31,7 +37,7 @@ RuntimeMemory deepspeed_memory(const Job& job, const Strategy& s, const RankMemo
   // The ZeRO paper's accounting is DeepSpeed's: low-precision weights and gradients, fp32 master
   // weights and Adam moments in the optimizer states (K = 12), sharded by stage.
   out.states = model_state_bytes(in.num_parameters, s.dp, s.zero, job.precision);
-  const double e = job.precision == Precision::kBf16 || job.precision == Precision::kFp16 ? 2 : 4;
+  const double e = element_bytes(job.precision);
   const double recompute = in.backward_working_bytes();
   double persistent = 0;
   double transient = 0;
@@ -135,7 +141,7 @@ RuntimeRules deepspeed_runtime_rules() {
   r.memory = deepspeed_memory;
   r.exposure = deepspeed_exposure;
   r.reduce_bytes_per_parameter = [](const Job& job) {
-    return job.precision == Precision::kBf16 || job.precision == Precision::kFp16 ? 2.0 : 4.0;
+    return static_cast<double>(element_bytes(job.precision));
   };
   r.compiles = true;
   r.host_per_tensor = deepspeed_host_per_tensor;

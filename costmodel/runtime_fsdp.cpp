@@ -27,9 +27,7 @@ std::optional<std::string> fsdp_refusal(const Job&, const Strategy& s) {
   return std::nullopt;
 }
 
-double low_precision_bytes(Precision p) {
-  return p == Precision::kBf16 || p == Precision::kFp16 ? 2 : 4;
-}
+double low_precision_bytes(Precision p) { return element_bytes(p); }
 
 RuntimeMemory fsdp_memory(const Job& job, const Strategy& s, const RankMemoryInput& in) {
   // The sharded flat parameters stay fp32 and are the optimizer's weights (no separate master

@@ -162,6 +162,11 @@ RuntimeRules loom_runtime_rules() {
           "Loom's executor runs the eager loss (use loss eager, or runtime fsdp or "
           "deepspeed for a fused one)");
     }
+    if (job.precision == Precision::kFp8) {
+      return std::string(
+          "Loom's executor has no fp8 products (use bf16, or runtime megatron or fsdp, which "
+          "run TransformerEngine's fp8)");
+    }
     return std::nullopt;
   };
   r.memory = loom_memory;

@@ -22,6 +22,7 @@ struct MegatronBytes {
 MegatronBytes megatron_bytes(Precision precision) {
   switch (precision) {
     case Precision::kBf16:
+    case Precision::kFp8:  // TransformerEngine's fp8 keeps bf16 weights and fp32 main grads
       return {2, 4, 12};
     case Precision::kFp16:
       return {2, 2, 16};

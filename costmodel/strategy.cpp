@@ -272,7 +272,8 @@ Job job_from_json(const nlohmann::json& value, const std::string& source, const 
   Job j;
   j.global_batch = r.integer("global_batch", 1, kMaxGlobalBatch);
   j.seq_len = r.integer("seq_len", 1);
-  j.precision = *profiles::parse_precision(r.choice("precision", {"fp32", "tf32", "fp16", "bf16"}));
+  j.precision =
+      *profiles::parse_precision(r.choice("precision", {"fp32", "tf32", "fp16", "bf16", "fp8"}));
   j.optimizer = r.optional_string("optimizer").value_or("adamw");
   if (j.optimizer != "adamw") r.fail("optimizer", "expected \"adamw\" (the only optimizer so far)");
   if (r.has("runtime")) {

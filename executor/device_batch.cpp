@@ -35,6 +35,7 @@ torch::Device prepare_device(Device device, int device_index, Precision precisio
 }
 
 std::string precision_refusal(Device device, Precision precision, int tp) {
+  if (precision == Precision::kFp8) return "the executor has no fp8 products";
   if (device == Device::kCuda) return "";
   if (precision == Precision::kFp16 || precision == Precision::kTf32) {
     return std::string(profiles::to_string(precision)) +
@@ -48,6 +49,10 @@ std::string precision_refusal(Device device, Precision precision, int tp) {
 }
 
 MixedPrecision mixed_precision(Device device, Precision precision) {
+  if (precision == Precision::kFp8) {
+    throw InputError("--precision", "",
+                     "fp32, tf32, fp16 or bf16: the executor has no fp8 products");
+  }
   if (const std::string why = precision_refusal(device, precision, 1); !why.empty()) {
     throw InputError("--precision", "", "fp32 or bf16 on the CPU: " + why + "; use --device cuda");
   }
@@ -61,6 +66,7 @@ MixedPrecision mixed_precision(Device device, Precision precision) {
       mp.name = "tf32";
       return mp;
     case Precision::kFp32:
+    case Precision::kFp8:  // refused above
       return mp;
   }
   return mp;

@@ -216,6 +216,9 @@ std::vector<profiles::LayerMeasurement> profile_layers(const ProfileOptions& o) 
                            std::to_string(tp));
     }
   }
+  if (o.precision == profiles::Precision::kFp8) {
+    throw InputError("--precision", "", "bf16, fp16 or fp32: the executor has no fp8 products");
+  }
   if (o.device == Device::kCpu && o.precision != profiles::Precision::kFp32) {
     throw InputError("--precision", "",
                      "fp32 on the CPU (the executor trains in fp32 there), found " +

@@ -114,6 +114,12 @@ std::string megatron(const Plan& plan) {
   if (s.dp > 1 && s.zero == 1) args.push_back("--overlap-param-gather");
   if (plan.job.precision == Precision::kBf16) args.push_back("--bf16");
   if (plan.job.precision == Precision::kFp16) args.push_back("--fp16");
+  if (plan.job.precision == Precision::kFp8) {
+    // TransformerEngine's delayed scaling: e4m3 forward, e5m2 gradients, bf16 everywhere else.
+    args.push_back("--bf16");
+    args.push_back("--transformer-impl transformer_engine");
+    args.push_back("--fp8-format hybrid");
+  }
   if (s.attention == costmodel::Attention::kFlash) args.push_back("--use-flash-attn");
   std::string out = header(plan, "Megatron-LM");
   out += "# data, tokenizer, optimizer and schedule arguments are yours to add\n";
@@ -184,7 +190,7 @@ std::string deepspeed(const Plan& plan) {
 
 // PyTorch's name of a precision's storage dtype (tf32 stores fp32).
 const char* torch_dtype(Precision p) {
-  if (p == Precision::kBf16) return "torch.bfloat16";
+  if (p == Precision::kBf16 || p == Precision::kFp8) return "torch.bfloat16";
   if (p == Precision::kFp16) return "torch.float16";
   return "torch.float32";
 }
@@ -213,6 +219,12 @@ std::string fsdp(const Plan& plan) {
   out += "#       use_orig_params=True)\n";
   if (plan.job.precision == Precision::kTf32) {
     out += "#   torch.backends.cuda.matmul.allow_tf32 = True\n";
+  }
+  if (plan.job.precision == Precision::kFp8) {
+    out +=
+        "#   the blocks' linear layers as transformer_engine.pytorch.Linear, their forward "
+        "under te.fp8_autocast(enabled=True, fp8_recipe=DelayedScaling(fp8_format=Format.HYBRID))"
+        "\n";
   }
   if (s.recompute != Recompute::kNone && s.recompute_layers > 0) {
     out +=

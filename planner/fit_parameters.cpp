@@ -12,23 +12,6 @@ namespace {
 using profiles::Cluster;
 using profiles::Precision;
 
-constexpr Precision kPrecisions[] = {Precision::kFp32, Precision::kTf32, Precision::kFp16,
-                                     Precision::kBf16};
-
-double* rate_of(profiles::PeakTflops& rates, Precision p) {
-  switch (p) {
-    case Precision::kFp32:
-      return &rates.fp32;
-    case Precision::kTf32:
-      return &rates.tf32;
-    case Precision::kFp16:
-      return &rates.fp16;
-    case Precision::kBf16:
-      return &rates.bf16;
-  }
-  return &rates.fp32;
-}
-
 // The field `name` of `cluster` (a link's bus bandwidth defaults to its rate, and the others to
 // the cost model's defaults); nullptr and `fallback` untouched when the cluster has no such field.
 struct Field {
@@ -43,7 +26,7 @@ Field field(Cluster& c, const std::string& name) {
   const std::string ceilings = "device.achievable_tflops.";
   if (name.rfind(ceilings, 0) == 0) {
     if (auto p = profiles::parse_precision(name.substr(ceilings.size()))) {
-      return {rate_of(c.device.achievable_tflops, *p), nullptr, 0};
+      return {&c.device.achievable_tflops.at(*p), nullptr, 0};
     }
   }
   if (name == "device.matrix_efficiency") {
@@ -119,7 +102,7 @@ std::vector<ParameterSpec> free_parameters(const Cluster& cluster) {
     out.push_back(p);
   };
   if (gpu && c.device.sm_count > 0) {
-    for (Precision p : kPrecisions) {
+    for (Precision p : profiles::kAllPrecisions) {
       const double ceiling = c.device.achievable_tflops.of(p);
       if (ceiling > 0) {
         add(std::string("device.achievable_tflops.") + profiles::to_string(p),

@@ -280,7 +280,6 @@ std::optional<std::string> row_recompute(const std::string& text, std::int64_t l
 std::optional<std::string> row_job_strategy(const Fields& row, RowMapping* out) {
   const std::int64_t gpus = out->cluster.device_count();
   const std::string precision_text = row.required_text("precision");
-  if (precision_text == "fp8") return "fp8 matrix products: Loom has no fp8 precision";
   auto precision = profiles::parse_precision(precision_text);
   if (!precision) return "precision " + precision_text + ": Loom has no such precision";
   if (auto why = profiles::precision_refusal(out->cluster.device, *precision)) return *why;

@@ -136,8 +136,7 @@ std::vector<std::string> explain(const Candidate& best, const std::vector<Candid
 
 costmodel::Attention default_attention(const profiles::Cluster& cluster,
                                        profiles::Precision precision) {
-  const bool half =
-      precision == profiles::Precision::kBf16 || precision == profiles::Precision::kFp16;
+  const bool half = costmodel::element_bytes(precision) == 2;
   const bool fused = cluster.device.kind == profiles::DeviceKind::kGpu && half &&
                      cluster.device.peak_tflops.bf16 > 0;
   return fused ? costmodel::Attention::kFlash : costmodel::Attention::kMath;

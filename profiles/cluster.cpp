@@ -18,6 +18,8 @@ const char* to_string(Precision precision) {
       return "fp16";
     case Precision::kBf16:
       return "bf16";
+    case Precision::kFp8:
+      return "fp8";
   }
   return "fp32";
 }
@@ -27,6 +29,7 @@ std::optional<Precision> parse_precision(const std::string& text) {
   if (text == "tf32") return Precision::kTf32;
   if (text == "fp16") return Precision::kFp16;
   if (text == "bf16") return Precision::kBf16;
+  if (text == "fp8") return Precision::kFp8;
   return std::nullopt;
 }
 
@@ -40,8 +43,26 @@ double PeakTflops::of(Precision precision) const {
       return fp16;
     case Precision::kBf16:
       return bf16;
+    case Precision::kFp8:
+      return fp8;
   }
   return 0;
+}
+
+double& PeakTflops::at(Precision precision) {
+  switch (precision) {
+    case Precision::kFp32:
+      return fp32;
+    case Precision::kTf32:
+      return tf32;
+    case Precision::kFp16:
+      return fp16;
+    case Precision::kBf16:
+      return bf16;
+    case Precision::kFp8:
+      return fp8;
+  }
+  return fp32;
 }
 
 std::string device_name(const Cluster& cluster, std::int64_t index) {
@@ -83,20 +104,18 @@ nlohmann::json link_class_to_json(const LinkClass& l) {
 
 PeakTflops read_rates(ObjectReader p) {
   PeakTflops t;
-  t.fp32 = p.optional_number("fp32", 0, false).value_or(0);
-  t.tf32 = p.optional_number("tf32", 0, false).value_or(0);
-  t.fp16 = p.optional_number("fp16", 0, false).value_or(0);
-  t.bf16 = p.optional_number("bf16", 0, false).value_or(0);
+  for (Precision precision : kAllPrecisions) {
+    t.at(precision) = p.optional_number(to_string(precision), 0, false).value_or(0);
+  }
   p.finish();
   return t;
 }
 
 nlohmann::json rates_to_json(const PeakTflops& t) {
   nlohmann::json p = nlohmann::json::object();
-  if (t.fp32 > 0) p["fp32"] = t.fp32;
-  if (t.tf32 > 0) p["tf32"] = t.tf32;
-  if (t.fp16 > 0) p["fp16"] = t.fp16;
-  if (t.bf16 > 0) p["bf16"] = t.bf16;
+  for (Precision precision : kAllPrecisions) {
+    if (t.of(precision) > 0) p[to_string(precision)] = t.of(precision);
+  }
   return p;
 }
 
@@ -104,13 +123,13 @@ nlohmann::json rates_to_json(const PeakTflops& t) {
 template <typename Bad>
 void validate_achievable(const DeviceSpec& d, const Bad& bad) {
   const PeakTflops& a = d.achievable_tflops;
-  const bool any = a.fp32 > 0 || a.tf32 > 0 || a.fp16 > 0 || a.bf16 > 0;
+  const bool any = a.any();
   if (d.sm_count < 0) bad("device.sm_count", "expected an integer >= 1");
   if (any && d.sm_count == 0) bad("device.sm_count", "required with device.achievable_tflops");
   if (!any && d.sm_count > 0) {
     bad("device.achievable_tflops", "required with device.sm_count (measured matrix rates)");
   }
-  for (Precision p : {Precision::kFp32, Precision::kTf32, Precision::kFp16, Precision::kBf16}) {
+  for (Precision p : kAllPrecisions) {
     if (a.of(p) > d.peak_tflops.of(p)) {
       std::ostringstream peak;
       peak << d.peak_tflops.of(p);
@@ -173,11 +192,7 @@ Cluster datasheet_cluster(const Cluster& cluster) {
     const std::string& n = p.name;
     if (n.rfind(ceilings, 0) == 0) {
       if (auto precision = parse_precision(n.substr(ceilings.size()))) {
-        PeakTflops& t = c.device.achievable_tflops;
-        (*precision == Precision::kFp32   ? t.fp32
-         : *precision == Precision::kTf32 ? t.tf32
-         : *precision == Precision::kFp16 ? t.fp16
-                                          : t.bf16) = p.start;
+        c.device.achievable_tflops.at(*precision) = p.start;
       }
     } else if (n == "device.matrix_efficiency") {
       c.device.matrix_efficiency = p.start;
@@ -252,8 +267,7 @@ void validate_cluster(const Cluster& c, const std::string& source) {
             std::to_string(c.nodes) + " nodes x " + std::to_string(c.devices_per_node));
   }
   if (c.device.memory_bytes < 1) bad("device.memory_bytes", "expected an integer >= 1");
-  const PeakTflops& p = c.device.peak_tflops;
-  if (p.fp32 <= 0 && p.tf32 <= 0 && p.fp16 <= 0 && p.bf16 <= 0) {
+  if (!c.device.peak_tflops.any()) {
     bad("device.peak_tflops", "expected at least one precision with a rate > 0");
   }
   if (c.device.memory_bandwidth_gbps <= 0) bad("device.memory_bandwidth_gbps", "expected > 0");
@@ -282,14 +296,13 @@ Cluster cluster_from_json(const nlohmann::json& value, const std::string& source
     c.device.memory_bytes = d.integer("memory_bytes", 1);
     {
       ObjectReader p = d.object("peak_tflops");
-      c.device.peak_tflops.fp32 = p.optional_number("fp32", 0, false).value_or(0);
-      c.device.peak_tflops.tf32 = p.optional_number("tf32", 0, false).value_or(0);
-      c.device.peak_tflops.fp16 = p.optional_number("fp16", 0, false).value_or(0);
-      c.device.peak_tflops.bf16 = p.optional_number("bf16", 0, false).value_or(0);
+      for (Precision precision : kAllPrecisions) {
+        c.device.peak_tflops.at(precision) =
+            p.optional_number(to_string(precision), 0, false).value_or(0);
+      }
       p.finish();
-      const PeakTflops& t = c.device.peak_tflops;
-      if (t.fp32 <= 0 && t.tf32 <= 0 && t.fp16 <= 0 && t.bf16 <= 0) {
-        p.fail("", "expected at least one of fp32, tf32, fp16, bf16 with a rate > 0");
+      if (!c.device.peak_tflops.any()) {
+        p.fail("", "expected at least one of fp32, tf32, fp16, bf16, fp8 with a rate > 0");
       }
     }
     c.device.memory_bandwidth_gbps = d.number("memory_bandwidth_gbps", 0, /*exclusive=*/true);
@@ -367,13 +380,7 @@ nlohmann::json cluster_to_json(const Cluster& c) {
   d["name"] = c.device.name;
   d["kind"] = c.device.kind == DeviceKind::kCpu ? "cpu" : "gpu";
   d["memory_bytes"] = c.device.memory_bytes;
-  nlohmann::json p = nlohmann::json::object();
-  const PeakTflops& t = c.device.peak_tflops;
-  if (t.fp32 > 0) p["fp32"] = t.fp32;
-  if (t.tf32 > 0) p["tf32"] = t.tf32;
-  if (t.fp16 > 0) p["fp16"] = t.fp16;
-  if (t.bf16 > 0) p["bf16"] = t.bf16;
-  d["peak_tflops"] = p;
+  d["peak_tflops"] = rates_to_json(c.device.peak_tflops);
   d["memory_bandwidth_gbps"] = c.device.memory_bandwidth_gbps;
   if (c.device.matrix_efficiency) d["matrix_efficiency"] = *c.device.matrix_efficiency;
   if (c.device.memory_efficiency) d["memory_efficiency"] = *c.device.memory_efficiency;

@@ -14,9 +14,13 @@ namespace loom::profiles {
 
 enum class DeviceKind { kGpu, kCpu };
 
-enum class Precision { kFp32, kTf32, kFp16, kBf16 };
+// kFp8: the matrix products of the linear layers in fp8 (TransformerEngine's recipe), all else
+// (activations, weights, attention) in bf16; costmodel/compute.hpp says what it costs.
+enum class Precision { kFp32, kTf32, kFp16, kBf16, kFp8 };
+inline constexpr Precision kAllPrecisions[] = {Precision::kFp32, Precision::kTf32, Precision::kFp16,
+                                               Precision::kBf16, Precision::kFp8};
 const char* to_string(Precision precision);
-// Parses "fp32" | "tf32" | "fp16" | "bf16"; nullopt otherwise.
+// Parses "fp32" | "tf32" | "fp16" | "bf16" | "fp8"; nullopt otherwise.
 std::optional<Precision> parse_precision(const std::string& text);
 
 // Peak dense (non-sparse) matrix rates from the datasheet, in TFLOP/s; 0 = not supported.
@@ -25,7 +29,10 @@ struct PeakTflops {
   double tf32 = 0;
   double fp16 = 0;
   double bf16 = 0;
+  double fp8 = 0;
   double of(Precision precision) const;
+  double& at(Precision precision);
+  bool any() const { return fp32 > 0 || tf32 > 0 || fp16 > 0 || bf16 > 0 || fp8 > 0; }
   bool operator==(const PeakTflops&) const = default;
 };
 

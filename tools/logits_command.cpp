@@ -90,7 +90,7 @@ int run_logits(const LogitsArgs& a) {
   if (!device) throw InputError("--device", "", "cpu or cuda, found \"" + a.device + "\"");
   request.device = *device;
   const auto precision = profiles::parse_precision(a.precision);
-  if (!precision) {
+  if (!precision || *precision == profiles::Precision::kFp8) {
     throw InputError("--precision", "", "fp32, tf32, bf16 or fp16, found \"" + a.precision + "\"");
   }
   request.precision = *precision;

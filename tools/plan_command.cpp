@@ -245,7 +245,7 @@ costmodel::Job make_job(const PlanArgs& a, const profiles::Cluster& cluster, std
   auto precision = profiles::parse_precision(*a.precision);
   if (!precision) {
     throw InputError("--precision", "",
-                     "expected bf16, fp16, tf32 or fp32, found \"" + *a.precision + "\"");
+                     "expected bf16, fp16, tf32, fp32 or fp8, found \"" + *a.precision + "\"");
   }
   if (auto why = profiles::precision_refusal(cluster.device, *precision)) {
     throw InputError("--precision", "", *why);
@@ -506,9 +506,11 @@ void add_plan_options(CLI::App* cmd, PlanArgs* args) {
       ->check(kPositiveNumber);
   cmd->add_option(
          "--precision", args->precision,
-         "bf16 | fp16 | tf32 | fp32 (default: the best the device runs; fp32 on CPUs); tf32: "
-         "matrix products at the device's tf32 rate, storage and optimizer in fp32")
-      ->check(CLI::IsMember({"bf16", "fp16", "tf32", "fp32"}));
+         "bf16 | fp16 | tf32 | fp32 | fp8 (default: the best the device runs; fp32 on CPUs); "
+         "tf32: matrix products at the device's tf32 rate, storage and optimizer in fp32; fp8: "
+         "the linear layers' products in fp8 as TransformerEngine runs them, all else bf16 "
+         "(runtimes megatron and fsdp)")
+      ->check(CLI::IsMember({"bf16", "fp16", "tf32", "fp32", "fp8"}));
   cmd->add_option("--profile", args->profile,
                   "measured loom-profile JSON (repeatable): layer times and links replace the "
                   "roofline where measured")

@@ -111,7 +111,7 @@ int run_profile(const ProfileArgs& a) {
   const std::string precision_text =
       a.precision.empty() ? (*device == executor::Device::kCpu ? "fp32" : "bf16") : a.precision;
   const auto precision = profiles::parse_precision(precision_text);
-  if (!precision) {
+  if (!precision || *precision == profiles::Precision::kFp8) {
     throw InputError("--precision", "", "bf16, fp16 or fp32, found \"" + precision_text + "\"");
   }
   if (a.output.empty()) throw InputError("-o", "", "the PROFILE.json to write");

@@ -198,3 +198,23 @@ TEST_CASE("Emit compiles the blocks of a torch.compile plan, and Megatron refuse
   CHECK_THROWS_WITH(planner::emit_plan(plan, costmodel::Runtime::kMegatron),
                     Contains("torch.compile is not available"));
 }
+
+TEST_CASE("Emit an fp8 plan: TransformerEngine's hybrid format, bf16 elsewhere", "[emit][fp8]") {
+  planner::Plan plan = gpt2_plan(1, costmodel::Recompute::kNone);
+  plan.cluster = profiles::with_nodes(profiles::load_cluster("dgx-h100"), 2, "test");
+  plan.job.precision = profiles::Precision::kFp8;
+  CHECK_THAT(planner::emit_plan(plan, costmodel::Runtime::kMegatron),
+             Contains("    --bf16 \\\n"
+                      "    --transformer-impl transformer_engine \\\n"
+                      "    --fp8-format hybrid"));
+  const std::string fsdp =
+      planner::emit_plan(gpt2_dp16_plan(costmodel::Recompute::kNone), costmodel::Runtime::kFsdp);
+  plan = gpt2_dp16_plan(costmodel::Recompute::kNone);
+  plan.job.precision = profiles::Precision::kFp8;
+  const std::string fp8 = planner::emit_plan(plan, costmodel::Runtime::kFsdp);
+  CHECK_THAT(fp8, Contains("MixedPrecision(param_dtype=torch.bfloat16"));
+  CHECK_THAT(fp8, Contains("transformer_engine.pytorch.Linear"));
+  CHECK_THAT(fsdp, !Contains("transformer_engine"));
+  CHECK_THROWS_WITH(planner::emit_plan(plan, costmodel::Runtime::kDeepspeed),
+                    Contains("DeepSpeed's engine has no fp8 training of its own"));
+}

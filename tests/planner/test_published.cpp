@@ -1,6 +1,6 @@
 // Published rows in Loom's terms: the mapping of an MPT, a DeepLearningExamples BERT and a
-// DeepSpeed row field by field, an fp8 row listed with its reason, and the ordering share and
-// median of hand-made inputs.
+// DeepSpeed row field by field, a DeBERTa row listed with its reason, an fp8 row mapped, and the
+// ordering share and median of hand-made inputs.
 #include <catch2/catch.hpp>
 #include <filesystem>
 #include <nlohmann/json.hpp>
@@ -207,24 +207,36 @@ TEST_CASE("the autotuner's fp16 figure leaves out the update and the weight all-
   }
 }
 
-TEST_CASE("an fp8 row is listed with its reason, never dropped", "[published]") {
+TEST_CASE("a row Loom cannot express is listed with its reason, never dropped", "[published]") {
   const nlohmann::json row =
-      published_row("mpt_llm_foundry.json", "mpt-h100fp8-1b-s512-g8-mb56-ga4");
-  MappedRow m = map_row(row, "mpt_llm_foundry.json", "$.rows[i]");
+      published_row("deepspeed_autotuning.json", "ds-autotune-deberta-handtuned-z1");
+  const std::string why =
+      "DeBERTa's disentangled attention: Loom's models have only BERT's and GPT's";
+  MappedRow m = map_row(row, "deepspeed_autotuning.json", "$.rows[i]");
   REQUIRE(std::holds_alternative<std::string>(m));
-  CHECK(std::get<std::string>(m) == "fp8 matrix products: Loom has no fp8 precision");
+  CHECK(std::get<std::string>(m) == why);
 
   nlohmann::json doc = {{"rows", {row}}};
   const std::vector<RowResult> results = predict_file(doc, "f.json");
   REQUIRE(results.size() == 1);
-  CHECK(results[0].id == "mpt-h100fp8-1b-s512-g8-mb56-ga4");
-  CHECK(results[0].not_expressible == "fp8 matrix products: Loom has no fp8 precision");
-  CHECK(results[0].measured == 70315);
+  CHECK(results[0].id == "ds-autotune-deberta-handtuned-z1");
+  CHECK(results[0].not_expressible == why);
+  CHECK(results[0].measured == Approx(140.587));
   const FileSummary s = summarize("f.json", results);
   CHECK(s.num_rows == 1);
   CHECK(s.num_not_expressible == 1);
   CHECK(s.num_predicted == 0);
   CHECK_FALSE(s.median_throughput_error_pct.has_value());
+}
+
+TEST_CASE("an fp8 row maps to an fp8 job under FSDP on the H100", "[published][fp8]") {
+  const RowMapping m = mapped("mpt_llm_foundry.json", "mpt-h100fp8-1b-s512-g8-mb56-ga4");
+  CHECK(m.job.precision == Precision::kFp8);
+  CHECK(m.job.runtime == Runtime::kFsdp);
+  CHECK(m.cluster.device.peak_tflops.fp8 == 1979);
+  CHECK(m.strategy.zero == 3);
+  CHECK(m.strategy.micro_batch == 56);
+  CHECK(m.strategy.num_micro_batches == 4);
 }
 
 TEST_CASE("checkpointing every n-th block recomputes half of each chunk", "[published]") {

@@ -353,6 +353,12 @@ void add_input_file_rows(std::vector<Row>& rows) {
       {"--nodes", "at most 125000 nodes of 8 devices", "found 1000000000"});
   add("flag: more ranks than devices", {}, plan_with("model.json", "cluster-1.json", "--dp 2"),
       {"--dp", "2 ranks", "1 devices"});
+  const std::string fp8 =
+      "plan --model model.json --global-batch 64 --seq-len 32 --gpus 8 --precision fp8";
+  add("flag: fp8 for Loom's executor", {}, fp8 + " --cluster dgx-h100",
+      {"runtime loom", "no fp8 products", "runtime megatron or fsdp"});
+  add("flag: fp8 on a device without it", {}, fp8 + " --cluster dgx-a100-80g --runtime megatron",
+      {"--precision", "has no fp8 rate", "use --precision bf16"});
   add("plan: a request that cannot fit, with -o",
       {{"small.json",
         text(edited(cluster, [](J j) { j["device"]["memory_bytes"] = std::int64_t{1} << 30; }))}},
