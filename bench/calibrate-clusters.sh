@@ -64,7 +64,7 @@ calibrate dgx-a100-40g
 calibrate dgx-h100 h100-x1 h200-x1
 RUNS_DIR="$ROOT/bench/gpu-runs"
 FIXED=(--fix device.attention_efficiency)
-for p in bf16 fp16 tf32 fp32; do FIXED+=(--fix "device.achievable_tflops.$p"); done
+for p in bf16 fp16 tf32 fp32 fp8; do FIXED+=(--fix "device.achievable_tflops.$p"); done
 # The fused attention's product rate of the kernel Loom's executor runs on these GPUs (cuDNN's),
 # measured on the device (bench/gpu_layers.py, bench_attention): set and kept, not
 # fitted. Loom's runs, mostly bound by the host, inform it weakly (+/- 0.3) and pulled it to 0.76,

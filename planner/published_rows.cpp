@@ -333,9 +333,11 @@ std::optional<std::string> row_job_strategy(const Fields& row, RowMapping* out) 
   // default fp32 reduction, as the file's conditions state.
   if (job.runtime == costmodel::Runtime::kFsdp && costmodel::element_bytes(job.precision) == 2 &&
       (contains(framework, "llm-foundry") || contains(framework, "fms-fsdp"))) {
-    job.reduce_precision = job.precision;
+    // fp8 jobs keep bf16 gradients: they are reduced in bf16.
+    job.reduce_precision =
+        job.precision == costmodel::Precision::kFp8 ? costmodel::Precision::kBf16 : job.precision;
     out->assumptions.push_back(std::string("gradients reduced in ") +
-                               profiles::to_string(job.precision) + " (" + framework +
+                               profiles::to_string(*job.reduce_precision) + " (" + framework +
                                "'s mixed precision)");
   }
   job.compile = contains(framework, "torch.compile");

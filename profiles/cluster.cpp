@@ -34,19 +34,8 @@ std::optional<Precision> parse_precision(const std::string& text) {
 }
 
 double PeakTflops::of(Precision precision) const {
-  switch (precision) {
-    case Precision::kFp32:
-      return fp32;
-    case Precision::kTf32:
-      return tf32;
-    case Precision::kFp16:
-      return fp16;
-    case Precision::kBf16:
-      return bf16;
-    case Precision::kFp8:
-      return fp8;
-  }
-  return 0;
+  PeakTflops rates = *this;  // five doubles: at() names the field once for both
+  return rates.at(precision);
 }
 
 double& PeakTflops::at(Precision precision) {
@@ -269,6 +258,14 @@ void validate_cluster(const Cluster& c, const std::string& source) {
   if (c.device.memory_bytes < 1) bad("device.memory_bytes", "expected an integer >= 1");
   if (!c.device.peak_tflops.any()) {
     bad("device.peak_tflops", "expected at least one precision with a rate > 0");
+  }
+  // fp8 jobs run attention and the head at bf16's rates (costmodel::DeviceRates::core_gemm).
+  if (c.device.peak_tflops.fp8 > 0 && c.device.peak_tflops.bf16 <= 0) {
+    bad("device.peak_tflops.bf16", "required with peak_tflops.fp8 (fp8 jobs keep bf16 elsewhere)");
+  }
+  if (c.device.achievable_tflops.fp8 > 0 && c.device.achievable_tflops.bf16 <= 0) {
+    bad("device.achievable_tflops.bf16",
+        "required with achievable_tflops.fp8 (fp8 jobs keep bf16 elsewhere)");
   }
   if (c.device.memory_bandwidth_gbps <= 0) bad("device.memory_bandwidth_gbps", "expected > 0");
   validate_achievable(c.device, bad);

@@ -228,6 +228,11 @@ int run_profile_for(const ProfileArgs& a) {
   const planner::Plan plan = planner::plan_from_json(
       profiles::parse_json_text(profiles::read_text_file(a.for_plan), a.for_plan), a.for_plan);
   if (a.output.empty()) throw InputError("-o", "", "the PROFILE.json to write");
+  if (plan.job.precision == profiles::Precision::kFp8) {
+    throw InputError(a.for_plan, "$.job.precision",
+                     "a precision the executor runs (bf16, fp16, tf32 or fp32): it has no fp8 "
+                     "products to measure");
+  }
   const costmodel::Strategy& s = plan.strategy;
   const int world = s.world_size();
   const bool gpu_plan = plan.cluster.device.kind == profiles::DeviceKind::kGpu;

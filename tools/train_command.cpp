@@ -114,6 +114,9 @@ executor::Device run_device(const TrainArgs& a, const planner::Plan& plan) {
     }
   }
   const std::string why = executor::precision_refusal(device, plan.job.precision, plan.strategy.tp);
+  if (!why.empty() && plan.job.precision == profiles::Precision::kFp8) {
+    throw InputError(a.plan, "$.job.precision", why + ": re-plan with --precision bf16");
+  }
   if (!why.empty()) {
     throw InputError(a.plan, "$.job.precision",
                      why +

@@ -2,6 +2,7 @@
 // with their casts, everything else at bf16's, and the runtimes that run it.
 #include <algorithm>
 #include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "costmodel/compute.hpp"
@@ -58,9 +59,9 @@ TEST_CASE("fp8's casts: each linear product writes its transposes and casts its 
   // each of the six linear products (Q, K, V and the output h x h, the MLP's h x 4h and 4h x h)
   // adds forward the transpose of its input (1 byte per element, m x k) and its weight's cast and
   // transpose (4 bytes per weight), backward the transpose of its output's gradient (m x n):
-  //   forward:  inputs 5 x 33.55 MB + 134.2 MB = 112.686 us; weights 4 x 4.19 MB (1.57 us, so
-  //             the 5 us floor) + 2 x 16.78 MB = 20 + 12.520 us; in all 145.206 us
-  //   backward: outputs 4 x 33.55 MB + 134.2 MB + 33.55 MB = 112.686 us.
+  //   forward:  inputs 5 x 33.55 MB + 134.2 MB = 112.683 us; weights 4 x 4.19 MB (1.57 us, so
+  //             the 5 us floor) + 2 x 16.78 MB = 20 + 12.520 us; in all 145.203 us
+  //   backward: outputs 4 x 33.55 MB + 134.2 MB + 33.55 MB = 112.683 us.
   // The attention core's products are not cast.
   const profiles::ModelSpec bert = profiles::load_model("bert-large");
   const DeviceRates with = device_rates(h100(), Precision::kFp8, EfficiencyDefaults{});
@@ -80,8 +81,8 @@ TEST_CASE("fp8's casts: each linear product writes its transposes and casts its 
   const double forward =
       5 * kernel(m * h) + kernel(m * f) + 4 * kernel(4 * h * h) + 2 * kernel(4 * h * f);
   const double backward = 5 * kernel(m * h) + kernel(m * f);
-  CHECK(forward == Approx(145.206e-6).epsilon(1e-4));
-  CHECK(backward == Approx(112.686e-6).epsilon(1e-4));
+  CHECK(forward == Approx(145.203e-6).epsilon(1e-5));
+  CHECK(backward == Approx(112.683e-6).epsilon(1e-5));
   CHECK(a.forward_s - b.forward_s == Approx(forward).epsilon(1e-9));
   CHECK(a.backward_s - b.backward_s == Approx(backward).epsilon(1e-9));
 }
@@ -106,4 +107,18 @@ TEST_CASE("fp8 trains under Megatron-LM and FSDP (TransformerEngine), not Loom o
   s.zero = 3;
   job.runtime = Runtime::kFsdp;
   CHECK_FALSE(check_strategy(model, 8, job, s).has_value());
+}
+
+TEST_CASE("a device with fp8 rates needs bf16's, which fp8 jobs run the rest at", "[fp8]") {
+  const nlohmann::json h100 = profiles::cluster_to_json(profiles::load_cluster("dgx-h100"));
+  nlohmann::json j = h100;
+  j["device"]["achievable_tflops"].erase("bf16");
+  CHECK_THROWS_WITH(profiles::cluster_from_json(j, "c.json"),
+                    Catch::Contains("c.json") && Catch::Contains("achievable_tflops.bf16") &&
+                        Catch::Contains("required with achievable_tflops.fp8"));
+  j = h100;
+  j["device"]["peak_tflops"].erase("bf16");
+  j["device"]["achievable_tflops"].erase("bf16");
+  CHECK_THROWS_WITH(profiles::cluster_from_json(j, "c.json"), Catch::Contains("peak_tflops.bf16"));
+  CHECK_NOTHROW(profiles::cluster_from_json(h100, "c.json"));
 }

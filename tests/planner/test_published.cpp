@@ -233,6 +233,7 @@ TEST_CASE("an fp8 row maps to an fp8 job under FSDP on the H100", "[published][f
   const RowMapping m = mapped("mpt_llm_foundry.json", "mpt-h100fp8-1b-s512-g8-mb56-ga4");
   CHECK(m.job.precision == Precision::kFp8);
   CHECK(m.job.runtime == Runtime::kFsdp);
+  CHECK(m.job.reduce_precision == Precision::kBf16);  // bf16 gradients, Composer's PURE
   CHECK(m.cluster.device.peak_tflops.fp8 == 1979);
   CHECK(m.strategy.zero == 3);
   CHECK(m.strategy.micro_batch == 56);
