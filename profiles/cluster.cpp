@@ -33,26 +33,31 @@ std::optional<Precision> parse_precision(const std::string& text) {
   return std::nullopt;
 }
 
-double PeakTflops::of(Precision precision) const {
-  PeakTflops rates = *this;  // five doubles: at() names the field once for both
-  return rates.at(precision);
-}
+namespace {
 
-double& PeakTflops::at(Precision precision) {
+// The field of `rates` for `precision`, const or not as `rates` is.
+template <typename Rates>
+auto& rate_field(Rates& rates, Precision precision) {
   switch (precision) {
     case Precision::kFp32:
-      return fp32;
+      return rates.fp32;
     case Precision::kTf32:
-      return tf32;
+      return rates.tf32;
     case Precision::kFp16:
-      return fp16;
+      return rates.fp16;
     case Precision::kBf16:
-      return bf16;
+      return rates.bf16;
     case Precision::kFp8:
-      return fp8;
+      return rates.fp8;
   }
-  return fp32;
+  return rates.fp32;
 }
+
+}  // namespace
+
+double PeakTflops::of(Precision precision) const { return rate_field(*this, precision); }
+
+double& PeakTflops::at(Precision precision) { return rate_field(*this, precision); }
 
 std::string device_name(const Cluster& cluster, std::int64_t index) {
   const char* kind = cluster.device.kind == DeviceKind::kCpu ? "cpu" : "gpu";
