@@ -34,6 +34,7 @@ DeviceRates device_rates(const profiles::DeviceSpec& device, Precision precision
     r.host_launch_s = device.host_launch_us ? *device.host_launch_us * 1e-6 : d.gpu_host_launch_s;
     r.host_pass_s = device.host_pass_us ? *device.host_pass_us * 1e-6 : d.gpu_host_pass_s;
     r.host_serial_fraction = device.host_serial_fraction.value_or(d.gpu_host_serial_fraction);
+    r.host_op_s = d.gpu_host_op_s;
   }
   r.gemm.peak_flops_per_s = peak_tflops * 1e12;
   r.gemm.memory_bytes_per_s = r.memory_bytes_per_s;

@@ -10,6 +10,7 @@
 #include "costmodel/layers.hpp"
 #include "costmodel/lowering.hpp"
 #include "costmodel/memory.hpp"
+#include "costmodel/optimizer.hpp"
 #include "costmodel/pipeline.hpp"
 #include "costmodel/process_memory.hpp"
 #include "costmodel/runtime.hpp"
@@ -85,7 +86,7 @@ struct Terms {
   double p2p_bytes = 0;
   double p2p_all_gather_bytes = 0;
   int threads = 1;                       // CPU threads per rank (1 on GPUs)
-  double optimizer_s_per_parameter = 0;  // AdamW step time per parameter of a rank's shard
+  OptimizerStepRates optimizer;          // AdamW step time per parameter and tensor of a shard
   double step_sync_s = 0;                // the step's scalar all-reduces (StepTerms)
   double zero_grad_s_per_parameter = 0;  // StepTerms
   Calibrated how_layer = Calibrated::kRoofline;
@@ -174,12 +175,12 @@ DeviceRates set_rates(const TermsInput& in, Terms& t) {
   t.threads = threads_per_rank(in.cluster, in.world);
   const DeviceRates rates = scaled_rates(core_rates, t.threads);
   t.rate_memory_bytes_per_s = rates.memory_bytes_per_s;
-  t.optimizer_s_per_parameter = CostModel::kOptimizerBytesPerParameter / rates.memory_bytes_per_s;
+  t.optimizer = optimizer_step_rates(in.job.optimizer_kernels, rates);
   t.zero_grad_s_per_parameter = 4 / rates.memory_bytes_per_s;  // one fp32 write
   if (in.calibration != nullptr) {
     // Loom's executor runs one rank with torch::optim::AdamW, many over flat buffers.
     if (auto measured = in.calibration->optimizer_s_per_parameter(t.threads, in.world > 1)) {
-      t.optimizer_s_per_parameter = *measured;
+      t.optimizer.s_per_parameter = *measured;
     }
   }
   return core_rates;
@@ -573,7 +574,8 @@ StepTerms step_terms_of(const Terms& t) {
   out.p2p_s = t.p2p_s;
   out.backward_temporary_bytes = t.backward_temporary;
   out.memory_bytes_per_s = t.rate_memory_bytes_per_s;
-  out.optimizer_s_per_parameter = t.optimizer_s_per_parameter;
+  out.optimizer_s_per_parameter = t.optimizer.s_per_parameter;
+  out.optimizer_s_per_tensor = t.optimizer.s_per_tensor;
   out.step_sync_s = t.step_sync_s;
   out.zero_grad_s_per_parameter = t.zero_grad_s_per_parameter;
   return out;
@@ -765,10 +767,9 @@ Prediction CostModel::estimate(const Job& job, const Strategy& s,
       dp_exposed = exposed.gradient_s;
       zero_exposed = exposed.parameter_s;
     }
-    // AdamW reads and writes the fp32 master weights, both moments, the gradient and the
-    // low-precision weights: about 28 bytes per parameter of this rank's optimizer shard.
+    // AdamW over this rank's optimizer shard (costmodel/optimizer.hpp).
     double shard = l.num_parameters / (zero.shards_optimizer_states ? s.dp : 1);
-    double optimizer_s = shard * terms.optimizer_s_per_parameter;
+    double optimizer_s = optimizer_step_s(terms.optimizer, shard, l.num_tensors);
     out.optimizer_s = std::max(out.optimizer_s, optimizer_s);
     out.exposed_communication_s.dp = std::max(out.exposed_communication_s.dp, dp_exposed);
     out.exposed_communication_s.zero = std::max(out.exposed_communication_s.zero, zero_exposed);

@@ -85,6 +85,7 @@ struct StageLoad {
   double num_parameters = 0;    // parameters on this rank (after tp), all chunks
   double activation_bytes = 0;  // what one micro-batch keeps for backward, all chunks
   double num_layers = 0;        // transformer layers on this rank
+  double num_tensors = 0;       // parameter tensors on this rank (LayerParameters::tensors)
   double largest_chunk_num_parameters = 0;
   double lookup_num_parameters = 0;  // of num_parameters, embedding tables only looked up
 };
@@ -145,6 +146,7 @@ struct StepTerms {
   double backward_temporary_bytes = 0;
   double memory_bytes_per_s = 0;         // the device's effective memory bandwidth
   double optimizer_s_per_parameter = 0;  // AdamW step per parameter (measured or bandwidth-bound)
+  double optimizer_s_per_tensor = 0;     // its host issue per tensor (costmodel/optimizer.hpp)
   // After the optimizer, every step: loom train's scalar all-reduces (the gradient norm over dp
   // with ZeRO, tp and pp; the step's statistics over the world), latency-bound, on groups of more
   // than one.
@@ -211,9 +213,6 @@ class CostModel {
   StepTerms step_terms(const Job& job, const Strategy& strategy) const;
   // The links groups of ranks get (what estimate() charges collectives with).
   const GroupLinks& group_links() const { return links_; }
-  // AdamW's memory traffic per parameter of a rank's optimizer shard: it reads and writes the fp32
-  // master weights, both moments, the gradient and the low-precision weights.
-  static constexpr double kOptimizerBytesPerParameter = 28;
   // Memory of pipeline rank `pipeline_rank` holding `load` (what estimate() reports per stage).
   MemoryBreakdown stage_memory(const Job& job, const Strategy& strategy, int pipeline_rank,
                                const StageLoad& load) const;

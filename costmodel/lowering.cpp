@@ -25,6 +25,7 @@ std::vector<ChunkCost> lower_chunks(const profiles::ModelSpec& model, const Stra
                                     const StepTerms& terms, const std::vector<StageRange>& stages) {
   const int sequence_length = layer_sequence_length(model);
   const SequenceCosts& cost = terms.costs;
+  const ParameterCounts counts = count_parameters(model);
   const double staging_bytes_per_parameter = zero_staging_bytes_per_parameter(s);
   std::vector<ChunkCost> out;
   out.reserve(stages.size());
@@ -39,6 +40,7 @@ std::vector<ChunkCost> lower_chunks(const profiles::ModelSpec& model, const Stra
     double tb = layers * cost.layer.backward_s;
     double p = layers * cost.layer.num_parameters;
     double a = layers * cost.layer.activation_bytes;
+    double tensors = layers * static_cast<double>(counts.transformer_layer.tensors);
     // An entry layer (embedding or head) on this chunk adds its terms once.
     auto add_entry = [&](const auto& entry_terms, const auto& entry_cost) {
       f += entry_terms.forward_compute_s;
@@ -50,17 +52,20 @@ std::vector<ChunkCost> lower_chunks(const profiles::ModelSpec& model, const Stra
     };
     if (k.content.embedding) {
       add_entry(terms.embedding, cost.embedding);
-      k.lookup_num_parameters =
-          static_cast<double>(count_parameters(model).lookup_tables.per_rank(s.tp));
+      k.lookup_num_parameters = static_cast<double>(counts.lookup_tables.per_rank(s.tp));
+      tensors += static_cast<double>(counts.embedding.tensors);
     }
     if (k.content.head) {
       add_entry(terms.head, cost.head);
-      p += tied_head_copy_parameters(model, s.tp, k.pipeline_rank);
+      const double copy = tied_head_copy_parameters(model, s.tp, k.pipeline_rank);
+      p += copy;
+      tensors += static_cast<double>(counts.head.tensors) + (copy > 0 ? 1 : 0);
     }
     const double staging_s = p * staging_bytes_per_parameter / terms.memory_bytes_per_s;
     k.compute_s = {f, bw + staging_s};
     k.with_tp_s = {tf, tb + staging_s};
     k.num_parameters = p;
+    k.num_tensors = tensors;
     k.activation_bytes = a;
     out.push_back(k);
   }
@@ -75,6 +80,7 @@ std::vector<StageLoad> stage_loads(const std::vector<ChunkCost>& chunks, int pp)
     l.lookup_num_parameters += k.lookup_num_parameters;
     l.activation_bytes += k.activation_bytes;
     l.num_layers += k.content.num_layers;
+    l.num_tensors += k.num_tensors;
     l.largest_chunk_num_parameters = std::max(l.largest_chunk_num_parameters, k.num_parameters);
   }
   return out;

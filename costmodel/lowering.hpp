@@ -42,6 +42,7 @@ struct ChunkCost {
   StageTime compute_s;  // compute only (EntryTerms' *_compute_s), ZeRO staging in the backward
   StageTime with_tp_s;  // compute and tensor-parallel collectives (EntryCost's), staging included
   double num_parameters = 0;  // on one rank, after tp, the tied head's copy included
+  double num_tensors = 0;     // the parameter tensors those are in (LayerParameters::tensors)
   // Of num_parameters: the embedding's tables only looked up (ParameterCounts::lookup_tables).
   double lookup_num_parameters = 0;
   double activation_bytes = 0;

@@ -9,6 +9,7 @@ namespace loom::costmodel {
 Job executor_job(Job job) {
   job.runtime = Runtime::kLoom;
   job.half_model = false;
+  job.optimizer_kernels = OptimizerKernels::kFused;
   job.reduce_precision.reset();
   return job;
 }
@@ -102,6 +103,10 @@ std::optional<std::string> runtime_refusal(const Job& job, const Strategy& strat
     return "runtime " + std::string(rules.name) +
            ": torch.compile is not available (it compiles PyTorch's Python models: use runtime "
            "fsdp or deepspeed, or compile off)";
+  }
+  if (job.optimizer_kernels != OptimizerKernels::kFused && !rules.chooses_optimizer_kernels) {
+    return "runtime " + std::string(rules.name) + " runs its own fused Adam: optimizer_kernels " +
+           to_string(job.optimizer_kernels) + " needs runtime loom or fsdp";
   }
   if (job.reduce_precision && !rules.sets_reduce_dtype) {
     Job own = job;

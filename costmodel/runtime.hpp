@@ -107,6 +107,10 @@ struct RuntimeRules {
   // Bytes per parameter the gradient reduction sends (the reduce dtype: fp32 main grads in
   // Megatron, fp32 reduce_dtype in FSDP's mixed precision, the job's width elsewhere).
   double (*reduce_bytes_per_parameter)(const Job&) = nullptr;
+  // Whether the job's optimizer kernels (Job::optimizer_kernels) may be other than fused: the
+  // engine runs the user's torch.optim optimizer (FSDP; DDP's, which runtime loom describes).
+  // Megatron-LM and DeepSpeed run their own fused Adam.
+  bool chooses_optimizer_kernels = false;
   // Whether the job's reduce_dtype (Job::reduce_precision) sets what the reduction sends (FSDP's
   // MixedPrecision.reduce_dtype); the other runtimes refuse a reduce_dtype other than their own.
   bool sets_reduce_dtype = false;

@@ -107,6 +107,7 @@ RuntimeRules fsdp_runtime_rules() {
   r.exposure = fsdp_exposure;
   r.reduce_bytes_per_parameter = reduce_bytes;
   r.sets_reduce_dtype = true;
+  r.chooses_optimizer_kernels = true;
   // Selective checkpointing as torchtitan applies it to FSDP2 models (its per-operator policy,
   // torchtitan's default "selective op" mode).
   r.selective = SelectivePolicy::kOperators;

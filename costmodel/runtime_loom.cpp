@@ -156,11 +156,16 @@ RuntimeRules loom_runtime_rules() {
   r.name = "loom";
   r.engine = "Loom's executor";
   // Its head runs LibTorch's eager cross-entropy: a plan may not promise a fused loss's memory.
-  r.refusal = [](const Job& job, const Strategy&) -> std::optional<std::string> {
+  r.refusal = [](const Job& job, const Strategy& s) -> std::optional<std::string> {
     if (job.loss == Loss::kFused) {
       return std::string(
           "Loom's executor runs the eager loss (use loss eager, or runtime fsdp or "
           "deepspeed for a fused one)");
+    }
+    if (job.optimizer_kernels != OptimizerKernels::kFused && s.zero > 0) {
+      return std::string(
+          "optimizer_kernels other than fused describe plain data parallelism's optimizer (zero "
+          "0); Loom's ZeRO stages step flat shards with one fused kernel");
     }
     if (job.precision == Precision::kFp8) {
       return std::string(
@@ -175,6 +180,7 @@ RuntimeRules loom_runtime_rules() {
   // The executor runs the MLP's activation as one kernel (torch::gelu): it refuses gelu_new.
   r.fusions.activation = true;
   r.host_floor = true;
+  r.chooses_optimizer_kernels = true;  // as DDP's (Loom's executor itself runs fused)
   r.autocast = true;
   r.reduce_bytes_per_parameter = [](const Job&) { return 4.0; };  // fp32 gradients
   return r;

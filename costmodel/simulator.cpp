@@ -9,6 +9,7 @@
 #include "costmodel/comm.hpp"
 #include "costmodel/layers.hpp"
 #include "costmodel/lowering.hpp"
+#include "costmodel/optimizer.hpp"
 #include "costmodel/runtime.hpp"
 #include "costmodel/sim_engine.hpp"
 #include "costmodel/sim_network.hpp"
@@ -222,7 +223,8 @@ SimulationResult simulate(const CostModel& cost, const Job& job, const Strategy&
     const StageLoad& l = load[static_cast<std::size_t>(r)];
     memory[static_cast<std::size_t>(r)] = cost.stage_memory(job, s, r, l);
     double shard = l.num_parameters / (spec.zero.shards_optimizer_states ? s.dp : 1);
-    spec.optimizer_s.push_back(shard * terms.optimizer_s_per_parameter);
+    spec.optimizer_s.push_back(optimizer_step_s(
+        {terms.optimizer_s_per_parameter, terms.optimizer_s_per_tensor}, shard, l.num_tensors));
     spec.zero_grad_s.push_back(zeroed_gradient_parameters(s, spec.cpu, l.num_parameters) *
                                terms.zero_grad_s_per_parameter);
     spec.post_all_gather_bytes.push_back(l.num_parameters * state_bytes);

@@ -254,12 +254,34 @@ std::optional<Loss> parse_loss(const std::string& text) {
   return std::nullopt;
 }
 
+const char* to_string(OptimizerKernels kernels) {
+  switch (kernels) {
+    case OptimizerKernels::kFused:
+      return "fused";
+    case OptimizerKernels::kForeach:
+      return "foreach";
+    case OptimizerKernels::kPerTensor:
+      return "per_tensor";
+  }
+  return "fused";
+}
+
+std::optional<OptimizerKernels> parse_optimizer_kernels(const std::string& text) {
+  if (text == "fused") return OptimizerKernels::kFused;
+  if (text == "foreach") return OptimizerKernels::kForeach;
+  if (text == "per_tensor") return OptimizerKernels::kPerTensor;
+  return std::nullopt;
+}
+
 nlohmann::json job_to_json(const Job& j) {
   nlohmann::json out = {{"global_batch", j.global_batch},
                         {"seq_len", j.seq_len},
                         {"precision", profiles::to_string(j.precision)},
                         {"optimizer", j.optimizer},
                         {"runtime", to_string(j.runtime)}};
+  if (j.optimizer_kernels != OptimizerKernels::kFused) {
+    out["optimizer_kernels"] = to_string(j.optimizer_kernels);
+  }
   if (j.loss != Loss::kEager) out["loss"] = to_string(j.loss);
   if (j.compile) out["compile"] = true;
   if (j.half_model) out["half_model"] = true;
@@ -276,6 +298,10 @@ Job job_from_json(const nlohmann::json& value, const std::string& source, const 
       *profiles::parse_precision(r.choice("precision", {"fp32", "tf32", "fp16", "bf16", "fp8"}));
   j.optimizer = r.optional_string("optimizer").value_or("adamw");
   if (j.optimizer != "adamw") r.fail("optimizer", "expected \"adamw\" (the only optimizer so far)");
+  if (r.has("optimizer_kernels")) {
+    j.optimizer_kernels =
+        *parse_optimizer_kernels(r.choice("optimizer_kernels", {"fused", "foreach", "per_tensor"}));
+  }
   if (r.has("runtime")) {
     j.runtime = *parse_runtime(r.choice("runtime", {"loom", "megatron", "deepspeed", "fsdp"}));
   }

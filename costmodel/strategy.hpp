@@ -57,6 +57,18 @@ enum class Loss { kEager, kFused };
 const char* to_string(Loss loss);
 std::optional<Loss> parse_loss(const std::string& text);
 
+// How the optimizer step issues AdamW's work (costmodel/optimizer.hpp times each):
+//   kFused      one kernel over every tensor (torch.optim.AdamW(fused=True), apex's and
+//               DeepSpeed's FusedAdam, Megatron-LM's, Loom's executor on CUDA)
+//   kForeach    PyTorch's multi-tensor path: each of AdamW's operations as one launch over
+//               lists of tensors (torch.optim.AdamW's default on CUDA since PyTorch 2.0)
+//   kPerTensor  a Python loop over the tensors, each operation its own kernel
+//               (torch.optim.AdamW(foreach=False), Hugging Face's transformers.AdamW)
+enum class OptimizerKernels { kFused, kForeach, kPerTensor };
+
+const char* to_string(OptimizerKernels kernels);
+std::optional<OptimizerKernels> parse_optimizer_kernels(const std::string& text);
+
 // The largest global batch Loom plans and reads (samples per step): far above real jobs, and
 // small enough that a step of one-sample micro-batches stays within num_micro_batches' bound.
 inline constexpr std::int64_t kMaxGlobalBatch = 1'000'000;
@@ -66,6 +78,10 @@ struct Job {
   std::int64_t seq_len = 128;
   Precision precision = Precision::kBf16;
   std::string optimizer = "adamw";
+  // JSON "optimizer_kernels", default "fused" (written when another). Only the runtimes whose
+  // engines let the user choose take another (RuntimeRules::refusal); Loom's executor runs
+  // fused, and `loom validate` predicts its run so (executor_job).
+  OptimizerKernels optimizer_kernels = OptimizerKernels::kFused;
   Runtime runtime = Runtime::kLoom;  // JSON "runtime", default "loom"
   Loss loss = Loss::kEager;          // JSON "loss", default "eager" (written when fused)
   // torch.compile (Inductor) around each block: its elementwise chains run as fused kernels

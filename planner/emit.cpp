@@ -242,6 +242,12 @@ std::string fsdp(const Plan& plan) {
   if (plan.job.compile) {
     out += "#   each transformer block compiled before wrapping: block.compile() (torch.compile)\n";
   }
+  out +=
+      std::string("#   optimizer = torch.optim.AdamW(model.parameters(), ...") +
+      (plan.job.optimizer_kernels == costmodel::OptimizerKernels::kFused     ? ", fused=True"
+       : plan.job.optimizer_kernels == costmodel::OptimizerKernels::kForeach ? ", foreach=True"
+                                                                             : ", foreach=False") +
+      ")\n";
   out += "#   " + num(s.micro_batch) + " samples per GPU per micro-batch, " +
          num(s.num_micro_batches) + " micro-batches per step (gradient accumulation)\n";
   if (s.tp > 1 || s.pp > 1) {

@@ -276,6 +276,26 @@ std::optional<std::string> row_recompute(const std::string& text, std::int64_t l
   return "recompute \"" + text + "\" has no Loom equivalent";
 }
 
+// The optimizer's kernels as the source's training script runs them. Two step with a Python loop
+// over the parameters: Hugging Face's Trainer without DeepSpeed (transformers 4.12 creates its
+// own transformers.AdamW), and DeepLearningExamples' PyTorch BERT in fp32 and tf32 (run_squad.py
+// creates BertAdam; in fp16 apex's FusedAdam). Every other engine's Adam is fused.
+costmodel::OptimizerKernels row_optimizer_kernels(const std::string& framework,
+                                                  costmodel::Precision precision,
+                                                  std::vector<std::string>* assumptions) {
+  if (contains(framework, "hugging face trainer") && contains(framework, "no deepspeed")) {
+    assumptions->push_back("transformers.AdamW: a per-tensor loop (optimizer_kernels per_tensor)");
+    return costmodel::OptimizerKernels::kPerTensor;
+  }
+  if (contains(framework, "apex amp o2") && costmodel::element_bytes(precision) == 4) {
+    assumptions->push_back(
+        "run_squad.py's BertAdam in fp32 and tf32: a per-tensor loop (optimizer_kernels "
+        "per_tensor; its per-tensor gradient clipping is not counted)");
+    return costmodel::OptimizerKernels::kPerTensor;
+  }
+  return costmodel::OptimizerKernels::kFused;
+}
+
 // The job and strategy as published; the reason when Loom cannot express them.
 std::optional<std::string> row_job_strategy(const Fields& row, RowMapping* out) {
   const std::int64_t gpus = out->cluster.device_count();
@@ -341,6 +361,7 @@ std::optional<std::string> row_job_strategy(const Fields& row, RowMapping* out) 
                                "'s mixed precision)");
   }
   job.compile = contains(framework, "torch.compile");
+  job.optimizer_kernels = row_optimizer_kernels(framework, job.precision, &out->assumptions);
   // DeepSpeed's autotuner reads forward + backward + step() over steps 3-5; at fp16 they overflow
   // the default initial loss scale (initial_scale_power 32, halved after two overflows and then
   // at each) and skip the update (DeepSpeed 0.5: runtime/constants.py, fp16/loss_scaler.py,

@@ -119,6 +119,9 @@ void print_header(std::ostream& out, const planner::Plan& plan, const PlanTextOp
       << (options.precision_note.empty() ? "" : " (" + options.precision_note + ")") << "\n"
       << "runtime  " << runtime_text(plan.job.runtime)
       << (plan.job.compile ? ", torch.compile" : "")
+      << (plan.job.optimizer_kernels != costmodel::OptimizerKernels::kFused
+              ? std::string(", AdamW ") + costmodel::to_string(plan.job.optimizer_kernels)
+              : "")
       << (plan.job.reduce_precision ? std::string(", gradients reduced in ") +
                                           profiles::to_string(*plan.job.reduce_precision)
                                     : "")
@@ -235,6 +238,9 @@ costmodel::Job make_job(const PlanArgs& a, const profiles::Cluster& cluster, std
   if (a.loss) job.loss = *costmodel::parse_loss(*a.loss);
   if (a.compile) job.compile = *a.compile == "on";
   if (a.reduce_dtype) job.reduce_precision = profiles::parse_precision(*a.reduce_dtype);
+  if (a.optimizer_kernels) {
+    job.optimizer_kernels = *costmodel::parse_optimizer_kernels(*a.optimizer_kernels);
+  }
   if (!a.precision) {
     job.precision = profiles::best_precision(cluster.device);
     *note = cluster.device.kind == profiles::DeviceKind::kCpu
@@ -559,6 +565,11 @@ void add_plan_options(CLI::App* cmd, PlanArgs* args) {
                   "fp32 | bf16 | fp16: what the gradient reduction sends (FSDP's "
                   "MixedPrecision.reduce_dtype; runtime fsdp, default fp32)")
       ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
+  cmd->add_option("--optimizer-kernels", args->optimizer_kernels,
+                  "fused | foreach | per_tensor: how AdamW issues its step (default fused; "
+                  "foreach is torch.optim.AdamW's default, per_tensor its foreach=False loop; "
+                  "runtimes loom and fsdp)")
+      ->check(CLI::IsMember({"fused", "foreach", "per_tensor"}));
   cmd->add_option("--stages", args->stages,
                   "pin the layer-to-stage partition: inclusive ranges of the layer sequence, one "
                   "per pipeline stage (0 = embedding, last = head), e.g. 0-0,1-13");

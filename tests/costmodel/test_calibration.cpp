@@ -7,6 +7,7 @@
 #include "costmodel/comm.hpp"
 #include "costmodel/estimate.hpp"
 #include "costmodel/layers.hpp"
+#include "costmodel/optimizer.hpp"
 #include "costmodel/simulator.hpp"
 #include "profiles/loader.hpp"
 
@@ -143,8 +144,8 @@ TEST_CASE("times measured with the tensor-parallel all-reduces get none added", 
   const double scalars_s = terms.step_sync_s;
   CHECK(scalars_s > 0);
   CHECK(scalars_s < 1e-4);
-  const double zero_grad_s = p.optimizer_s * 4 / CostModel::kOptimizerBytesPerParameter;
-  CHECK(terms.zero_grad_s_per_parameter * CostModel::kOptimizerBytesPerParameter ==
+  const double zero_grad_s = p.optimizer_s * 4 / 28;
+  CHECK(terms.zero_grad_s_per_parameter * optimizer_bytes_per_parameter(OptimizerKernels::kFused) ==
         Approx(4 * terms.optimizer_s_per_parameter));
   CHECK(p.step_time_s ==
         Approx(2 * per_micro_batch + p.optimizer_s + zero_grad_s + scalars_s).epsilon(1e-12));

@@ -168,6 +168,7 @@ TEST_CASE("Emit fsdp: the sharding strategy and mixed precision", "[emit]") {
         "#       use_orig_params=True)\n"
         "#   apply_activation_checkpointing(model, check_fn=lambda m: isinstance(m, <the block "
         "class>))\n"
+        "#   optimizer = torch.optim.AdamW(model.parameters(), ..., fused=True)\n"
         "#   2 samples per GPU per micro-batch, 2 micro-batches per step (gradient accumulation)\n"
         "torchrun --nnodes 2 --nproc-per-node 8 train.py\n");
   planner::Plan bf16_reduce = plan;
@@ -175,6 +176,11 @@ TEST_CASE("Emit fsdp: the sharding strategy and mixed precision", "[emit]") {
   CHECK_THAT(planner::emit_plan(bf16_reduce, costmodel::Runtime::kFsdp),
              Catch::Matchers::Contains("MixedPrecision(param_dtype=torch.bfloat16, "
                                        "reduce_dtype=torch.bfloat16, buffer_dtype"));
+  planner::Plan per_tensor = plan;
+  per_tensor.job.optimizer_kernels = costmodel::OptimizerKernels::kPerTensor;
+  CHECK_THAT(
+      planner::emit_plan(per_tensor, costmodel::Runtime::kFsdp),
+      Catch::Matchers::Contains("torch.optim.AdamW(model.parameters(), ..., foreach=False)"));
 }
 
 TEST_CASE("Emit refuses a strategy the runtime cannot run", "[emit]") {

@@ -11,6 +11,7 @@
 #include "profiles/loader.hpp"
 
 using loom::costmodel::Attention;
+using loom::costmodel::OptimizerKernels;
 using loom::costmodel::Precision;
 using loom::costmodel::Recompute;
 using loom::costmodel::Runtime;
@@ -138,6 +139,20 @@ TEST_CASE("a DeepLearningExamples BERT row maps to an encoder with apex DDP on a
   CHECK_FALSE(tf32.job.half_model);
   CHECK(tf32.cluster.name == "dgx-a100-80g");
   CHECK(tf32.cluster.nodes == 1);
+  // run_squad.py steps fp32 and tf32 with BertAdam, a loop over the tensors; fp16 with apex's
+  // FusedAdam.
+  CHECK(tf32.job.optimizer_kernels == OptimizerKernels::kPerTensor);
+  CHECK(m.job.optimizer_kernels == OptimizerKernels::kFused);
+}
+
+TEST_CASE("Hugging Face's Trainer without DeepSpeed steps with a per-tensor loop", "[published]") {
+  // transformers 4.12's Trainer creates transformers.AdamW; with DeepSpeed, DeepSpeed's Adam.
+  CHECK(mapped("deepspeed_autotuning.json", "ds-autotune-gpt2-large-baseline-hf")
+            .job.optimizer_kernels == OptimizerKernels::kPerTensor);
+  CHECK(mapped("deepspeed_autotuning.json", "ds-autotune-gpt2-large-handtuned-z1")
+            .job.optimizer_kernels == OptimizerKernels::kFused);
+  CHECK(mapped("mpt_llm_foundry.json", "mpt-h100-30b-s2048-g8-mb3-ga21").job.optimizer_kernels ==
+        OptimizerKernels::kFused);
 }
 
 TEST_CASE("a DeepSpeed row maps to ZeRO-1 under DeepSpeed on an assumed DGX-2", "[published]") {

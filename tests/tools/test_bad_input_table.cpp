@@ -359,6 +359,11 @@ void add_input_file_rows(std::vector<Row>& rows) {
       {"runtime loom", "no fp8 products", "runtime megatron or fsdp"});
   add("flag: fp8 on a device without it", {}, fp8 + " --cluster dgx-a100-80g --runtime megatron",
       {"--precision", "has no fp8 rate", "use --precision bf16"});
+  add("flag: per-tensor AdamW under Megatron-LM", {},
+      plan_with("model.json", "dgx-a100-80g",
+                "--gpus 8 --runtime megatron --optimizer-kernels per_tensor"),
+      {"runtime megatron runs its own fused Adam", "optimizer_kernels per_tensor",
+       "runtime loom or fsdp"});
   add("plan: a request that cannot fit, with -o",
       {{"small.json",
         text(edited(cluster, [](J j) { j["device"]["memory_bytes"] = std::int64_t{1} << 30; }))}},
