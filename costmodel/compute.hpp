@@ -76,8 +76,9 @@ struct EfficiencyDefaults {
   double gpu_host_pass_s = 2e-3;
   double gpu_host_serial_fraction = 0.25;
   // An eager PyTorch operation issued from Python outside autograd (an optimizer's per-tensor
-  // loop): torch.optim.AdamW(foreach=False) over BERT-base's 151 tensors took 14.79 ms on an H100
-  // machine, host-bound, 10.9 us for each of its 9 operations per tensor (bench/RESULTS.md).
+  // loop): torch.optim.AdamW(foreach=False) over BERT-base's parameters in 151 tensors (Q, K and V
+  // fused) took 14.79 ms on an H100 machine, host-bound, 10.9 us for each of its 9 operations per
+  // tensor (bench/RESULTS.md).
   double gpu_host_op_s = 10.9e-6;
   bool operator==(const EfficiencyDefaults&) const = default;
 };

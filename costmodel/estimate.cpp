@@ -178,9 +178,12 @@ DeviceRates set_rates(const TermsInput& in, Terms& t) {
   t.optimizer = optimizer_step_rates(in.job.optimizer_kernels, rates);
   t.zero_grad_s_per_parameter = 4 / rates.memory_bytes_per_s;  // one fp32 write
   if (in.calibration != nullptr) {
-    // Loom's executor runs one rank with torch::optim::AdamW, many over flat buffers.
+    // Loom's executor runs one rank with torch::optim::AdamW, many over flat buffers: a fused
+    // step's traffic, scaled to the job's kernels'.
     if (auto measured = in.calibration->optimizer_s_per_parameter(t.threads, in.world > 1)) {
-      t.optimizer.s_per_parameter = *measured;
+      t.optimizer.s_per_parameter = *measured *
+                                    optimizer_bytes_per_parameter(in.job.optimizer_kernels) /
+                                    optimizer_bytes_per_parameter(OptimizerKernels::kFused);
     }
   }
   return core_rates;

@@ -17,6 +17,19 @@ OptimizerStepRates optimizer_step_rates(OptimizerKernels kernels, const DeviceRa
           optimizer_host_ops_per_tensor(kernels) * rates.host_op_s};
 }
 
+double optimizer_temporary_bytes(OptimizerKernels kernels, double shard_parameters,
+                                 double largest_tensor_parameters) {
+  switch (kernels) {
+    case OptimizerKernels::kFused:
+      return 0;
+    case OptimizerKernels::kForeach:
+      return 4 * shard_parameters;
+    case OptimizerKernels::kPerTensor:
+      return 8 * std::min(largest_tensor_parameters, shard_parameters);
+  }
+  return 0;
+}
+
 double optimizer_step_s(const OptimizerStepRates& rates, double parameters, double tensors) {
   return std::max(parameters * rates.s_per_parameter, tensors * rates.s_per_tensor);
 }

@@ -37,4 +37,13 @@ OptimizerStepRates optimizer_step_rates(OptimizerKernels kernels, const DeviceRa
 // One step over `parameters` in `tensors` tensors.
 double optimizer_step_s(const OptimizerStepRates& rates, double parameters, double tensors);
 
+// The fp32 temporaries a step allocates beyond the states, on a rank whose shard holds
+// `shard_parameters` and whose largest tensor (its shard of it) `largest_tensor_parameters`:
+// foreach's square roots of the second moments, one for every tensor at once (4 bytes per
+// parameter; the division and eps then work in place); the per-tensor loop's square root and its
+// quotient, of one tensor at a time (8 bytes per parameter of the largest); none for a fused
+// kernel (a runtime's own buffers aside: RuntimeRules::memory).
+double optimizer_temporary_bytes(OptimizerKernels kernels, double shard_parameters,
+                                 double largest_tensor_parameters);
+
 }  // namespace loom::costmodel

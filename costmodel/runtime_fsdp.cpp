@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "costmodel/layers.hpp"
+#include "costmodel/optimizer.hpp"
 #include "costmodel/runtime.hpp"
 
 namespace loom::costmodel {
@@ -55,8 +56,9 @@ RuntimeMemory fsdp_memory(const Job& job, const Strategy& s, const RankMemoryInp
   // DDP-style bucket).
   const double gradient_working = s.zero >= 2 ? reduce_bytes(job) * layer : kDdpBucketBytes;
   const double recompute = in.backward_working_bytes();
-  // The optimizer step (foreach AdamW) has an fp32 temporary of the shard.
-  const double optimizer_working = 4 * in.num_parameters / shards;
+  // The optimizer step's temporaries, by its kernels (costmodel/optimizer.hpp).
+  const double optimizer_working = optimizer_temporary_bytes(
+      job.optimizer_kernels, in.num_parameters / shards, in.largest_tensor_num_parameters / shards);
   double embedding_grad_extra = 0;
   if (in.embedding_table_num_parameters > 0) {
     embedding_grad_extra = e * in.embedding_table_num_parameters -

@@ -267,11 +267,13 @@ std::string plan_section(const Plan& plan) {
   if (!c.links.empty()) cluster.emplace_back("explicit links", integer(std::ssize(c.links)));
   if (!c.source.empty()) cluster.emplace_back("source", escape_html(c.source));
   out += key_values("Cluster", cluster);
-  out += key_values("Job", {{"global batch", integer(plan.job.global_batch)},
-                            {"sequence length", integer(plan.job.seq_len)},
-                            {"precision", escape_html(profiles::to_string(plan.job.precision))},
-                            {"optimizer", escape_html(plan.job.optimizer)},
-                            {"runtime", escape_html(costmodel::to_string(plan.job.runtime))}});
+  out += key_values(
+      "Job", {{"global batch", integer(plan.job.global_batch)},
+              {"sequence length", integer(plan.job.seq_len)},
+              {"precision", escape_html(profiles::to_string(plan.job.precision))},
+              {"optimizer", escape_html(plan.job.optimizer + " (" +
+                                        costmodel::to_string(plan.job.optimizer_kernels) + ")")},
+              {"runtime", escape_html(costmodel::to_string(plan.job.runtime))}});
   out += key_values(
       "Strategy",
       {{"data parallel (dp)", integer(s.dp)},

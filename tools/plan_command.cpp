@@ -116,12 +116,13 @@ void print_header(std::ostream& out, const planner::Plan& plan, const PlanTextOp
       << plan.cluster.devices_per_node << " " << plan.cluster.device.name << "\n"
       << "job      global batch " << plan.job.global_batch << ", seq " << plan.job.seq_len
       << ", precision " << profiles::to_string(plan.job.precision)
-      << (options.precision_note.empty() ? "" : " (" + options.precision_note + ")") << "\n"
-      << "runtime  " << runtime_text(plan.job.runtime)
-      << (plan.job.compile ? ", torch.compile" : "")
+      << (options.precision_note.empty() ? "" : " (" + options.precision_note + ")")
       << (plan.job.optimizer_kernels != costmodel::OptimizerKernels::kFused
               ? std::string(", AdamW ") + costmodel::to_string(plan.job.optimizer_kernels)
               : "")
+      << "\n"
+      << "runtime  " << runtime_text(plan.job.runtime)
+      << (plan.job.compile ? ", torch.compile" : "")
       << (plan.job.reduce_precision ? std::string(", gradients reduced in ") +
                                           profiles::to_string(*plan.job.reduce_precision)
                                     : "")
@@ -568,7 +569,7 @@ void add_plan_options(CLI::App* cmd, PlanArgs* args) {
   cmd->add_option("--optimizer-kernels", args->optimizer_kernels,
                   "fused | foreach | per_tensor: how AdamW issues its step (default fused; "
                   "foreach is torch.optim.AdamW's default, per_tensor its foreach=False loop; "
-                  "runtimes loom and fsdp)")
+                  "runtimes fsdp, and loom without ZeRO)")
       ->check(CLI::IsMember({"fused", "foreach", "per_tensor"}));
   cmd->add_option("--stages", args->stages,
                   "pin the layer-to-stage partition: inclusive ranges of the layer sequence, one "

@@ -203,6 +203,13 @@ int run_tune(const TuneArgs& a) {
     throw InputError("--warmup", "",
                      "fewer warm-up steps than --steps (" + std::to_string(a.steps) + ")");
   }
+  // The candidates run on Loom's executor, which steps with its fused AdamW.
+  if (a.plan.optimizer_kernels && *a.plan.optimizer_kernels != "fused") {
+    throw InputError("--optimizer-kernels", "",
+                     "loom tune measures Loom's executor, which steps with its fused AdamW: "
+                     "fused or none, found " +
+                         *a.plan.optimizer_kernels);
+  }
   const PlanSearch search = search_plans(a.plan);
   const std::vector<planner::Plan>& plans = search.result.plans;
   // The points the profile lacks, as loom plan says them: the candidates' measurements settle

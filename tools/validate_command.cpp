@@ -199,6 +199,7 @@ int run_validate(const ValidateArgs& a) {
   if (!a.profile.empty()) planner::apply_profiles(&plan, a.profile);
   // The run is Loom's executor, so the prediction it is compared with is runtime loom's.
   const costmodel::Runtime planned_runtime = plan.job.runtime;
+  const costmodel::OptimizerKernels planned_kernels = plan.job.optimizer_kernels;
   plan.job = costmodel::executor_job(plan.job);
   // The points the profile lacks (docs/validate.md): said on stderr, and in --json.
   plan.extrapolated = planner::extrapolated_points(plan);
@@ -272,6 +273,10 @@ int run_validate(const ValidateArgs& a) {
   if (planned_runtime != costmodel::Runtime::kLoom) {
     std::cout << "(the plan predicts runtime " << costmodel::to_string(planned_runtime)
               << "; this run is Loom's executor, compared with runtime loom's prediction)\n";
+  }
+  if (planned_kernels != costmodel::OptimizerKernels::kFused) {
+    std::cout << "(the plan's AdamW is " << costmodel::to_string(planned_kernels)
+              << "; Loom's executor steps with its fused kernel, and so does the prediction)\n";
   }
   char line[256];
   std::snprintf(line, sizeof line, "%-18s %14s %14s %10s\n", "", "predicted", "measured", "error");

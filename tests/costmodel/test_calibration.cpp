@@ -406,6 +406,13 @@ TEST_CASE("a measured optimizer step and collective factors replace the modelled
   dp.zero = 1;
   const Prediction p2 = cost.estimate(job, dp, even_partition(model, 1));
   CHECK(p2.optimizer_s == Approx(count_parameters(model).total / 2 * 6e-9));
+  // The measurement is Loom's fused step: a job stepping PyTorch's eight operations is charged
+  // it scaled by their bytes, 80 against 28 (a CPU has no host term).
+  Job foreach = job;
+  foreach
+    .optimizer_kernels = OptimizerKernels::kForeach;
+  CHECK(cost.estimate(foreach, single(8, 1), even_partition(model, 1)).optimizer_s ==
+        Approx(count_parameters(model).total * 2.5e-9 * 80 / 28));
 }
 
 TEST_CASE("every step pays loom train's scalar all-reduces on each group of more than one",

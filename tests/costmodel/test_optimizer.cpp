@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "costmodel/estimate.hpp"
 #include "costmodel/layers.hpp"
@@ -45,6 +46,11 @@ TEST_CASE("AdamW's bytes and host operations by kernels", "[optimizer]") {
   CHECK(optimizer_step_s(r, 1e9, 100) == Approx(0.08));  // 80 ms of kernels, 9 ms of issue
   CHECK(optimizer_step_s(r, 1e6, 100) == Approx(9e-3));  // 80 us of kernels
   CHECK(optimizer_step_s({28 / 1e12, 0}, 1e9, 1e6) == Approx(0.028));  // fused: no issue charged
+  // Temporaries: none fused; foreach's roots of every second moment; the loop's root and
+  // quotient of the largest tensor.
+  CHECK(optimizer_temporary_bytes(OptimizerKernels::kFused, 1e9, 1e7) == 0);
+  CHECK(optimizer_temporary_bytes(OptimizerKernels::kForeach, 1e9, 1e7) == 4e9);
+  CHECK(optimizer_temporary_bytes(OptimizerKernels::kPerTensor, 1e9, 1e7) == 8e7);
 }
 
 TEST_CASE("the estimate and the simulator charge the job's optimizer kernels", "[optimizer]") {
@@ -70,7 +76,32 @@ TEST_CASE("the estimate and the simulator charge the job's optimizer kernels", "
   // Only the optimizer differs.
   CHECK(loop.step_time_s - fused.step_time_s ==
         Approx(loop.optimizer_s - fused.optimizer_s).epsilon(1e-9));
+  // The step's temporaries (at most 4 bytes per parameter) stay under the activations the
+  // backward pass freed: the peak is the same.
   CHECK(loop.peak_memory_bytes == fused.peak_memory_bytes);
+  CHECK(foreach.peak_memory_bytes == fused.peak_memory_bytes);
+}
+
+TEST_CASE("a pipeline rank steps the tensors of its own stage", "[optimizer][pipeline]") {
+  // GPT-2 (12 layers of 12 tensors, wte and wpe, ln_f's two, the LM head tied to wte) on two
+  // H100s in a pipeline, the per-tensor loop host-bound at 9 x 10.9 us per tensor. The stage
+  // holding the head also holds its copy of the word table: one tensor more.
+  const CostModel cost(profiles::load_model("gpt2"),
+                       profiles::datasheet_cluster(profiles::load_cluster("dgx-h100")));
+  Job job{16, 1024, Precision::kBf16, "adamw"};
+  job.optimizer_kernels = OptimizerKernels::kPerTensor;
+  Strategy s;
+  s.pp = 2;
+  s.micro_batch = 1;
+  s.num_micro_batches = 16;
+  const std::vector<StageRange> head_alone = {{0, 12}, {13, 13}};     // 2 + 144 | 2 + 1
+  const std::vector<StageRange> embedding_alone = {{0, 0}, {1, 13}};  // 2 | 144 + 2 + 1
+  const Prediction a = cost.estimate(job, s, head_alone);
+  const Prediction b = cost.estimate(job, s, embedding_alone);
+  CHECK(a.optimizer_s == Approx(146 * 9 * 10.9e-6));
+  CHECK(b.optimizer_s == Approx(147 * 9 * 10.9e-6));
+  CHECK(simulate(cost, job, s, head_alone).prediction.optimizer_s == Approx(a.optimizer_s));
+  CHECK(simulate(cost, job, s, embedding_alone).prediction.optimizer_s == Approx(b.optimizer_s));
 }
 
 TEST_CASE("optimizer kernels: the runtimes that take them, the JSON and the executor's job",

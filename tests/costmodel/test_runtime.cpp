@@ -103,12 +103,23 @@ TEST_CASE("fsdp: two gathered blocks under FULL_SHARD, all of them under SHARD_G
   CHECK(full.states.gradient_bytes == 402759680);
   CHECK(full.states.optimizer_bytes == 805519360);  // 8 N / 8
   // Two bf16 blocks gathered (running + prefetched): 2 * 2 * kLayer = 805,519,360; one block's
-  // fp32 gradient before its reduce-scatter: 4 * kLayer = 805,519,360; AdamW's fp32 temporary
-  // of the shard: 4 N / 8 = 402,759,680.
-  CHECK(full.buffer_bytes == 805519360.0 + 805519360 + 402759680);
+  // fp32 gradient before its reduce-scatter: 4 * kLayer = 805,519,360; a fused AdamW allocates
+  // nothing.
+  CHECK(full.buffer_bytes == 805519360.0 + 805519360);
   // SHARD_GRAD_OP keeps every block gathered after its forward: 2 N = 1,611,038,720 instead.
   const RuntimeMemory grad_op = memory_of(Runtime::kFsdp, dp8(2), layers_on_rank(4));
-  CHECK(grad_op.buffer_bytes == 1611038720.0 + 805519360 + 402759680);
+  CHECK(grad_op.buffer_bytes == 1611038720.0 + 805519360);
+  // torch.optim.AdamW's foreach step: the square roots of the shard's second moments, 4 N / 8 =
+  // 402,759,680; its per-tensor loop: a root and a quotient of the largest tensor's shard,
+  // 8 x 4 x 4096^2 / 8 = 67,108,864 (no activations to outlast here).
+  Job job = bf16_job(Runtime::kFsdp);
+  job.optimizer_kernels = OptimizerKernels::kForeach;
+  const RankMemoryInput in = layers_on_rank(4);
+  CHECK(fsdp_runtime_rules().memory(job, dp8(3), in).buffer_bytes ==
+        805519360.0 + 805519360 + 402759680);
+  job.optimizer_kernels = OptimizerKernels::kPerTensor;
+  CHECK(fsdp_runtime_rules().memory(job, dp8(3), in).buffer_bytes ==
+        805519360.0 + 805519360 + 67108864);
 }
 
 TEST_CASE("each runtime's data-parallel exposure", "[runtime][overlap]") {
@@ -368,7 +379,7 @@ TEST_CASE("fsdp reduces gradients in the job's reduce_dtype", "[runtime][overlap
   // where fp32 held 805,519,360; the sharded states stay fp32.
   const RuntimeMemory m = fsdp_runtime_rules().memory(job, dp8(3), layers_on_rank(4));
   CHECK(m.states.gradient_bytes == 402759680);
-  CHECK(m.buffer_bytes == 805519360.0 + 402759680 + 402759680);
+  CHECK(m.buffer_bytes == 805519360.0 + 402759680);
   // A plan file names it; a runtime whose reduction has another width refuses it.
   CHECK(job_to_json(job)["reduce_dtype"] == "bf16");
   CHECK(job_from_json(job_to_json(job), "plan.json", "$.job") == job);

@@ -1,6 +1,7 @@
 // Published rows in Loom's terms: the mapping of an MPT, a DeepLearningExamples BERT and a
 // DeepSpeed row field by field, a DeBERTa row listed with its reason, an fp8 row mapped, and the
 // ordering share and median of hand-made inputs.
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <filesystem>
 #include <nlohmann/json.hpp>
@@ -147,8 +148,10 @@ TEST_CASE("a DeepLearningExamples BERT row maps to an encoder with apex DDP on a
 
 TEST_CASE("Hugging Face's Trainer without DeepSpeed steps with a per-tensor loop", "[published]") {
   // transformers 4.12's Trainer creates transformers.AdamW; with DeepSpeed, DeepSpeed's Adam.
-  CHECK(mapped("deepspeed_autotuning.json", "ds-autotune-gpt2-large-baseline-hf")
-            .job.optimizer_kernels == OptimizerKernels::kPerTensor);
+  const RowMapping hf = mapped("deepspeed_autotuning.json", "ds-autotune-gpt2-large-baseline-hf");
+  CHECK(hf.job.optimizer_kernels == OptimizerKernels::kPerTensor);
+  CHECK(std::count(hf.assumptions.begin(), hf.assumptions.end(),
+                   "transformers.AdamW: a per-tensor loop (optimizer_kernels per_tensor)") == 1);
   CHECK(mapped("deepspeed_autotuning.json", "ds-autotune-gpt2-large-handtuned-z1")
             .job.optimizer_kernels == OptimizerKernels::kFused);
   CHECK(mapped("mpt_llm_foundry.json", "mpt-h100-30b-s2048-g8-mb3-ga21").job.optimizer_kernels ==
