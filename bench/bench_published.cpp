@@ -116,11 +116,19 @@ std::string share_text(const OrderingShare& o) {
   return text;
 }
 
+// The throughput error of `row` predicted again (leave-one-out, on datasheets), when measured.
+std::optional<double> again_pct(const RowResult& row, const std::vector<RowResult>& again,
+                                std::size_t index) {
+  if (index >= again.size() || !(row.measured > 0)) return std::nullopt;
+  return 100 * (again[index].predicted - row.measured) / row.measured;
+}
+
 void print_rows(const FileResult& f) {
   std::printf("\n== %s (%zu rows)\n", f.name.c_str(), f.rows.size());
-  std::printf("%-50s %-9s %10s %10s %7s %8s %8s %7s  %s\n", "id", "unit", "measured", "predicted",
-              "err %", "mem GiB", "pred GiB", "err %", "note");
-  for (const RowResult& r : f.rows) {
+  std::printf("%-50s %-9s %10s %10s %7s %7s %7s %8s %8s %7s  %s\n", "id", "unit", "measured",
+              "predicted", "err %", "LOO %", "sheet %", "mem GiB", "pred GiB", "err %", "note");
+  for (std::size_t i = 0; i < f.rows.size(); ++i) {
+    const RowResult& r = f.rows[i];
     if (r.not_expressible) continue;
     std::string note = r.doubtful ? "doubtful" : "";
     if (r.oom) note += std::string(note.empty() ? "" : ", ") + "oom as published";
@@ -134,9 +142,11 @@ void print_rows(const FileResult& f) {
     }
     char memory[32] = "-";
     if (r.measured_memory_gib) std::snprintf(memory, sizeof memory, "%.1f", *r.measured_memory_gib);
-    std::printf("%-50s %-9s %10s %10s %7s %8s %8.1f %7s  %s\n", r.id.c_str(), unit_text(r.unit),
-                measured, predicted, pct(r.throughput_error_pct()).c_str(), memory,
-                r.predicted_memory_gib, pct(r.memory_error_pct()).c_str(), note.c_str());
+    std::printf("%-50s %-9s %10s %10s %7s %7s %7s %8s %8.1f %7s  %s\n", r.id.c_str(),
+                unit_text(r.unit), measured, predicted, pct(r.throughput_error_pct()).c_str(),
+                pct(again_pct(r, f.loo_rows, i)).c_str(),
+                pct(again_pct(r, f.datasheet_rows, i)).c_str(), memory, r.predicted_memory_gib,
+                pct(r.memory_error_pct()).c_str(), note.c_str());
   }
   bool header = false;
   for (const RowResult& r : f.rows) {
@@ -196,7 +206,8 @@ void print_summary(const std::vector<FileResult>& files) {
       "published as out of memory (those the model also says do not fit); ran>mem: rows that ran "
       "but are predicted not to fit; |err|: median |error|; same job: pairs of rows of one model, "
       "sequence length, GPU and GPU count; doubtful rows are shown above but left "
-      "out of these figures)\n");
+      "out of these figures; per row, err %: calibrated, LOO %: leave-one-out, sheet %: before "
+      "calibration)\n");
 }
 
 int run(const std::string& dir, bool json, const std::string& explain) {

@@ -2,8 +2,9 @@
 # Published GPU training runs against Loom's predictions: every training row of the JSON files in
 # DIR (default bench/published, whose README says where each file comes from) mapped to Loom's
 # model, cluster, job and strategy as published, predicted with the analytical estimate, and
-# compared with what was measured. Prints one line per row (throughput in the row's own unit and,
-# where published, memory, each with its error), the rows Loom cannot express with the reason,
+# compared with what was measured. Prints one line per row (throughput in the row's own unit with
+# its error calibrated, leave-one-out and before calibration, and, where published, memory with
+# its error), the rows Loom cannot express with the reason,
 # and per file the median |error| and the share of pairs (measured more than 5 % apart) that the
 # prediction orders as measured; then the same figures leave-one-out: the usable rows of each
 # cluster (all files together) fitted as `loom calibrate` fits them, each row predicted by the
