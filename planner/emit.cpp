@@ -159,6 +159,9 @@ std::string deepspeed(const Plan& plan) {
   };
   if (plan.job.precision == Precision::kBf16) config["bf16"] = {{"enabled", true}};
   if (plan.job.precision == Precision::kFp16) config["fp16"] = {{"enabled", true}};
+  // DeepSpeed's own AdamW (its fused kernel, the step the plan predicts); without an optimizer
+  // section the engine would step the client's.
+  config["optimizer"] = {{"type", "AdamW"}};
   config["zero_optimization"] = zero;
   if (plan.job.compile) config["compile"] = {{"enabled", true}, {"backend", "inductor"}};
   std::string out = header(plan, "DeepSpeed");
@@ -182,6 +185,7 @@ std::string deepspeed(const Plan& plan) {
   if (nodes_of(plan) > 1) {
     out += "# " + num(nodes_of(plan)) + " nodes: name them in a hostfile (deepspeed --hostfile)\n";
   }
+  out += "# optimizer: DeepSpeed's fused AdamW; its params (lr, betas, weight_decay) are yours\n";
   out += "cat > ds_config.json <<'JSON'\n" + config.dump(2) + "\nJSON\n";
   out += "deepspeed --num_nodes " + num(nodes_of(plan)) + " --num_gpus " +
          num(ranks_per_node(plan)) + " train.py --deepspeed --deepspeed_config ds_config.json\n";

@@ -136,6 +136,9 @@ TEST_CASE("Emit deepspeed: the configuration and the launch line", "[emit]") {
         "  \"bf16\": {\n"
         "    \"enabled\": true\n"
         "  },\n"
+        "  \"optimizer\": {\n"
+        "    \"type\": \"AdamW\"\n"
+        "  },\n"
         "  \"zero_optimization\": {\n"
         "    \"stage\": 1,\n"
         "    \"contiguous_gradients\": true,\n"
@@ -150,6 +153,8 @@ TEST_CASE("Emit deepspeed: the configuration and the launch line", "[emit]") {
         "ds_config.json\n");
   CHECK_THAT(text,
              Contains("# pp=2: wrap the model in deepspeed.pipe.PipelineModule(num_stages=2)"));
+  CHECK_THAT(text, Contains("# optimizer: DeepSpeed's fused AdamW; its params (lr, betas, "
+                            "weight_decay) are yours\ncat > ds_config.json"));
 }
 
 TEST_CASE("Emit fsdp: the sharding strategy and mixed precision", "[emit]") {
