@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """The allocator peaks and step times of the stored GPU runs against this build's prediction.
 
-Usage: bench/gpu_memory.py [-v] [RUN.json ...]     (BUILD=build-foo to use another build's loom)
+Usage: bench/gpu_memory.py [-v] [--datasheet] [RUN.json ...]
+       (BUILD=build-foo to use another build's loom)
 
 Each `loom validate --json` document (default: every one under bench/gpu-runs/ predicted by the
 roofline, i.e. without a profile, except h200/, whose executor predates the one-cast-per-layer
@@ -11,7 +12,9 @@ The tensors the plan predicts (the prediction less the CUDA context and the allo
 fragmentation) are compared with the caching allocator's measured peak, the whole prediction
 with the device's used memory, and the predicted step time with the measured one. Runs of the
 same plan on several machines count once. Prints the median |error| per recomputation mode and
-overall; -v one line per run. Needs no GPU.
+overall; -v one line per run; --datasheet predicts on the cluster file's datasheet values (each
+fitted parameter of its `calibration` record at its `start`: the model before calibration).
+Needs no GPU.
 """
 import glob
 import json
@@ -30,11 +33,27 @@ def default_runs():
     return [f for f in files if os.sep + "h200" + os.sep not in f]
 
 
-def shipped(plan):
+def datasheet(cluster):
+    """The cluster with every fitted parameter back at its calibration's starting value."""
+    cluster = json.loads(json.dumps(cluster))
+    for name, p in cluster.pop("calibration", {}).get("parameters", {}).items():
+        *path, last = name.split(".")
+        node = cluster
+        for part in path:
+            node = node.setdefault(part, {})
+        node[last] = p["start"]
+    return cluster
+
+
+def shipped(plan, before_calibration=False):
     """The plan with its cluster replaced by the shipped file of the same name, if any."""
     path = os.path.join(ROOT, "profiles", "clusters", plan["cluster"].get("name", "") + ".json")
     if os.path.exists(path):
-        plan = dict(plan, cluster=json.load(open(path)))
+        cluster = json.load(open(path))
+        if before_calibration:
+            cluster = datasheet(cluster)
+        keep = {k: plan["cluster"][k] for k in ("nodes", "devices_per_node") if k in plan["cluster"]}
+        plan = dict(plan, cluster=dict(cluster, **keep))
     return plan
 
 
@@ -63,7 +82,8 @@ def mode(strategy):
 
 def main(argv):
     verbose = "-v" in argv
-    files = [a for a in argv if a != "-v"] or default_runs()
+    before_calibration = "--datasheet" in argv
+    files = [a for a in argv if a not in ("-v", "--datasheet")] or default_runs()
     errors = {}
     device_errors = []
     step_errors = []
@@ -81,7 +101,7 @@ def main(argv):
             continue
         seen.add(key)
         measured = doc["measured"]["peak_memory_bytes"]
-        tensors, device, step_s = predicted(shipped(plan))
+        tensors, device, step_s = predicted(shipped(plan, before_calibration))
         error = tensors / measured - 1
         step_error = step_s / doc["measured"]["step_time_s"] - 1
         step_errors.append(step_error)
