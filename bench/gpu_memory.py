@@ -34,9 +34,13 @@ def default_runs():
 
 
 def datasheet(cluster):
-    """The cluster with every fitted parameter back at its calibration's starting value."""
+    """The cluster with every fitted parameter back at its calibration's starting value, as
+    profiles::datasheet_cluster does: a parameter left at its start stays as the file has it (an
+    absent optional field stays absent)."""
     cluster = json.loads(json.dumps(cluster))
     for name, p in cluster.pop("calibration", {}).get("parameters", {}).items():
+        if p.get("value") == p["start"]:
+            continue
         *path, last = name.split(".")
         node = cluster
         for part in path:

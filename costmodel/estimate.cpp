@@ -175,17 +175,13 @@ DeviceRates set_rates(const TermsInput& in, Terms& t) {
   t.threads = threads_per_rank(in.cluster, in.world);
   const DeviceRates rates = scaled_rates(core_rates, t.threads);
   t.rate_memory_bytes_per_s = rates.memory_bytes_per_s;
-  t.optimizer = optimizer_step_rates(in.job.optimizer_kernels, rates);
   t.zero_grad_s_per_parameter = 4 / rates.memory_bytes_per_s;  // one fp32 write
-  if (in.calibration != nullptr) {
-    // Loom's executor runs one rank with torch::optim::AdamW, many over flat buffers: a fused
-    // step's traffic, scaled to the job's kernels'.
-    if (auto measured = in.calibration->optimizer_s_per_parameter(t.threads, in.world > 1)) {
-      t.optimizer.s_per_parameter = *measured *
-                                    optimizer_bytes_per_parameter(in.job.optimizer_kernels) /
-                                    optimizer_bytes_per_parameter(OptimizerKernels::kFused);
-    }
-  }
+  // A profile measures Loom's executor's step: one rank with torch::optim::AdamW, many over flat
+  // buffers.
+  t.optimizer = optimizer_step_rates(
+      in.job.optimizer_kernels, rates,
+      in.calibration != nullptr ? in.calibration->optimizer_s_per_parameter(t.threads, in.world > 1)
+                                : std::nullopt);
   return core_rates;
 }
 

@@ -12,9 +12,14 @@ double optimizer_host_ops_per_tensor(OptimizerKernels kernels) {
   return kernels == OptimizerKernels::kPerTensor ? 9 : 0;
 }
 
-OptimizerStepRates optimizer_step_rates(OptimizerKernels kernels, const DeviceRates& rates) {
-  return {optimizer_bytes_per_parameter(kernels) / rates.memory_bytes_per_s,
-          optimizer_host_ops_per_tensor(kernels) * rates.host_op_s};
+OptimizerStepRates optimizer_step_rates(OptimizerKernels kernels, const DeviceRates& rates,
+                                        std::optional<double> measured_fused_s_per_parameter) {
+  const double bytes = optimizer_bytes_per_parameter(kernels);
+  const double s_per_parameter = measured_fused_s_per_parameter
+                                     ? *measured_fused_s_per_parameter * bytes /
+                                           optimizer_bytes_per_parameter(OptimizerKernels::kFused)
+                                     : bytes / rates.memory_bytes_per_s;
+  return {s_per_parameter, optimizer_host_ops_per_tensor(kernels) * rates.host_op_s};
 }
 
 double optimizer_temporary_bytes(OptimizerKernels kernels, double shard_parameters,

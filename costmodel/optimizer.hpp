@@ -7,6 +7,8 @@
 // asynchronously, so the two run side by side and the longer binds.
 #pragma once
 
+#include <optional>
+
 #include "costmodel/compute.hpp"
 #include "costmodel/strategy.hpp"
 
@@ -27,12 +29,14 @@ double optimizer_bytes_per_parameter(OptimizerKernels kernels);
 double optimizer_host_ops_per_tensor(OptimizerKernels kernels);
 
 // The per-parameter and per-tensor rates of one rank's step on `rates`' device (host time only on
-// GPUs, where DeviceRates::host_op_s is set).
+// GPUs, where DeviceRates::host_op_s is set). A measured fused step (a profile of Loom's
+// executor, seconds per parameter) replaces the bandwidth's, scaled to the kernels' bytes.
 struct OptimizerStepRates {
   double s_per_parameter = 0;
   double s_per_tensor = 0;
 };
-OptimizerStepRates optimizer_step_rates(OptimizerKernels kernels, const DeviceRates& rates);
+OptimizerStepRates optimizer_step_rates(OptimizerKernels kernels, const DeviceRates& rates,
+                                        std::optional<double> measured_fused_s_per_parameter = {});
 
 // One step over `parameters` in `tensors` tensors.
 double optimizer_step_s(const OptimizerStepRates& rates, double parameters, double tensors);

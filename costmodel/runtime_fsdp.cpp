@@ -28,8 +28,6 @@ std::optional<std::string> fsdp_refusal(const Job&, const Strategy& s) {
   return std::nullopt;
 }
 
-double low_precision_bytes(Precision p) { return element_bytes(p); }
-
 RuntimeMemory fsdp_memory(const Job& job, const Strategy& s, const RankMemoryInput& in) {
   // The sharded flat parameters stay fp32 and are the optimizer's weights (no separate master
   // copy); their gradients are fp32; AdamW keeps two fp32 moments. Sharded by dp with
@@ -39,7 +37,7 @@ RuntimeMemory fsdp_memory(const Job& job, const Strategy& s, const RankMemoryInp
   out.states.parameter_bytes = 4 * in.num_parameters / shards;
   out.states.gradient_bytes = 4 * in.num_parameters / shards;
   out.states.optimizer_bytes = 8 * in.num_parameters / shards;
-  const double e = low_precision_bytes(job.precision);
+  const double e = element_bytes(job.precision);
   const double layer = std::min(in.layer_num_parameters, in.num_parameters);
   // The root unit (embeddings, final norm, head) stays gathered from forward to backward.
   const double root = std::max(0.0, in.num_parameters - in.num_layers * layer);

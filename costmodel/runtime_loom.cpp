@@ -40,12 +40,13 @@ RuntimeMemory loom_memory(const Job& job, const Strategy& s, const RankMemoryInp
   const double shard = in.num_parameters / (zero.shards_optimizer_states ? s.dp : 1);
   // A plan describing DDP's torch.optim step (optimizer kernels other than fused, zero 0) has
   // that step's temporaries instead.
-  const double optimizer_working =
-      job.optimizer_kernels != OptimizerKernels::kFused
-          ? optimizer_temporary_bytes(job.optimizer_kernels, shard,
-                                      in.largest_tensor_num_parameters)
-      : s.world_size() == 1 ? 4 * std::min(2 * in.largest_tensor_num_parameters, in.num_parameters)
-                            : 4 * shard;
+  double optimizer_working =
+      s.world_size() == 1 ? 4 * std::min(2 * in.largest_tensor_num_parameters, in.num_parameters)
+                          : 4 * shard;
+  if (job.optimizer_kernels != OptimizerKernels::kFused) {
+    optimizer_working =
+        optimizer_temporary_bytes(job.optimizer_kernels, shard, in.largest_tensor_num_parameters);
+  }
   // What Loom's executor holds beyond the model states. ZeRO 0/1 need no bucket copies: the
   // executor reduces gradient buckets in place in its flat gradient buffer (as Megatron-LM's
   // contiguous buffer, or DDP's gradient_as_bucket_view). ZeRO-2/3 keep no full gradient buffer:
