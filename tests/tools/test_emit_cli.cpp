@@ -27,7 +27,8 @@ TEST_CASE("loom plan --emit megatron prints Megatron-LM's arguments", "[tools][c
   const CliResult r = box.loom(kPinned + " --zero 1 --emit megatron");
   INFO("stderr: " << r.err);
   REQUIRE(r.exit_code == 0);
-  CHECK_THAT(r.out, Contains("torchrun --nnodes 1 --nproc-per-node 8 pretrain_gpt.py \\\n"
+  CHECK_THAT(r.out, Contains("\nCUDA_DEVICE_MAX_CONNECTIONS=1 torchrun --nnodes 1 "
+                             "--nproc_per_node 8 pretrain_gpt.py \\\n"
                              "    --num-layers 12 \\\n"));
   CHECK_THAT(r.out, Contains("    --tensor-model-parallel-size 2 \\\n"
                              "    --pipeline-model-parallel-size 2 \\\n"));
@@ -36,7 +37,8 @@ TEST_CASE("loom plan --emit megatron prints Megatron-LM's arguments", "[tools][c
                              "    --use-distributed-optimizer \\\n"
                              "    --overlap-grad-reduce \\\n"
                              "    --overlap-param-gather \\\n"
-                             "    --bf16"));
+                             "    --bf16 \\\n"
+                             "    --attention-backend flash\n"));
 }
 
 TEST_CASE("loom plan --emit deepspeed and fsdp print their configurations", "[tools][cli][emit]") {
@@ -54,7 +56,7 @@ TEST_CASE("loom plan --emit deepspeed and fsdp print their configurations", "[to
   INFO("stderr: " << fsdp.err);
   REQUIRE(fsdp.exit_code == 0);
   CHECK_THAT(fsdp.out, Contains("#       sharding_strategy=ShardingStrategy.FULL_SHARD,\n"));
-  CHECK_THAT(fsdp.out, Contains("torchrun --nnodes 1 --nproc-per-node 8 train.py\n"));
+  CHECK_THAT(fsdp.out, Contains("\ntorchrun --nnodes 1 --nproc_per_node 8 train.py\n"));
 }
 
 TEST_CASE("loom plan --emit refuses what the runtime cannot run", "[tools][cli][emit]") {
