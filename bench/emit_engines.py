@@ -12,7 +12,8 @@ when any is rejected.
   script's arguments through Megatron-LM's parse_args and validate_args
   (megatron/training/arguments.py), with the environment the line sets and the WORLD_SIZE torchrun
   would give; a --pipeline-model-parallel-layout also through Megatron-LM's
-  PipelineParallelLayerLayout.validate_layer_layout, the check its TransformerConfig runs.
+  PipelineParallelLayerLayout.validate_layer_layout; then the TransformerConfig that
+  core_transformer_config_from_args (megatron/training/argument_utils.py) builds from them.
 - deepspeed: ds_config.json goes to DeepSpeed's DeepSpeedConfig, whose data-parallel size is the
   one the script's comments set up (a PipeModelDataParallelTopology they name, PipelineModule's
   own topology, or Megatron's mpu for tp); the launch line through the DeepSpeed launcher's
@@ -98,7 +99,7 @@ class _StubFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
     def exec_module(self, module):
         module.__path__ = []
-        module.__version__ = "0.0.0"
+        module.__version__ = STUB_VERSIONS.get(module.__name__, "0.0.0")
 
 
 def _identity_decorator(fn=None, *args, **kwargs):
@@ -118,12 +119,15 @@ def install_shim(modules, attributes):
 # PyTorch 1.13 lacks torch.distributed.checkpoint/tensor/device_mesh, FSDP2, symmetric memory and
 # the float8 dtypes; its torch.distributed._shard fails to import on Python 3.11 (a dataclass
 # default); Triton is not packaged. Megatron-LM imports all of them when it loads.
+# TransformerEngine (a CUDA build) stands in at a release Megatron-LM's version checks accept, as
+# on a GPU machine: TransformerConfig refuses its TE-only defaults (rope fusion) without it.
 MEGATRON_SHIM_MODULES = [
     "torch.distributed.checkpoint", "torch.distributed._shard", "torch.distributed._tensor",
     "torch.distributed.tensor", "torch.distributed.fsdp", "torch.distributed._composable",
     "torch.distributed.device_mesh", "torch.distributed._symmetric_memory", "triton",
-    "numpy.dtypes",
+    "numpy.dtypes", "transformer_engine",
 ]
+STUB_VERSIONS = {"transformer_engine": "2.9.0"}
 MEGATRON_SHIM_ATTRIBUTES = {
     "torch": ["float8_e8m0fnu", "float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz",
               "float8_e5m2fnuz", "uint16", "uint32", "uint64", "compile"],
@@ -253,12 +257,13 @@ def load_megatron(root):
     from megatron.core.transformer.pipeline_parallel_layer_layout import (
         PipelineParallelLayerLayout,
     )
+    from megatron.training.argument_utils import core_transformer_config_from_args
 
-    return torch, arguments, PipelineParallelLayerLayout
+    return torch, arguments, PipelineParallelLayerLayout, core_transformer_config_from_args
 
 
 def check_megatron(engine, script, arch, problems):
-    torch, arguments, Layout = engine
+    torch, arguments, Layout, core_transformer_config_from_args = engine
     env, argv = script.command("torchrun")
     try:
         run_args, world = check_torchrun(argv)
@@ -283,6 +288,9 @@ def check_megatron(engine, script, arch, problems):
                 if isinstance(layout, str):
                     layout = Layout(layout, args.pipeline_model_parallel_size)
                 layout.validate_layer_layout(args.num_layers, args.mtp_num_layers)
+            # The model's TransformerConfig, as pretrain_gpt.py builds it: its __post_init__
+            # checks the layout, recomputation, fp8 and parallel settings once more.
+            core_transformer_config_from_args(args)
     except SystemExit:
         lines = err.getvalue().strip().splitlines()
         raise Rejected("parse_args: " + (lines[-1] if lines else "exit"))
