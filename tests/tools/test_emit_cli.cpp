@@ -94,3 +94,34 @@ TEST_CASE("loom plan --recompute-layers recomputes the first layers of each chun
   CHECK(too_many.exit_code == 2);
   CHECK_THAT(too_many.err, Contains("at most the 12 transformer layers of gpt2"));
 }
+
+TEST_CASE("loom plan --emit megatron writes the plan's stages as Megatron-LM's layout",
+          "[tools][cli][emit]") {
+  Sandbox box;
+  const CliResult r = box.loom(
+      "plan --model gpt2 --cluster dgx-a100-80g --global-batch 64 --seq-len 1024 --tp 1 --pp 2 "
+      "--dp 4 --micro-batch 2 --schedule 1f1b --recompute none --zero 0 --stages 0-7,8-13 "
+      "--emit megatron");
+  INFO("stderr: " << r.err);
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.out, Contains("    --pipeline-model-parallel-size 2 \\\n"
+                             "    --pipeline-model-parallel-layout \"Et*7|t*5L\" \\\n"));
+  CHECK_THAT(r.out, Contains("# Loom's stages (7/5 transformer layers) as the layout"));
+}
+
+TEST_CASE("loom plan --emit on two nodes meets at a rendezvous", "[tools][cli][emit]") {
+  Sandbox box;
+  const std::string base =
+      "plan --model gpt2-xl --cluster dgx-a100-80g --nodes 2 --global-batch 128 --seq-len 1024 "
+      "--tp 1 --pp 1 --dp 16 --micro-batch 4 --zero 3 --recompute none";
+  const CliResult fsdp = box.loom(base + " --emit fsdp");
+  INFO("stderr: " << fsdp.err);
+  REQUIRE(fsdp.exit_code == 0);
+  CHECK_THAT(fsdp.out, Contains("\ntorchrun --nnodes 2 --nproc_per_node 8 --rdzv_backend c10d "
+                                "--rdzv_endpoint \"$MASTER_ADDR:$MASTER_PORT\" --rdzv_id "
+                                "\"$JOB_ID\" train.py\n"));
+  const CliResult ds = box.loom(base + " --emit deepspeed");
+  REQUIRE(ds.exit_code == 0);
+  CHECK_THAT(ds.out, Contains("\ndeepspeed --hostfile hostfile --master_addr \"$MASTER_ADDR\" "
+                              "--master_port 29500 --num_nodes 2 --num_gpus 8 train.py"));
+}
