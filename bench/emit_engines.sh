@@ -17,7 +17,8 @@
 # count; exits 1 when any is rejected.
 #
 # Usage: MEGATRON=/path/to/Megatron-LM DEEPSPEED=/path/to/DeepSpeed bench/emit_engines.sh
-#        BUILD=build-foo ...   (the build folder holding `loom`; default build)
+#        BUILD=build-foo ...   (the build folder holding `loom`, relative to the repository or
+#                               absolute; default build)
 # The engines' checkouts are the user's (nothing is downloaded); Python is Debian's
 # /usr/bin/python3 with python3-torch, python3-numpy, python3-packaging, python3-psutil,
 # python3-cpuinfo, python3-msgpack, python3-tqdm; DeepSpeed also needs pydantic 2 (PYDANTIC=the
@@ -26,7 +27,7 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 BUILD=${BUILD:-build}
-LOOM="$ROOT/$BUILD/tools/loom"
+case "$BUILD" in /*) LOOM="$BUILD/tools/loom" ;; *) LOOM="$ROOT/$BUILD/tools/loom" ;; esac
 PY=${PY:-/usr/bin/python3}
 : "${MEGATRON:?set MEGATRON to a Megatron-LM checkout}"
 : "${DEEPSPEED:?set DEEPSPEED to a DeepSpeed checkout}"
