@@ -8,9 +8,11 @@
 #include <cstring>
 #include <filesystem>
 #include <iostream>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "profiles/errors.hpp"
 
@@ -30,6 +32,59 @@ std::string exec_sibling(const std::string& sibling, char** argv) {
   return "cannot run " + path.string() + ": " + std::strerror(errno) + " (loom " + argv[1] +
          " is built into " + sibling + ", which must be in the same folder as " +
          (error ? std::string("loom") : self.filename().string()) + ")";
+}
+
+// Levenshtein distance between `a` and `b` (insertions, deletions, substitutions).
+std::size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<std::size_t> row(b.size() + 1);
+  for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (std::size_t i = 1; i <= a.size(); ++i) {
+    std::size_t diagonal = row[0];
+    row[0] = i;
+    for (std::size_t j = 1; j <= b.size(); ++j) {
+      const std::size_t above = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = above;
+    }
+  }
+  return row[b.size()];
+}
+
+// The first long option of argv[2..] (up to a bare "--", after which come another command's
+// arguments) that `cmd` does not know, as "unknown option --x; did you mean --y?" naming the
+// nearest known one. Checked before parsing, so that a misspelt flag is named instead of the
+// required flag it failed to set.
+std::optional<std::string> unknown_option(const CLI::App& cmd, const CLI::App& top, int argc,
+                                          char** argv) {
+  std::vector<std::string> known;
+  for (const CLI::App* app : {&cmd, &top}) {
+    for (const CLI::Option* o : app->get_options()) {
+      for (const std::string& name : o->get_lnames()) known.push_back("--" + name);
+    }
+  }
+  for (int i = 2; i < argc; ++i) {
+    const std::string token = argv[i];
+    if (token == "--") break;
+    if (token.size() < 3 || token.rfind("--", 0) != 0) continue;
+    const std::string name = token.substr(0, token.find('='));
+    if (std::find(known.begin(), known.end(), name) != known.end()) continue;
+    std::string nearest;
+    std::size_t best = std::string::npos;
+    for (const std::string& k : known) {
+      const std::size_t d = edit_distance(name, k);
+      if (d < best) {
+        best = d;
+        nearest = k;
+      }
+    }
+    std::string text = "unknown option " + name;
+    // A suggestion only when it is close: at most a third of the name's letters differ.
+    if (!nearest.empty() && best <= std::max<std::size_t>(2, (name.size() - 2) / 3)) {
+      text += "; did you mean " + nearest + "?";
+    }
+    return text;
+  }
+  return std::nullopt;
 }
 
 }  // namespace
@@ -72,6 +127,12 @@ int run_command_line(int argc, char** argv, const std::map<std::string, CommandA
   }
   if (!known) sub = "";
   auto prefix = [&]() { return sub.empty() ? std::string("loom") : "loom " + sub; };
+  if (known) {
+    if (auto unknown = unknown_option(*app.get_subcommand(sub), app, argc, argv)) {
+      std::cerr << prefix() << ": error: " << *unknown << " (see " << prefix() << " --help)\n";
+      return 2;
+    }
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp&) {

@@ -215,6 +215,32 @@ TEST_CASE("loom plan: unknown flag", "[tools][cli][errors]") {
   CHECK_THAT(r.err, Contains("--frobnicate"));
 }
 
+TEST_CASE("a misspelt flag is named, with the nearest real one", "[tools][cli][errors]") {
+  Sandbox box;
+  // Before the required --global-batch is reported missing: its misspelling is the cause.
+  RunResult r =
+      box.loom("plan --model bert-large --cluster dgx-a100-80g --global-bach 512 --seq-len 512");
+  require_plan_error(r);
+  CHECK_THAT(r.err, Contains("unknown option --global-bach; did you mean --global-batch?"));
+  r = box.loom(
+      "plan --model bert-large --cluster dgx-a100-80g --gpu 2 --global-batch 8 "
+      "--seq-len 128");
+  require_plan_error(r);
+  CHECK_THAT(r.err, Contains("unknown option --gpu; did you mean --gpus?"));
+  r = box.loom(
+      "plan --model bert-large --cluster dgx-a100-80g --global-batch=8 --seq-len 128 "
+      "--tensor-parallel 2");
+  require_plan_error(r);
+  CHECK_THAT(r.err, Contains("unknown option --tensor-parallel") && !Contains("did you mean"));
+  // Commands of the LibTorch binary check the same way; flags after -- belong to the command
+  // that loom launch starts.
+  r = box.loom("train plan.json --data synthetic:40 --step 3");
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.err, StartsWith("loom train: error: unknown option --step; did you mean --steps?"));
+  r = box.loom("launch --nproc 1 -- loom train nope.json --data synthetic:40 --steps 1");
+  CHECK_THAT(r.err, !Contains("unknown option"));
+}
+
 TEST_CASE("loom plan: tensor parallelism that does not divide the heads", "[tools][cli][errors]") {
   Sandbox box;
   // 3 nodes x 8 = 24 devices, so tp=3 leaves dp=8 and only the model is at fault.
