@@ -201,13 +201,14 @@ void print_summary(const std::vector<FileResult>& files) {
               "leave-one-out (each row predicted by a fit of its cluster's other rows)");
   print_short(files, &FileResult::datasheet_summary,
               "before calibration (each row on its cluster's datasheet values)");
-  std::printf(
+  std::fputs(
       "(pred: rows predicted against a measured throughput; n/e: not expressible; oom(agr): rows "
       "published as out of memory (those the model also says do not fit); ran>mem: rows that ran "
       "but are predicted not to fit; |err|: median |error|; same job: pairs of rows of one model, "
       "sequence length, GPU and GPU count; doubtful rows are shown above but left "
       "out of these figures; per row, err %: calibrated, LOO %: leave-one-out, sheet %: before "
-      "calibration)\n");
+      "calibration)\n",
+      stdout);
 }
 
 int run(const std::string& dir, bool json, const std::string& explain) {
