@@ -1,8 +1,10 @@
 #include "planner/search.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdio>
+#include <exception>
 #include <limits>
 #include <map>
 #include <memory>
@@ -10,6 +12,7 @@
 #include <optional>
 #include <set>
 #include <string_view>
+#include <thread>
 #include <tuple>
 
 #include "costmodel/layers.hpp"
@@ -17,6 +20,7 @@
 #include "costmodel/simulator.hpp"
 #include "planner/mapping.hpp"
 #include "planner/partition.hpp"
+#include "planner/space.hpp"
 #include "profiles/units.hpp"
 
 namespace loom::planner {
@@ -26,14 +30,6 @@ using costmodel::Schedule;
 using costmodel::Strategy;
 
 namespace {
-
-std::vector<int> divisors(std::int64_t n) {
-  std::vector<int> out;
-  for (std::int64_t d = 1; d <= n; ++d) {
-    if (n % d == 0) out.push_back(static_cast<int>(d));
-  }
-  return out;
-}
 
 // What the search remembers of every candidate, to rank and to explain.
 struct Candidate {
@@ -63,6 +59,9 @@ std::string schedule_label(int v) { return costmodel::to_string(static_cast<Sche
 std::string on_off_label(int v) { return v != 0 ? "on" : "off"; }
 
 constexpr Dimension kDimensions[] = {
+    // dp alone changes only where the world size is searched (fewer ranks than cores on a CPU
+    // node); elsewhere it follows from tp and pp.
+    {"dp", [](const Strategy& s) { return s.dp; }, int_label},
     {"tp", [](const Strategy& s) { return s.tp; }, int_label},
     {"pp", [](const Strategy& s) { return s.pp; }, int_label},
     {"zero", [](const Strategy& s) { return s.zero; }, int_label},
@@ -80,6 +79,25 @@ bool applies(const Dimension& d, const Strategy& s) {
   if (name == "schedule") return s.pp > 1;
   if (name == "sequence-parallel") return s.tp > 1;
   return true;
+}
+
+// Whether `other` is `best` with dimension `d` changed and nothing else the user could pin: every
+// other dimension equal where it means something for both, virtual stages, recomputed layers and
+// attention too. The derived counts follow: dp with tp and pp on the same devices, micro-batches
+// per step with the micro-batch and dp.
+bool one_dimension_apart(const Dimension& d, const Strategy& best, const Strategy& other) {
+  if (d.value(other) == d.value(best)) return false;
+  const bool dp = std::string_view(d.name) == "dp";
+  for (const Dimension& e : kDimensions) {
+    if (&e == &d || std::string_view(e.name) == "dp") continue;
+    if (!applies(e, best) || !applies(e, other)) continue;
+    if (e.value(best) != e.value(other)) return false;
+  }
+  if (!dp && best.world_size() != other.world_size()) return false;
+  if (best.attention != other.attention) return false;
+  if (best.pp > 1 && other.pp > 1 && best.virtual_stages != other.virtual_stages) return false;
+  const bool both_full = best.recompute == Recompute::kFull && other.recompute == Recompute::kFull;
+  return !both_full || best.recompute_layers == other.recompute_layers;
 }
 
 // Why a plan the search gave recompute_layers recomputes no more layers.
@@ -101,7 +119,7 @@ std::vector<std::string> explain(const Candidate& best, const std::vector<Candid
     const Candidate* faster_other = nullptr;   // best feasible with another value
     const Candidate* leanest_other = nullptr;  // smallest memory with another value
     for (const Candidate& c : all) {
-      if (d.value(c.strategy) == chosen) continue;
+      if (!one_dimension_apart(d, best.strategy, c.strategy)) continue;
       if (c.fits && (faster_other == nullptr || c.step_time_s < faster_other->step_time_s)) {
         faster_other = &c;
       }
@@ -159,121 +177,6 @@ std::string binding_constraint(const Plan& plan, double memory_margin) {
   if (worst.first < 0.1 * p.step_time_s) return "compute";
   return worst.second;
 }
-
-namespace {
-
-std::vector<std::pair<Schedule, int>> schedule_choices(const SearchOptions& o, int pp,
-                                                       std::int64_t layers) {
-  if (o.schedule) {
-    return {
-        {*o.schedule, o.virtual_stages.value_or(*o.schedule == Schedule::kInterleaved ? 2 : 1)}};
-  }
-  if (pp == 1) return {{Schedule::k1F1B, 1}};  // without a pipeline the schedules coincide
-  std::vector<std::pair<Schedule, int>> out{{Schedule::k1F1B, 1}, {Schedule::kGpipe, 1}};
-  std::vector<int> vs =
-      o.virtual_stages ? std::vector<int>{*o.virtual_stages} : std::vector<int>{2, 3, 4, 6, 8};
-  for (int v : vs) {
-    std::int64_t chunks = std::int64_t{pp} * v;
-    if (chunks <= layers && layers % chunks == 0) out.emplace_back(Schedule::kInterleaved, v);
-  }
-  return out;
-}
-
-// Sequence parallelism to try at `tp`: as pinned, else off, and on too when tp > 1 shards the
-// sequence evenly on GPUs. CPU plans keep it off unless pinned: Gloo has no reduce-scatter, so
-// Loom's executor all-reduces there and moves twice the bytes the model charges.
-std::vector<bool> sequence_parallel_choices(const SearchOptions& o, bool gpu, int tp,
-                                            std::int64_t seq_len) {
-  if (o.sequence_parallel) return {*o.sequence_parallel};
-  if (gpu && tp > 1 && seq_len % tp == 0) return {false, true};
-  return {false};
-}
-
-// Every strategy to try, recomputation left at none (the caller walks that dimension). Strategies
-// that a pinned dimension rules out are skipped; the first reason is kept for the error message.
-std::vector<Strategy> candidate_strategies(const profiles::ModelSpec& model,
-                                           const profiles::Cluster& cluster,
-                                           const costmodel::Job& job, const SearchOptions& o,
-                                           std::string* first_refusal) {
-  const std::int64_t all_devices = cluster.device_count();
-  auto refuse = [&](const std::string& why) {
-    if (first_refusal->empty()) *first_refusal = why;
-  };
-  // World sizes: every device; on one CPU node also every divisor of its cores (fewer ranks,
-  // more threads each).
-  std::vector<int> worlds = {static_cast<int>(all_devices)};
-  if (o.fewer_cpu_ranks && cluster.device.kind == profiles::DeviceKind::kCpu &&
-      cluster.nodes == 1) {
-    worlds = divisors(all_devices);
-    std::reverse(worlds.begin(), worlds.end());  // all devices first (the order of ties)
-  }
-  const costmodel::Attention attention =
-      o.attention.value_or(default_attention(cluster, job.precision));
-  const bool gpu = cluster.device.kind == profiles::DeviceKind::kGpu;
-  std::vector<Strategy> out;
-  for (const int devices : worlds) {
-    for (int tp : o.tp ? std::vector<int>{*o.tp} : divisors(devices)) {
-      if (!o.tp &&
-          (tp > cluster.devices_per_node || model.heads % tp != 0 || model.ffn_hidden % tp != 0)) {
-        continue;
-      }
-      for (int pp : o.pp ? std::vector<int>{*o.pp} : divisors(devices / tp)) {
-        if (!o.pp && pp > model.layers) continue;
-        const std::int64_t replica = std::int64_t{tp} * pp;
-        if (!o.dp && devices % replica != 0) continue;
-        const int dp = o.dp.value_or(static_cast<int>(devices / replica));
-        if (job.global_batch % dp != 0) {
-          refuse("the global batch " + std::to_string(job.global_batch) +
-                 " does not split over dp=" + std::to_string(dp));
-          continue;
-        }
-        const std::int64_t per_rank = job.global_batch / dp;
-        std::vector<int> zeros = o.zero   ? std::vector<int>{*o.zero}
-                                 : dp > 1 ? std::vector<int>{0, 1, 2, 3}
-                                          : std::vector<int>{0};
-        std::vector<int> bs = o.micro_batch ? std::vector<int>{static_cast<int>(*o.micro_batch)}
-                                            : divisors(std::min<std::int64_t>(per_rank, 1024));
-        for (int zero : zeros) {
-          for (int b : bs) {
-            if (per_rank % b != 0) {
-              refuse("--micro-batch " + std::to_string(b) + " does not divide the " +
-                     std::to_string(per_rank) + " samples per data-parallel rank (global batch " +
-                     std::to_string(job.global_batch) + " over dp=" + std::to_string(dp) + ")");
-              continue;
-            }
-            for (auto [schedule, v] : schedule_choices(o, pp, model.layers)) {
-              for (const bool sp : sequence_parallel_choices(o, gpu, tp, job.seq_len)) {
-                Strategy s;
-                s.tp = tp;
-                s.pp = pp;
-                s.dp = dp;
-                s.zero = zero;
-                s.micro_batch = b;
-                s.num_micro_batches = per_rank / b;
-                s.schedule = schedule;
-                s.virtual_stages = v;
-                s.sequence_parallel = sp;
-                s.attention = attention;
-                // check_strategy() also asks the job's runtime (runtime_refusal()).
-                if (auto why = costmodel::check_strategy(model, all_devices, job, s)) {
-                  refuse(*why);
-                  continue;
-                }
-                // Pinned dimensions can make two world sizes yield the same strategy.
-                if (worlds.size() == 1 || std::find(out.begin(), out.end(), s) == out.end()) {
-                  out.push_back(s);
-                }
-              }
-            }
-          }
-        }
-      }
-    }
-  }
-  return out;
-}
-
-}  // namespace
 
 namespace {
 
@@ -449,11 +352,37 @@ void refine_by_simulation(ShapeCosts& costs, std::vector<Plan>* plans, bool pinn
   options.record_trace = false;
   options.max_tasks = kMaxSimulatedTasks;
   std::vector<double> analytical;
-  for (Plan& p : *plans) {
+  std::vector<const costmodel::CostModel*> models;  // costs.of() is not thread-safe: first
+  for (const Plan& p : *plans) {
     analytical.push_back(p.predicted.step_time_s);
-    costmodel::SimulationResult sim =
-        costmodel::simulate(costs.of(p.strategy), p.job, p.strategy, p.stages, options);
-    if (!sim.skipped) p.predicted = sim.prediction;
+    models.push_back(&costs.of(p.strategy));
+  }
+  // The simulations are independent (a CostModel's path cache has a lock): one per core at once.
+  // Each writes only its own result, so the outcome is the same however they interleave.
+  std::vector<costmodel::SimulationResult> sims(plans->size());
+  std::vector<std::exception_ptr> errors(plans->size());
+  std::atomic<std::size_t> next{0};
+  auto work = [&]() {
+    for (std::size_t i = next++; i < sims.size(); i = next++) {
+      const Plan& p = (*plans)[i];
+      try {
+        sims[i] = costmodel::simulate(*models[i], p.job, p.strategy, p.stages, options);
+      } catch (...) {
+        errors[i] = std::current_exception();
+      }
+    }
+  };
+  const std::size_t workers =
+      std::min<std::size_t>(sims.size(), std::max(1U, std::thread::hardware_concurrency()));
+  std::vector<std::thread> pool;
+  for (std::size_t w = 1; w < workers; ++w) pool.emplace_back(work);
+  work();
+  for (std::thread& t : pool) t.join();
+  for (const std::exception_ptr& e : errors) {
+    if (e) std::rethrow_exception(e);
+  }
+  for (std::size_t i = 0; i < sims.size(); ++i) {
+    if (!sims[i].skipped) (*plans)[i].predicted = sims[i].prediction;
   }
   std::vector<std::size_t> order(plans->size());
   std::iota(order.begin(), order.end(), 0);
@@ -479,7 +408,7 @@ void refine_by_simulation(ShapeCosts& costs, std::vector<Plan>* plans, bool pinn
       const int chosen = d.value(best.strategy);
       const Plan* other = nullptr;
       for (std::size_t i = 1; i < ranked.size() && other == nullptr; ++i) {
-        if (d.value(ranked[i].strategy) != chosen) other = &ranked[i];
+        if (one_dimension_apart(d, best.strategy, ranked[i].strategy)) other = &ranked[i];
       }
       if (other == nullptr) continue;
       char line[200];

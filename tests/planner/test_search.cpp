@@ -1,10 +1,12 @@
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
+#include <regex>
 #include <set>
 
 #include "planner/search.hpp"
 #include "profiles/loader.hpp"
+#include "profiles/units.hpp"
 
 using namespace loom;
 using namespace loom::planner;
@@ -263,4 +265,76 @@ TEST_CASE("where only full recomputation fits, the search recomputes the fewest 
   CHECK(std::any_of(fits.plans[0].why.begin(), fits.plans[0].why.end(), [](const std::string& w) {
     return w.rfind("--recompute none would also fit (", 0) == 0;
   }));
+}
+
+namespace {
+// Whether `b` is `a` with only `dimension` changed (the derived dp and micro-batch count follow):
+// the test's own reading of "one dimension apart", independent of the planner's.
+bool only_differs_in(const std::string& dimension, const costmodel::Strategy& a,
+                     const costmodel::Strategy& b) {
+  auto same = [&](const std::string& name, bool equal) { return name == dimension || equal; };
+  const bool pipelined = a.pp > 1 && b.pp > 1;
+  const bool sharded = a.tp > 1 && b.tp > 1;
+  // dp on its own changes the world size; any other change keeps it, dp following.
+  const bool devices = dimension == "dp" ? a.dp != b.dp : a.world_size() == b.world_size();
+  return devices && same("tp", a.tp == b.tp) && same("pp", a.pp == b.pp) &&
+         same("zero", a.zero == b.zero) && same("micro-batch", a.micro_batch == b.micro_batch) &&
+         same("schedule", !pipelined || a.schedule == b.schedule) &&
+         same("recompute", a.recompute == b.recompute) &&
+         same("sequence-parallel", !sharded || a.sequence_parallel == b.sequence_parallel) &&
+         (!pipelined || a.virtual_stages == b.virtual_stages) &&
+         a.recompute_layers == b.recompute_layers && a.attention == b.attention;
+}
+}  // namespace
+
+TEST_CASE("each why line changes one dimension and quotes a plan the search found",
+          "[planner][why]") {
+  struct Case {
+    const char* model;
+    const char* cluster;
+    costmodel::Job job;
+    int gpus;
+  };
+  const std::vector<Case> cases = {
+      {"bert-base", "dgx-a100-80g", {32, 512, profiles::Precision::kFp16, "adamw"}, 2},
+      {"bert-large", "dgx-a100-80g", {512, 512, profiles::Precision::kBf16, "adamw"}, 8},
+      {"gpt2", "dgx-a100-80g", {64, 1024, profiles::Precision::kBf16, "adamw"}, 4},
+      // On a CPU node the world size is searched too (fewer ranks, more threads each).
+      {"tiny-bert", "local-cpu", {16, 64, profiles::Precision::kFp32, "adamw"}, 0},
+  };
+  const std::regex line(
+      R"(^([a-z-]+)=(\S+) chosen over ([a-z-]+)=(\S+): (\S+ \S+) vs (\S+ \S+) per step)");
+  for (const Case& c : cases) {
+    INFO(c.model << " on " << c.gpus << " GPUs");
+    const profiles::Cluster cluster =
+        c.gpus > 0 ? profiles::with_devices(profiles::load_cluster(c.cluster), c.gpus, "--gpus")
+                   : profiles::load_cluster(c.cluster);
+    const costmodel::CostModel cost(profiles::load_model(c.model), cluster);
+    SearchOptions o;
+    o.simulate = false;
+    o.top = 100000;
+    const SearchResult r = search(cost, c.job, o);
+    REQUIRE(r.plans.size() > 1);
+    const Plan& best = r.plans.front();
+    const profiles::Unit unit = profiles::time_unit(best.predicted.step_time_s);
+    int checked = 0;
+    for (const std::string& why : best.why) {
+      std::smatch m;
+      if (!std::regex_search(why, m, line)) continue;
+      INFO(why);
+      const std::string dimension = m[1];
+      CHECK(m[3] == dimension);
+      CHECK(m[5] == profiles::unit_text(best.predicted.step_time_s, unit, 3));
+      const Plan* other = nullptr;
+      for (const Plan& p : r.plans) {
+        if (&p != &best && only_differs_in(dimension, best.strategy, p.strategy) &&
+            profiles::unit_text(p.predicted.step_time_s, unit, 3) == m[6].str()) {
+          other = &p;
+        }
+      }
+      CHECK(other != nullptr);
+      ++checked;
+    }
+    CHECK(checked > 0);
+  }
 }
