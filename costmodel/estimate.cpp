@@ -588,6 +588,10 @@ int threads_per_rank(const profiles::Cluster& cluster, int world) {
   return static_cast<int>(std::max<std::int64_t>(1, cluster.devices_per_node / per_node));
 }
 
+int devices_in_use(const profiles::Cluster& cluster, int world) {
+  return world * threads_per_rank(cluster, world);
+}
+
 int CostModel::threads_per_rank(int world) const {
   return costmodel::threads_per_rank(cluster_, world);
 }
@@ -783,7 +787,7 @@ Prediction CostModel::estimate(const Job& job, const Strategy& s,
   out.step_time_s = pipe_all + tail + terms.step_sync_s;
   out.samples_per_s = static_cast<double>(job.global_batch) / out.step_time_s;
   out.tokens_per_s = out.samples_per_s * seq;
-  const double per_gpu = out.step_time_s * world * 1e12;
+  const double per_gpu = out.step_time_s * devices_in_use(cluster_, world) * 1e12;
   out.model_tflops_per_gpu = model_flops_per_step(m, job.global_batch, job.seq_len) / per_gpu;
   out.hardware_tflops_per_gpu =
       hardware_flops_per_step(m, job.global_batch, job.seq_len, s.recompute, s.attention,

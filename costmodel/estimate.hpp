@@ -175,6 +175,12 @@ constexpr double kStepStatsBytes = 8.0 * (1 + kStepStopSignalSlots);
 // executor sets LibTorch's threads from it for CPU plans.
 int threads_per_rank(const profiles::Cluster& cluster, int world);
 
+// The devices a `world`-rank job computes on: its ranks times each rank's threads (on CPU
+// clusters a device is one core, and a rank of fewer ranks than cores runs on several). Model
+// and hardware TFLOP/s per device, and MFU, divide by it, so that one rank on two cores is not
+// credited with two cores' work per core.
+int devices_in_use(const profiles::Cluster& cluster, int world);
+
 class CostModel {
  public:
   // Builds the topology of `cluster` and maps rank r to device r (node-major), Megatron's order.

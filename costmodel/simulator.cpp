@@ -169,6 +169,21 @@ ChunkSpec chunk_spec(Comms& comms, const StepTerms& terms, const StageRange& ran
 
 }  // namespace
 
+std::vector<double> SimulationResult::idle_shares() const {
+  std::vector<double> out;
+  if (skipped || !(step_time_s > 0)) return out;
+  for (const RankTimeline& r : ranks) out.push_back(r.idle_s / step_time_s);
+  return out;
+}
+
+double SimulationResult::mean_idle_share() const {
+  const std::vector<double> shares = idle_shares();
+  if (shares.empty()) return 0;
+  double sum = 0;
+  for (const double x : shares) sum += x;
+  return sum / static_cast<double>(shares.size());
+}
+
 SimulationResult simulate(const CostModel& cost, const Job& job, const Strategy& s,
                           const std::vector<StageRange>& stages, const SimulationOptions& options) {
   const profiles::ModelSpec& m = cost.model();
@@ -265,7 +280,7 @@ SimulationResult simulate(const CostModel& cost, const Job& job, const Strategy&
   const double seq = static_cast<double>(job.seq_len);
   p.samples_per_s = static_cast<double>(job.global_batch) / p.step_time_s;
   p.tokens_per_s = p.samples_per_s * seq;
-  const double per_gpu = p.step_time_s * world * 1e12;
+  const double per_gpu = p.step_time_s * devices_in_use(cost.cluster(), world) * 1e12;
   p.model_tflops_per_gpu = model_flops_per_step(m, job.global_batch, job.seq_len) / per_gpu;
   p.hardware_tflops_per_gpu =
       hardware_flops_per_step(m, job.global_batch, job.seq_len, s.recompute, s.attention,

@@ -119,6 +119,12 @@ struct SimulationResult {
   const RankTimeline& timeline_of(int global_rank) const {
     return ranks[static_cast<std::size_t>(global_rank / ranks_per_stage)];
   }
+  // The share of the step in which each pipeline rank's compute stream does nothing (waiting on
+  // other stages or on communication): idle_s / step_time_s, in pipeline order. Empty when
+  // nothing was played. What `loom plan` and the report print as the devices' idle share.
+  std::vector<double> idle_shares() const;
+  // Their mean over the pipeline ranks (every rank of a stage idles alike); 0 when empty.
+  double mean_idle_share() const;
 };
 
 // Plays one step. Requires check_strategy() and check_partition() to pass (std::invalid_argument

@@ -526,6 +526,19 @@ std::string alternatives_section(const Plan& plan, const std::vector<Plan>& alte
   return out + "</section>\n";
 }
 
+// The devices' idle share of the step, and with a pipeline the stage that idles most: the
+// pipeline bubble (Megatron's (p-1)/m) says nothing of a stage that waits most of the step.
+std::string idle_card(const costmodel::SimulationResult& simulation) {
+  const std::vector<double> shares = simulation.idle_shares();
+  if (shares.empty()) return "-";
+  std::string out = percent_text(simulation.mean_idle_share());
+  if (shares.size() > 1) {
+    const auto most = std::max_element(shares.begin(), shares.end());
+    out += " (stage " + integer(most - shares.begin()) + ": " + percent_text(*most) + ")";
+  }
+  return out;
+}
+
 }  // namespace
 
 std::string escape_html(const std::string& text) {
@@ -578,7 +591,7 @@ std::string render_report(const Plan& plan, const costmodel::SimulationResult& s
          card("samples/s", fixed_text(p.samples_per_s, 1)) +
          card("tokens/s", fixed_text(p.tokens_per_s, 0)) + card("MFU", percent_text(p.mfu)) +
          card("peak memory", gib_text(p.peak_memory_bytes)) +
-         card("bubble", percent_text(p.bubble_fraction)) +
+         card("devices idle", idle_card(simulation)) +
          card("exposed comm", seconds_text(exposed_total(p.exposed_communication_s))) + "</div>\n";
 
   out += plan_section(plan);

@@ -81,25 +81,34 @@ std::string stage_layers_text(const planner::Plan& plan, std::size_t rank) {
   return out;
 }
 
-// The share of the pipeline ranks' device time in which their compute stream does nothing
-// (waiting on other stages or on communication): 1 - sum(busy) / (ranks * step). nullopt when
+// The idle share of each pipeline rank's device time (SimulationResult::idle_shares); empty when
 // the step is too large to play here.
-std::optional<double> idle_share(const planner::Plan& plan,
-                                 const costmodel::SimulationResult* simulation) {
-  costmodel::SimulationResult own;
-  if (simulation == nullptr) {
-    costmodel::SimulationOptions options;
-    options.record_trace = false;
-    options.max_tasks = kMaxPrintedTasks;
-    own = costmodel::simulate(planner::cost_model_of(plan), plan.job, plan.strategy, plan.stages,
-                              options);
-    if (own.skipped) return std::nullopt;
-    simulation = &own;
+std::vector<double> idle_shares(const planner::Plan& plan,
+                                const costmodel::SimulationResult* simulation) {
+  if (simulation != nullptr) return simulation->idle_shares();
+  costmodel::SimulationOptions options;
+  options.record_trace = false;
+  options.max_tasks = kMaxPrintedTasks;
+  return costmodel::simulate(planner::cost_model_of(plan), plan.job, plan.strategy, plan.stages,
+                             options)
+      .idle_shares();
+}
+
+// "50.0 % of the step (...)", and with a pipeline each stage's share: the mean hides a stage that
+// waits most of the step (the naive split's first GPU).
+std::string idle_text(const std::vector<double>& shares) {
+  if (shares.empty()) return "- (the step is too large to play here; loom simulate plays it)";
+  double sum = 0;
+  for (const double x : shares) sum += x;
+  std::string out = profiles::percent_text(sum / static_cast<double>(shares.size())) +
+                    " of the step (waiting on other stages or on communication)";
+  if (shares.size() > 1) {
+    out += "; by stage:";
+    for (std::size_t r = 0; r < shares.size(); ++r) {
+      out += (r == 0 ? " " : ", ") + std::to_string(r) + " " + profiles::percent_text(shares[r]);
+    }
   }
-  if (simulation->ranks.empty() || !(simulation->step_time_s > 0)) return std::nullopt;
-  double idle_s = 0;
-  for (const costmodel::RankTimeline& r : simulation->ranks) idle_s += r.idle_s;
-  return idle_s / (static_cast<double>(simulation->ranks.size()) * simulation->step_time_s);
+  return out;
 }
 
 // "label" padded to the column the figures start in.
@@ -143,12 +152,7 @@ void print_prediction(std::ostream& out, const planner::Plan& plan, const Unit& 
       << label("hw TFLOP/s " + per) << fixed_text(p.hardware_tflops_per_gpu, 2) << "\n"
       << label("peak memory") << unit_text(p.peak_memory_bytes, bytes, 2) << " of "
       << unit_text(static_cast<double>(plan.cluster.device.memory_bytes), bytes, 2) << "\n";
-  const std::optional<double> idle = idle_share(plan, options.simulation);
-  out << label("devices idle")
-      << (idle ? profiles::percent_text(*idle) +
-                     " of the step (waiting on other stages or on communication)"
-               : std::string("- (the step is too large to play here; loom simulate plays it)"))
-      << "\n";
+  out << label("devices idle") << idle_text(idle_shares(plan, options.simulation)) << "\n";
   if (plan.strategy.pp > 1) {
     out << label("pipeline bubble") << profiles::percent_text(p.bubble_fraction)
         << " added to m x the slowest stage's time (Megatron's (p-1)/m for equal stages; not "

@@ -1,7 +1,9 @@
 // The HTML report: what the page shows, escaping, determinism, no network, bounded size, and
 // "predicted vs measured".
 #include <catch2/catch.hpp>
+#include <cstdio>
 #include <string>
+#include <vector>
 
 #include "planner/replan.hpp"
 #include "planner/report.hpp"
@@ -156,4 +158,35 @@ TEST_CASE("predicted vs measured from a run's measured steps", "[planner][report
   const std::string page = render_report(plan, simulate_plan(plan), {}, options);
   CHECK_THAT(page, Contains("Predicted vs measured") && Contains("median of 4 steps") &&
                        Contains("350.000 ms"));
+}
+
+TEST_CASE("the report's headline shows the devices' idle share and the idlest stage",
+          "[planner][report]") {
+  // The naive split: the embedding alone on GPU 0, everything else on GPU 1.
+  costmodel::CostModel cost(profiles::load_model("bert-base"),
+                            profiles::load_cluster("v100-32g-2x-pcie"));
+  SearchOptions o;
+  o.pp = 2;
+  o.dp = 1;
+  o.tp = 1;
+  o.micro_batch = 32;
+  o.stages = std::vector<costmodel::StageRange>{{0, 0}, {1, 13}};
+  o.top = 1;
+  const SearchResult r = search(cost, {32, 512, profiles::Precision::kFp16, "adamw"}, o);
+  REQUIRE_FALSE(r.plans.empty());
+  const costmodel::SimulationResult sim = simulate_plan(r.plans.front());
+  const std::vector<double> shares = sim.idle_shares();
+  REQUIRE(shares.size() == 2);
+  // Stage 0 waits for stage 1 almost the whole step; the mean is half of the two GPUs' time.
+  CHECK(shares[0] > 0.95);
+  CHECK(shares[1] < 0.05);
+  CHECK(sim.mean_idle_share() == Approx((shares[0] + shares[1]) / 2));
+  const std::string page = render_report(r.plans.front(), sim, {});
+  char expected[128];
+  std::snprintf(expected, sizeof expected,
+                "<div class=\"label\">devices idle</div><div class=\"value\">%.1f %% (stage 0: "
+                "%.1f %%)</div>",
+                100 * sim.mean_idle_share(), 100 * shares[0]);
+  CHECK_THAT(page, Contains(expected));
+  CHECK_THAT(page, !Contains("<div class=\"label\">bubble</div>"));
 }

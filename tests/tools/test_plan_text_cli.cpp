@@ -88,8 +88,10 @@ TEST_CASE("loom plan says what it planned: head, precision, idle share, layers, 
       "", "step time                389.144 ms", "samples/s                82.2",
       "tokens/s                 42103", "model TFLOP/s per GPU    11.92  (MFU 10.6 %)",
       "hw TFLOP/s per GPU       11.92", "peak memory              15.75 GiB of 32.00 GiB",
-      // Half of the two GPUs' time is idle: stage 0 holds only the embedding.
-      "devices idle             50.6 % of the step (waiting on other stages or on communication)",
+      // Half of the two GPUs' time is idle: stage 0 holds only the embedding, and waits for
+      // stage 1 almost the whole step; the per-stage shares say so.
+      "devices idle             50.6 % of the step (waiting on other stages or on communication); "
+      "by stage: 0 XXX %, 1 YYY %",
       "pipeline bubble          0.2 % added to m x the slowest stage's time (Megatron's (p-1)/m "
       "for equal stages; not the idle share)",
       // The stages pass the fp32 residual stream (autocast).
