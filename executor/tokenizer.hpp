@@ -56,6 +56,9 @@ class Tokenizer {
   // The files it was read from (empty for one built in memory), so that an exported model
   // folder can hold copies of them.
   virtual const std::vector<std::string>& files() const = 0;
+  // The id words outside the vocabulary become, or -1 for a tokenizer that has none (byte-level
+  // BPE spells every word in bytes).
+  virtual std::int64_t unknown_id() const { return -1; }
 
  protected:
   Tokenizer() = default;
@@ -107,6 +110,7 @@ class WordPieceTokenizer : public Tokenizer {
   bool lower_case() const { return lower_case_; }
 
   std::int64_t pad_id() const override { return pad_id_; }
+  std::int64_t unknown_id() const override { return unk_id_; }
   std::int64_t unk_id() const { return unk_id_; }
   std::int64_t cls_id() const { return cls_id_; }
   std::int64_t sep_id() const { return sep_id_; }

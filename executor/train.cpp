@@ -58,6 +58,9 @@ void check_options(const TrainOptions& o) {
   }
   if (!(o.lr > 0.0) || !std::isfinite(o.lr)) throw InputError("--lr", "", "a positive rate");
   if (o.warmup_steps < 0) throw InputError("--warmup-steps", "", "a non-negative count");
+  if (!(o.warmup_share >= 0.0 && o.warmup_share < 1.0)) {
+    throw InputError("--warmup-steps", "", "a warm-up share in [0, 1)");
+  }
   if (o.weight_decay < 0.0) throw InputError("--weight-decay", "", "a non-negative value");
   if (o.max_grad_norm < 0.0) throw InputError("--max-grad-norm", "", "a non-negative value");
   if (o.eval_every < 0) throw InputError("--eval-every", "", "a non-negative count");

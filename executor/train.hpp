@@ -102,6 +102,9 @@ struct TrainOptions {
 
   double lr = 2e-5;
   std::int64_t warmup_steps = 0;
+  // With warmup_steps 0: warm up over this share of the run's steps (rounded), as Google's BERT
+  // fine-tuning scripts do with warmup_proportion 0.1 (run_classifier.py). 0: no warm-up.
+  double warmup_share = 0.0;
   double weight_decay = 0.01;
   double max_grad_norm = 1.0;  // 0 = no clipping
 

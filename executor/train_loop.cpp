@@ -2,18 +2,25 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <numeric>
 #include <string>
 
 namespace loom::executor {
 
+std::int64_t warmup_steps(const TrainOptions& o, std::int64_t total) {
+  if (o.warmup_steps > 0) return o.warmup_steps;
+  return std::llround(o.warmup_share * static_cast<double>(total));
+}
+
 double learning_rate(const TrainOptions& o, std::int64_t step, std::int64_t total) {
-  if (step < o.warmup_steps) {
+  const std::int64_t warmup = warmup_steps(o, total);
+  if (step < warmup) {
     return o.lr * static_cast<double>(step) /
-           static_cast<double>(std::max<std::int64_t>(1, o.warmup_steps));
+           static_cast<double>(std::max<std::int64_t>(1, warmup));
   }
   const double rest = static_cast<double>(total - step) /
-                      static_cast<double>(std::max<std::int64_t>(1, total - o.warmup_steps));
+                      static_cast<double>(std::max<std::int64_t>(1, total - warmup));
   return o.lr * std::max(0.0, rest);
 }
 
@@ -48,6 +55,11 @@ class Loop {
                                       ? std::min(o_.stop_after_step, size_.total_steps)
                                       : size_.total_steps;
     if (print_every_ != 0 && !o_.first_log_line.empty()) progress_.print_line(o_.first_log_line);
+    if (print_every_ != 0 && summary_.resumed_from_step) {
+      progress_.print_line("resumed from step " + std::to_string(*summary_.resumed_from_step) +
+                           " of " + std::to_string(size_.total_steps) +
+                           " (the latest checkpoint in " + o_.checkpoint_dir + ")");
+    }
     run_started_ = std::chrono::steady_clock::now();
     first_step_ = summary_.steps;
     for (std::int64_t step = summary_.steps; step < end_step; ++step) {

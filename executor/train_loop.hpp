@@ -52,7 +52,12 @@ class TrainRank {
   virtual void finish() = 0;  // after the last step and evaluation
 };
 
-// Hugging Face's get_linear_schedule_with_warmup for the 0-based `step` of `total_steps`.
+// The warm-up steps of a run of `total_steps`: options.warmup_steps when positive, else
+// options.warmup_share of the steps, rounded.
+std::int64_t warmup_steps(const TrainOptions& options, std::int64_t total_steps);
+
+// Hugging Face's get_linear_schedule_with_warmup for the 0-based `step` of `total_steps`, with
+// warmup_steps(options, total_steps) warm-up steps.
 double learning_rate(const TrainOptions& options, std::int64_t step, std::int64_t total_steps);
 
 // Runs steps resumed_from_step (or 0) .. total (or stop_after_step), writing metrics of every

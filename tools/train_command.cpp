@@ -20,6 +20,7 @@
 #include "executor/dataset.hpp"
 #include "executor/device_batch.hpp"
 #include "executor/distributed.hpp"
+#include "executor/executor.hpp"
 #include "executor/model.hpp"
 #include "executor/reshard.hpp"
 #include "executor/tokenizer.hpp"
@@ -45,7 +46,7 @@ struct TrainArgs {
   std::string eval_data;
   std::optional<std::int64_t> steps, epochs;
   std::optional<double> lr;  // default: kFineTuningLr with --init, else kFromScratchLr
-  std::int64_t warmup_steps = 0;
+  std::optional<std::int64_t> warmup_steps;  // default: kWarmupShare of the run's steps
   std::int64_t eval_every = 0;
   std::uint64_t seed = 42;
   double validation_fraction = 0.1;
@@ -68,6 +69,10 @@ struct TrainArgs {
 // learns at (at 2e-5 the tiny synthetic-review model stays at chance for hundreds of steps).
 constexpr double kFineTuningLr = 2e-5;
 constexpr double kFromScratchLr = 1e-3;
+// Warm-up over the first tenth of the steps unless --warmup-steps says otherwise, as Google's
+// BERT fine-tuning scripts do (run_classifier.py, warmup_proportion 0.1). Without it, training
+// from scratch at 1e-3 can settle at chance in its first steps.
+constexpr double kWarmupShare = 0.1;
 
 // A learning rate as people write one: 1e-3, 2e-5.
 std::string rate_text(double lr) {
@@ -81,8 +86,9 @@ std::string rate_text(double lr) {
 }
 
 // The device of the run: --device, else the plan's (cuda for a GPU cluster, cpu for a CPU one).
-// Refuses cuda where this build or machine cannot run it, and a precision the device does not
-// run, each with one line that says what to do.
+// Refuses cuda where this build or machine cannot run it, an attention kernel this LibTorch lacks
+// and a precision the device does not run. Every obstacle is named in one error, with every flag
+// that removes them, so that a GPU plan reaches the CPU in one more run, not three.
 executor::Device run_device(const TrainArgs& a, const planner::Plan& plan) {
   const bool gpu_plan = plan.cluster.device.kind == profiles::DeviceKind::kGpu;
   executor::Device device = gpu_plan ? executor::Device::kCuda : executor::Device::kCpu;
@@ -91,48 +97,90 @@ executor::Device run_device(const TrainArgs& a, const planner::Plan& plan) {
     if (!parsed) throw InputError("--device", "", "cpu or cuda, found \"" + a.device + "\"");
     device = *parsed;
   }
+  std::string source;               // the first obstacle's
+  std::vector<std::string> why;     // each obstacle, with its own fix
+  std::vector<std::string> replan;  // loom plan flags that remove the plan's obstacles
+  bool to_cpu = false;              // whether --device cpu is part of the fix
   const std::string cpu_fix = a.device.empty() ? "add --device cpu" : "use --device cpu";
   if (device == executor::Device::kCuda) {
     const executor::CudaSupport cuda = executor::cuda_support();
-    const std::string source = a.device.empty() ? a.plan : "--device";
     const std::string what = a.device.empty()
                                  ? "a plan for " + plan.cluster.name + "'s GPUs trains on cuda"
                                  : std::string("cuda");
     if (cuda == executor::CudaSupport::kNotBuilt) {
-      throw InputError(source, "",
-                       what +
-                           ", which needs a CUDA build of Loom, and this one is a CPU build (its "
-                           "LibTorch has no CUDA): build for GPUs with " +
-                           executor::kCudaBuildHint + ", or " + cpu_fix + " to train on the CPU");
+      why.push_back(what +
+                    ", which needs a CUDA build of Loom, and this one is a CPU build (its "
+                    "LibTorch has no CUDA): build for GPUs with " +
+                    executor::kCudaBuildHint + ", or " + cpu_fix + " to train on the CPU");
     }
     if (cuda == executor::CudaSupport::kNoGpu) {
-      throw InputError(source, "",
-                       what +
-                           ", which needs a GPU, and LibTorch sees none on this machine (check "
-                           "nvidia-smi and CUDA_VISIBLE_DEVICES): " +
-                           cpu_fix + " to train on the CPU");
+      why.push_back(what +
+                    ", which needs a GPU, and LibTorch sees none on this machine (check "
+                    "nvidia-smi and CUDA_VISIBLE_DEVICES): " +
+                    cpu_fix + " to train on the CPU");
+    }
+    if (!why.empty()) {
+      source = a.device.empty() ? a.plan : "--device";
+      to_cpu = true;
     }
   }
-  const std::string why = executor::precision_refusal(device, plan.job.precision, plan.strategy.tp);
-  if (!why.empty() && plan.job.precision == profiles::Precision::kFp8) {
-    throw InputError(a.plan, "$.job.precision", why + ": re-plan with --precision bf16");
+  // The other checks for the device the run would then use.
+  const executor::Device used = to_cpu ? executor::Device::kCpu : device;
+  if (!executor::runs_attention(plan.strategy.attention)) {
+    if (source.empty()) source = a.plan;
+    why.push_back(std::string("$.strategy.attention: ") +
+                  costmodel::to_string(plan.strategy.attention) +
+                  " needs LibTorch 2 or later (scaled_dot_product_attention): re-plan with "
+                  "--attention math");
+    replan.emplace_back("--attention math");
   }
-  if (!why.empty()) {
-    throw InputError(a.plan, "$.job.precision",
-                     why +
-                         ": re-plan with --precision fp32, or for a CPU cluster (its plans train "
-                         "in fp32)" +
-                         (gpu_plan ? ", or train it on cuda" : ""));
+  const std::string precision =
+      executor::precision_refusal(used, plan.job.precision, plan.strategy.tp);
+  if (!precision.empty()) {
+    if (source.empty()) source = a.plan;
+    if (plan.job.precision == profiles::Precision::kFp8) {
+      why.push_back("$.job.precision: " + precision + ": re-plan with --precision bf16");
+      replan.emplace_back("--precision bf16");
+    } else {
+      why.push_back("$.job.precision: " + precision +
+                    ": re-plan with --precision fp32, or for a CPU cluster (its plans train in "
+                    "fp32)" +
+                    (gpu_plan && !to_cpu ? ", or train it on cuda" : ""));
+      replan.emplace_back("--precision fp32");
+    }
   }
-  return device;
+  if (why.empty()) return device;
+  if (why.size() == 1) {
+    // One obstacle: its own words; the plan's fields keep their JSON path.
+    const std::string& only = why.front();
+    const auto colon = only.find(": ");
+    if (only.rfind("$.", 0) == 0) {
+      throw InputError(source, only.substr(0, colon), only.substr(colon + 2));
+    }
+    throw InputError(source, "", only);
+  }
+  std::string text;
+  for (const std::string& w : why) text += (text.empty() ? "" : "; and ") + w;
+  std::string flags;
+  for (const std::string& f : replan) flags += " " + f;
+  text += ". To train it here, all at once: ";
+  if (!flags.empty()) text += "re-plan with" + flags + (to_cpu ? ", and " : "");
+  if (to_cpu) text += cpu_fix;
+  throw InputError(source, "", text);
 }
 
 // The tokenizer: --tokenizer (vocab.txt, vocab.json + merges.txt, tokenizer.json or a folder),
-// else the --init folder's tokenizer files, else the synthetic data's own vocabulary.
+// else the --init folder's tokenizer files, else with --resume the files the latest checkpoint
+// holds (a checkpoint keeps the tokenizer it was trained with), else the synthetic data's own
+// vocabulary.
 std::unique_ptr<executor::Tokenizer> load_tokenizer(const TrainArgs& a) {
   if (!a.tokenizer.empty()) return executor::load_tokenizer(a.tokenizer);
   if (!a.init.empty() && executor::holds_tokenizer(a.init)) {
     return executor::load_tokenizer(a.init);
+  }
+  if (a.resume && !a.checkpoint.empty()) {
+    const std::optional<std::string> latest = executor::latest_checkpoint(a.checkpoint);
+    if (latest && executor::holds_tokenizer(*latest)) return executor::load_tokenizer(*latest);
   }
   if (a.data.rfind("synthetic", 0) == 0) {
     return std::make_unique<executor::WordPieceTokenizer>(executor::WordPieceTokenizer::from_tokens(
@@ -141,7 +189,8 @@ std::unique_ptr<executor::Tokenizer> load_tokenizer(const TrainArgs& a) {
   throw InputError("--tokenizer", "",
                    "a tokenizer for " + a.data +
                        ": vocab.txt, vocab.json + merges.txt, tokenizer.json or a folder holding "
-                       "them (or --init with a checkpoint folder that holds them)");
+                       "them (or --init with a checkpoint folder that holds them, or --resume "
+                       "from a --checkpoint folder whose checkpoints hold them)");
 }
 
 // What a tokenizer was read from, for messages.
@@ -225,6 +274,42 @@ std::vector<executor::EncodedExample> encode(const std::vector<executor::Review>
   return out;
 }
 
+// Reviews whose tokens the unknown-token check reads: the first batches of a run.
+constexpr std::size_t kUnknownCheckReviews = 256;
+// A share of unknown tokens above this means the vocabulary does not fit the text (a real
+// vocabulary leaves well under 1 % of English reviews unknown).
+constexpr double kUnknownWarnShare = 0.05;
+
+// Warns (stderr) when the tokenizer turned more than kUnknownWarnShare of the first reviews' words
+// into its unknown token: a vocabulary of another model or a wrongly converted file trains
+// silently to chance otherwise.
+void warn_unknown_tokens(const std::vector<executor::EncodedExample>& examples,
+                         const executor::Tokenizer& tokenizer) {
+  const std::int64_t unknown = tokenizer.unknown_id();
+  if (unknown < 0) return;
+  std::int64_t words = 0;
+  std::int64_t unknown_words = 0;
+  const std::size_t n = std::min(examples.size(), kUnknownCheckReviews);
+  for (std::size_t i = 0; i < n; ++i) {
+    const executor::EncodedExample& e = examples[i];
+    std::int64_t real = 0;
+    for (const std::int64_t m : e.attention_mask) real += m;
+    // Between the start and the end token.
+    for (std::int64_t t = 1; t + 1 < real; ++t) {
+      ++words;
+      unknown_words += e.input_ids[static_cast<std::size_t>(t)] == unknown ? 1 : 0;
+    }
+  }
+  if (words == 0) return;
+  const double share = static_cast<double>(unknown_words) / static_cast<double>(words);
+  if (share <= kUnknownWarnShare) return;
+  char percent[32];
+  std::snprintf(percent, sizeof percent, "%.1f %%", 100 * share);
+  std::cerr << "loom train: warning: " << percent << " of the tokens of the first " << n
+            << " training reviews are the unknown token (id " << unknown << ") of "
+            << tokenizer_source(tokenizer) << ": is it this model's vocabulary, converted right?\n";
+}
+
 // Where the SIGINT/SIGTERM handler leaves the signal number for the training loop (a signal
 // handler can only reach a static).
 // NOLINTNEXTLINE(cppcoreguidelines-avoid-non-const-global-variables)
@@ -299,6 +384,10 @@ void print_summary(const TrainArgs& a, const executor::TrainSummary& s, const st
                 static_cast<long long>(s.steps), s.final_loss, s.samples_per_s,
                 s.median_step_time_s, static_cast<double>(s.peak_memory_bytes) / (1 << 20));
   std::cout << line;
+  if (s.resumed_from_step) {
+    std::cout << "resumed from step " << *s.resumed_from_step << " (the latest checkpoint in "
+              << a.checkpoint << ")\n";
+  }
   if (s.validation_accuracy) {
     std::snprintf(line, sizeof line, "%s accuracy %.2f %% (%zu reviews), loss %.4f\n",
                   split.c_str(), 100 * *s.validation_accuracy, eval_examples,
@@ -362,7 +451,11 @@ int run_train(const TrainArgs& a) {
             : "lr " + fine_tuning + " (fine-tuning --init; from scratch the default is " + scratch +
                   ")";
   }
-  o.warmup_steps = a.warmup_steps;
+  if (a.warmup_steps) {
+    o.warmup_steps = *a.warmup_steps;
+  } else {
+    o.warmup_share = kWarmupShare;
+  }
   o.eval_every = a.eval_every;
   o.seed = a.seed;
   o.dropout = a.dropout;
@@ -449,6 +542,7 @@ int run_train(const TrainArgs& a) {
   const std::int64_t seq_len = plan.job.seq_len;
   const auto train_data = encode(split.train, *tokenizer, seq_len);
   const auto validation_data = encode(split.validation, *tokenizer, seq_len);
+  if (env.rank == 0) warn_unknown_tokens(train_data, *tokenizer);
   executor::TrainSummary s;
   if (env.world_size == 1) {
     s = executor::train_classifier(o, train_data, validation_data);
@@ -499,7 +593,7 @@ Runner add_train_command(CLI::App& app) {
   cmd->add_option("--lr", args->lr,
                   "peak learning rate (default 2e-5 with --init, 1e-3 from scratch)")
       ->check(kPositiveNumber);
-  cmd->add_option("--warmup-steps", args->warmup_steps, "linear warm-up steps (default 0)")
+  cmd->add_option("--warmup-steps", args->warmup_steps, "linear warm-up steps (default: a tenth of the steps)")
       ->check(kNonNegativeNumber);
   cmd->add_option("--eval-every", args->eval_every, "steps between evaluations (0: at the end)")
       ->check(kNonNegativeNumber);

@@ -1,0 +1,163 @@
+// End-to-end tests of what `loom train` does for a user without being asked: it warms up by
+// default, resumes from a checkpoint's own tokenizer and says so, warns when the vocabulary does
+// not fit the text, and names every obstacle of a plan made for other hardware at once.
+#include <catch2/catch.hpp>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "tests/tools/cli_sandbox.hpp"
+
+namespace fs = std::filesystem;
+using Catch::Contains;
+using Catch::StartsWith;
+using TrainRun = loom::test::CliResult;
+
+namespace {
+
+// A tiny model (its vocabulary of 100 holds the synthetic one) and a one-core CPU cluster.
+class TrainSandbox : public loom::test::CliSandbox {
+ public:
+  TrainSandbox() : CliSandbox("test-train-defaults") {
+    write("model.json", R"({
+      "format": "loom-model/1", "name": "micro-bert", "family": "encoder", "model_type": "bert",
+      "layers": 1, "hidden": 16, "heads": 2, "ffn_hidden": 32, "vocab": 100, "max_positions": 64,
+      "type_vocab": 2, "num_labels": 2})");
+    nlohmann::json cluster = nlohmann::json::parse(
+        loom::test::read_all(fs::path(LOOM_SOURCE_DIR) / "profiles/clusters/local-cpu.json"));
+    cluster["name"] = "cpu-1";
+    cluster["devices_per_node"] = 1;
+    write("cluster-1.json", cluster.dump(2));
+  }
+  // Writes `text` to `name` under work(), creating its folder.
+  void put(const std::string& name, const std::string& text) const {
+    fs::create_directories((work() / name).parent_path());
+    std::ofstream(work() / name, std::ios::binary) << text;
+  }
+  // The tiny model for one rank: global batch 8 in micro-batches of 4, seq 32, into plan.json.
+  void plan() const {
+    const TrainRun r = loom(
+        "plan --model model.json --cluster cluster-1.json --global-batch 8 --seq-len 32 "
+        "--precision fp32 --micro-batch 4 -o plan.json");
+    INFO("loom plan: " << r.err);
+    REQUIRE(r.exit_code == 0);
+  }
+};
+
+// Bad input: exit code 2, nothing on stdout, one line `loom train: error: ...` on stderr.
+void require_train_error(const TrainRun& r) {
+  INFO("stdout: " << r.out);
+  INFO("stderr: " << r.err);
+  CHECK(r.exit_code == 2);
+  CHECK(r.out.empty());
+  CHECK(loom::test::line_count(r.err) == 1);
+  CHECK_THAT(r.err, StartsWith("loom train: error: "));
+}
+
+std::string train_args(const std::string& flags) {
+  return "train plan.json --data synthetic:400 " + flags;
+}
+
+// The first line of a metrics file, parsed.
+nlohmann::json first_line(const fs::path& path) {
+  const std::string text = loom::test::read_all(path);
+  return nlohmann::json::parse(text.substr(0, text.find('\n')));
+}
+
+}  // namespace
+
+TEST_CASE("loom train --resume needs no --init or --tokenizer again and says where it went on",
+          "[tools][cli][train]") {
+  TrainSandbox box;
+  box.plan();
+  // A WordPiece vocabulary of its own (not the synthetic one), read from a file: the checkpoint
+  // keeps a copy, which --resume reads.
+  std::string vocab = "[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\n";
+  for (const char* word : {"good", "bad", "film", "a", "great", "awful", "plot"}) {
+    vocab += std::string(word) + "\n";
+  }
+  box.put("tok/vocab.txt", vocab);
+  std::string csv = "text,label\n";
+  for (int i = 0; i < 12; ++i) csv += "a good film,1\na bad plot,0\n";
+  box.write("reviews.csv", csv);
+  const TrainRun first =
+      box.loom("train plan.json --data reviews.csv --tokenizer tok --steps 2 --checkpoint ck");
+  INFO(first.err);
+  REQUIRE(first.exit_code == 0);
+  CHECK(fs::exists(box.work() / "ck" / "step-00000002" / "vocab.txt"));
+  const TrainRun resumed =
+      box.loom("train plan.json --data reviews.csv --steps 4 --checkpoint ck --resume");
+  INFO(resumed.err);
+  REQUIRE(resumed.exit_code == 0);
+  CHECK_THAT(resumed.err, Contains("resumed from step 2 of 4 (the latest checkpoint in ck)"));
+  CHECK_THAT(resumed.out, Contains("resumed from step 2 (the latest checkpoint in ck)"));
+  // A fresh run of the same data without a tokenizer is still refused, naming --resume.
+  const TrainRun fresh = box.loom("train plan.json --data reviews.csv --steps 1");
+  require_train_error(fresh);
+  CHECK_THAT(fresh.err, Contains("--tokenizer") && Contains("--resume"));
+}
+
+TEST_CASE("loom train warns when most tokens are unknown to the vocabulary",
+          "[tools][cli][train]") {
+  TrainSandbox box;
+  box.plan();
+  box.put("tok/vocab.txt", "[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\ngood\nbad\n");
+  std::string csv = "text,label\n";
+  for (int i = 0; i < 12; ++i) csv += "a good film,1\na bad plot,0\n";
+  box.write("reviews.csv", csv);
+  const TrainRun unknown = box.loom("train plan.json --data reviews.csv --tokenizer tok --steps 1");
+  INFO(unknown.err);
+  REQUIRE(unknown.exit_code == 0);
+  // Of "a good film" and "a bad plot", two words in three are unknown.
+  CHECK_THAT(unknown.err, Contains("warning: 66.7 % of the tokens of the first 24 training "
+                                   "reviews are the unknown token (id 1) of ") &&
+                              Contains("vocab.txt"));
+  // Synthetic reviews with their own vocabulary: no warning.
+  const TrainRun known = box.loom(train_args("--steps 1"));
+  REQUIRE(known.exit_code == 0);
+  CHECK_THAT(known.err, !Contains("unknown token"));
+}
+
+TEST_CASE("loom train names every obstacle of a GPU plan on this machine at once",
+          "[tools][cli][train][device]") {
+  TrainSandbox box;
+  // fp16 with the fused attention kernel: the CPU runs neither.
+  const TrainRun plan = box.loom(
+      "plan --model model.json --cluster dgx-a100-80g --dp 1 --tp 1 --pp 1 --global-batch 8 "
+      "--seq-len 32 --micro-batch 4 --precision fp16 --attention flash -o gpu.json");
+  REQUIRE(plan.exit_code == 0);
+  const TrainRun r = box.loom("train gpu.json --data synthetic:400 --steps 2 --device cpu");
+  require_train_error(r);
+  CHECK_THAT(r.err, Contains("fp16 does not train on the CPU") &&
+                        Contains("To train it here, all at once: re-plan with") &&
+                        Contains("--precision fp32"));
+  const TrainRun cuda = box.loom("train gpu.json --data synthetic:400 --steps 2");
+  if (cuda.err.find("is a CPU build") != std::string::npos) {
+    require_train_error(cuda);
+    CHECK_THAT(cuda.err, Contains("; and $.job.precision: fp16 does not train on the CPU") &&
+                             Contains("--precision fp32, and add --device cpu"));
+  }
+}
+
+TEST_CASE("loom train warms up over a tenth of the steps unless told otherwise",
+          "[tools][cli][train]") {
+  TrainSandbox box;
+  box.plan();
+  REQUIRE(box.loom(train_args("--steps 20 --metrics m.jsonl")).exit_code == 0);
+  std::vector<double> rates;
+  std::ifstream in(box.work() / "m.jsonl");
+  for (std::string line; std::getline(in, line);) {
+    const nlohmann::json j = nlohmann::json::parse(line);
+    if (!j.contains("eval")) rates.push_back(j.at("lr").get<double>());
+  }
+  REQUIRE(rates.size() == 20);
+  // Two warm-up steps of 20: 0, then half the peak, then the peak decaying linearly to 0.
+  CHECK(rates[0] == 0.0);
+  CHECK(rates[1] == Approx(0.5e-3));
+  CHECK(rates[2] == Approx(1e-3));
+  CHECK(rates[3] == Approx(1e-3 * 17 / 18));
+  REQUIRE(box.loom(train_args("--steps 20 --warmup-steps 0 --metrics n.jsonl")).exit_code == 0);
+  CHECK(first_line(box.work() / "n.jsonl").at("lr") == 1e-3);
+}
