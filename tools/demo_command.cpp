@@ -1,18 +1,28 @@
 // loom demo: the whole path on this machine with no arguments (spec/cli.md): plan a small encoder
 // for the local CPU, simulate the plan, train it on synthetic reviews, and print the prediction
-// next to the measurement. The ranks of the plan (the local-cpu cluster's two CPU ranks) run as
-// threads of this process over Gloo. It first prints the `loom plan` and `loom launch` commands
-// that do the same as separate processes.
+// next to the measurement. It prints the `loom plan` and `loom launch` commands that do the same
+// and trains by running exactly that launch (one process per rank, in a temporary folder), so
+// the demo's figures are those commands' figures, the same on every run: ranks that were threads
+// of one process would share LibTorch's default generator, and their dropout masks would depend
+// on how the threads interleave.
+#include <sys/wait.h>
+
+#include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <iostream>
+#include <nlohmann/json.hpp>
 #include <optional>
+#include <sstream>
+#include <stdexcept>
 #include <string>
 
 #include "costmodel/simulator.hpp"
-#include "executor/dataset.hpp"
-#include "executor/tokenizer.hpp"
-#include "executor/train.hpp"
+#include "planner/plan.hpp"
 #include "planner/search.hpp"
+#include "profiles/errors.hpp"
 #include "profiles/loader.hpp"
 #include "profiles/units.hpp"
 #include "tools/commands.hpp"
@@ -32,6 +42,18 @@ constexpr double kLr = 1e-3;  // trained from scratch: the fine-tuning rate 2e-5
 constexpr std::int64_t kWarmupSteps = 4;
 constexpr std::int64_t kEvalEvery = 40;
 
+// `loom train`'s flags for the demo's run: its data, learning rate, warm-up and evaluation.
+std::string train_flags() {
+  char text[256];
+  std::snprintf(text, sizeof text,
+                "--data synthetic:%lld --validation-fraction %g --steps %lld --lr %g "
+                "--warmup-steps %lld --eval-every %lld",
+                static_cast<long long>(kReviews), kValidationFraction,
+                static_cast<long long>(kSteps), kLr, static_cast<long long>(kWarmupSteps),
+                static_cast<long long>(kEvalEvery));
+  return text;
+}
+
 // `loom plan` and `loom launch ... loom train` with the flags that reproduce the demo: the plan
 // over all the cluster's devices (--gpus, as the demo's search does), the same ranks, data,
 // learning rate, warm-up and evaluation.
@@ -41,16 +63,63 @@ std::string equivalent_commands(const profiles::Cluster& cluster, const planner:
                 "equivalent:\n"
                 "  loom plan --model tiny-bert --cluster %s --gpus %lld --global-batch %lld "
                 "--seq-len %lld --precision fp32 --micro-batch %lld -o plan.json\n"
-                "  loom launch --nproc %d -- loom train plan.json --data synthetic:%lld "
-                "--validation-fraction %g --steps %lld --lr %g --warmup-steps %lld "
-                "--eval-every %lld\n",
+                "  loom launch --nproc %d -- loom train plan.json %s\n",
                 cluster.name.c_str(), static_cast<long long>(cluster.device_count()),
                 static_cast<long long>(kGlobalBatch), static_cast<long long>(kSeqLen),
                 static_cast<long long>(kMicroBatch), plan.strategy.world_size(),
-                static_cast<long long>(kReviews), kValidationFraction,
-                static_cast<long long>(kSteps), kLr, static_cast<long long>(kWarmupSteps),
-                static_cast<long long>(kEvalEvery));
+                train_flags().c_str());
   return text;
+}
+
+// A shell word: `text` in single quotes.
+std::string quoted(const std::string& text) {
+  std::string out = "'";
+  for (const char c : text) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
+// Runs the printed launch in a fresh temporary folder (removed at the end) and returns rank 0's
+// `loom train --json` summary. std::runtime_error with the ranks' output when it fails.
+nlohmann::json run_launch(const planner::Plan& plan) {
+  namespace fs = std::filesystem;
+  std::string pattern = (fs::temp_directory_path() / "loom-demo.XXXXXX").string();
+  if (::mkdtemp(pattern.data()) == nullptr) {
+    throw std::runtime_error("cannot create a temporary folder for the demo's run");
+  }
+  const fs::path dir = pattern;
+  struct Remove {
+    fs::path dir;
+    ~Remove() {
+      std::error_code error;
+      fs::remove_all(dir, error);
+    }
+  } remove{dir};
+  profiles::write_file_atomically((dir / "plan.json").string(),
+                                  planner::plan_to_json(plan).dump(2));
+  const std::string loom = (fs::path(self_executable()).parent_path() / "loom").string();
+  const std::string command = "cd " + quoted(dir.string()) + " && " + quoted(loom) +
+                              " launch --nproc " + std::to_string(plan.strategy.world_size()) +
+                              " -- " + quoted(loom) + " train plan.json " + train_flags() +
+                              " --json </dev/null >summary.txt 2>log.txt";
+  const int status = std::system(command.c_str());
+  auto text_of = [&](const char* name) {
+    std::ifstream in(dir / name);
+    std::ostringstream out;
+    out << in.rdbuf();
+    return out.str();
+  };
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    throw std::runtime_error("the demo's training run failed: " + text_of("log.txt"));
+  }
+  // Each line of a rank's output is prefixed with "[rank k] " (loom launch); rank 0 prints the
+  // summary.
+  std::string json;
+  std::istringstream lines(text_of("summary.txt"));
+  for (std::string line; std::getline(lines, line);) {
+    const std::string prefix = "[rank 0] ";
+    if (line.rfind(prefix, 0) == 0) json += line.substr(prefix.size()) + "\n";
+  }
+  return nlohmann::json::parse(json);
 }
 
 int run_demo() {
@@ -67,30 +136,13 @@ int run_demo() {
             << equivalent_commands(cluster, plan) << "\n";
   print_plan(std::cout, plan);
 
-  executor::TrainOptions t = executor::train_options_from_plan(plan);
-  t.steps = kSteps;
-  t.lr = kLr;
-  t.warmup_steps = kWarmupSteps;
-  t.eval_every = kEvalEvery;
-  t.progress = false;
-  const executor::WordPieceTokenizer tokenizer = executor::WordPieceTokenizer::from_tokens(
-      executor::synthetic_vocabulary(), true, "the synthetic vocabulary");
-  const executor::TrainValidation data = executor::split_train_validation(
-      executor::load_reviews("synthetic:" + std::to_string(kReviews), "train"), kValidationFraction,
-      t.seed);
-  auto encode = [&](const std::vector<executor::Review>& reviews) {
-    std::vector<executor::EncodedExample> out;
-    out.reserve(reviews.size());
-    for (const executor::Review& r : reviews) {
-      out.push_back(tokenizer.encode(r.text, kSeqLen, r.label));
-    }
-    return out;
-  };
+  const std::int64_t held_out = std::llround(kValidationFraction * static_cast<double>(kReviews));
   std::cout << "\ntraining " << kSteps << " steps on " << plan.strategy.world_size() << " ranks, "
-            << data.train.size() << " synthetic reviews (" << data.validation.size()
-            << " held out)...\n";
-  const executor::TrainSummary s =
-      executor::train_local_ranks(t, encode(data.train), encode(data.validation));
+            << kReviews - held_out << " synthetic reviews (" << held_out << " held out)...\n"
+            << std::flush;
+  const nlohmann::json s = run_launch(plan);
+  const double median_step_time_s = s.at("median_step_time_s").get<double>();
+  const double peak_memory_bytes = s.at("peak_memory_bytes").get<double>();
 
   // In the units of the plan printed above.
   const profiles::Unit time = profiles::time_unit(plan.predicted.step_time_s);
@@ -100,20 +152,20 @@ int run_demo() {
   std::cout << line;
   std::snprintf(line, sizeof line, "%-22s %14s %14s  (%+.0f %%)\n", "step time",
                 profiles::unit_text(plan.predicted.step_time_s, time, 3).c_str(),
-                profiles::unit_text(s.median_step_time_s, time, 3).c_str(),
-                100 * (plan.predicted.step_time_s / s.median_step_time_s - 1));
+                profiles::unit_text(median_step_time_s, time, 3).c_str(),
+                100 * (plan.predicted.step_time_s / median_step_time_s - 1));
   std::cout << line;
   std::snprintf(line, sizeof line, "%-22s %14s %14s\n", "peak memory",
                 profiles::unit_text(plan.predicted.peak_memory_bytes, bytes, 2).c_str(),
-                profiles::unit_text(static_cast<double>(s.peak_memory_bytes), bytes, 2).c_str());
+                profiles::unit_text(peak_memory_bytes, bytes, 2).c_str());
   std::cout << line;
   std::snprintf(line, sizeof line, "validation accuracy %.1f %%, loss %.4f after %lld steps\n",
-                100 * s.validation_accuracy.value_or(0), s.validation_loss.value_or(0),
-                static_cast<long long>(s.steps));
+                100 * s.value("validation_accuracy", 0.0), s.value("validation_loss", 0.0),
+                static_cast<long long>(s.at("steps").get<std::int64_t>()));
   std::cout << line
             << "(the prediction uses the local-cpu datasheet rates: `loom profile` measures this "
                "machine and `loom validate PLAN.json --profile P` compares again; measured memory "
-               "is rank 0's tensors as its thread saw them)\n";
+               "is rank 0's peak as loom train reports it)\n";
   return 0;
 }
 
