@@ -290,3 +290,31 @@ TEST_CASE("the README's planning commands run as written", "[docs]") {
   }
   CHECK(planned >= 15);
 }
+
+TEST_CASE("the README tour's training on this machine learns", "[docs][train]") {
+  // The tour's own CPU plan and launch lines, as written: its validation accuracy must be well
+  // above chance (two labels), or the first thing a new user runs looks broken.
+  std::vector<std::string> tour;
+  for (const std::string& command : readme_commands()) {
+    if (command.find("cpu.json") != std::string::npos &&
+        (command.rfind("loom plan ", 0) == 0 || command.rfind("loom launch ", 0) == 0)) {
+      tour.push_back(command);
+    }
+  }
+  REQUIRE(tour.size() == 2);
+  loom::test::CliSandbox box("readme-tour");
+  REQUIRE(box.loom(tour[0].substr(5)).exit_code == 0);
+  // `loom launch ... -- loom train`: the ranks run this build's loom, not one on PATH.
+  std::string launch = tour[1].substr(5);
+  const std::string inner = "-- loom ";
+  REQUIRE(launch.find(inner) != std::string::npos);
+  launch.replace(launch.find(inner), inner.size(),
+                 "-- " + loom::test::shell_quoted(LOOM_BINARY) + " ");
+  const loom::test::CliResult r = box.loom(launch);
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  const std::regex accuracy(R"(\[rank 0\] validation accuracy ([0-9.]+) %)");
+  std::smatch m;
+  REQUIRE(std::regex_search(r.out, m, accuracy));
+  CHECK(std::stod(m[1]) >= 80.0);
+}
