@@ -91,7 +91,7 @@ TEST_CASE("loom plan says what it planned: head, precision, idle share, layers, 
       // Half of the two GPUs' time is idle: stage 0 holds only the embedding, and waits for
       // stage 1 almost the whole step; the per-stage shares say so.
       "devices idle             50.6 % of the step (waiting on other stages or on communication); "
-      "by stage: 0 XXX %, 1 YYY %",
+      "by stage: 0 99.5 %, 1 1.6 %",
       "pipeline bubble          0.2 % added to m x the slowest stage's time (Megatron's (p-1)/m "
       "for equal stages; not the idle share)",
       // The stages pass the fp32 residual stream (autocast).
