@@ -35,6 +35,8 @@ DeviceRates device_rates(const profiles::DeviceSpec& device, Precision precision
     r.host_pass_s = device.host_pass_us ? *device.host_pass_us * 1e-6 : d.gpu_host_pass_s;
     r.host_serial_fraction = device.host_serial_fraction.value_or(d.gpu_host_serial_fraction);
     r.host_op_s = d.gpu_host_op_s;
+  } else {
+    r.thread_serial_fraction = device.thread_serial_fraction.value_or(0);
   }
   r.gemm.peak_flops_per_s = peak_tflops * 1e12;
   r.gemm.memory_bytes_per_s = r.memory_bytes_per_s;
@@ -407,6 +409,19 @@ LayerTime head_time(const profiles::ModelSpec& m, const LayerShape& x, const Dev
   p.matmul({b * s, v / t, h}, false);  // logits
   p.memory((e + 8) * b * s * v / t);   // softmax cross-entropy in fp32
   return p.times(x.host_floor, 0);
+}
+
+DeviceRates scaled_rates(DeviceRates rates, int threads) {
+  // Amdahl: the share the threads do not split runs on one of them.
+  const double speedup = threads / (1 + rates.thread_serial_fraction * (threads - 1));
+  rates.matrix_flops_per_s *= speedup;
+  rates.core_matrix_flops_per_s *= speedup;
+  rates.memory_bytes_per_s *= speedup;
+  for (GemmDevice* g : {&rates.gemm, &rates.core_gemm}) {
+    g->peak_flops_per_s *= speedup;  // the fused attention kernel's rate on CPUs
+    g->memory_bytes_per_s *= speedup;
+  }
+  return rates;
 }
 
 }  // namespace loom::costmodel

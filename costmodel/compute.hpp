@@ -49,6 +49,7 @@ struct DeviceRates {
   double host_pass_s = 0;           // host time per forward or backward pass of a stage
   double host_op_s = 0;  // host time per eager operation without autograd (the optimizer's)
   double host_serial_fraction = 0;  // of the shorter of host issue and kernels, not overlapped
+  double thread_serial_fraction = 0;  // CPUs: the share intra-op threads do not split (Amdahl)
   bool shape_model() const { return gemm.sm_count > 0; }
 };
 
@@ -82,6 +83,11 @@ struct EfficiencyDefaults {
   double gpu_host_op_s = 10.9e-6;
   bool operator==(const EfficiencyDefaults&) const = default;
 };
+
+// The rates of a CPU rank running `threads` intra-op threads: `rates` (one core's) times Amdahl's
+// speedup, threads / (1 + thread_serial_fraction * (threads - 1)); threads 1 leaves them as they
+// are.
+DeviceRates scaled_rates(DeviceRates rates, int threads);
 
 // Host operations autograd issues in a backward pass per kernel of the forward: a product's two
 // gradient products and the gradient accumulation, an elementwise kernel's gradient. Measured:

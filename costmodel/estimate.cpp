@@ -94,17 +94,6 @@ struct Terms {
   Calibrated how_head = Calibrated::kRoofline;
 };
 
-DeviceRates scaled_rates(DeviceRates rates, int threads) {
-  rates.matrix_flops_per_s *= threads;
-  rates.core_matrix_flops_per_s *= threads;
-  rates.memory_bytes_per_s *= threads;
-  for (GemmDevice* g : {&rates.gemm, &rates.core_gemm}) {
-    g->peak_flops_per_s *= threads;  // the fused attention kernel's rate on CPUs
-    g->memory_bytes_per_s *= threads;
-  }
-  return rates;
-}
-
 struct CalibratedEntry {
   Calibrated how = Calibrated::kRoofline;
   bool tp_communication = false;  // the time includes the entry's tensor-parallel all-reduces

@@ -322,6 +322,7 @@ Cluster cluster_from_json(const nlohmann::json& value, const std::string& source
     c.device.host_launch_us = d.optional_number("host_launch_us", 0, /*exclusive=*/false);
     c.device.host_pass_us = d.optional_number("host_pass_us", 0, /*exclusive=*/false);
     c.device.host_serial_fraction = read_fraction(d, "host_serial_fraction");
+    c.device.thread_serial_fraction = read_fraction(d, "thread_serial_fraction");
     c.device.cuda_context_mib = d.optional_number("cuda_context_mib", 0, /*exclusive=*/false);
     c.device.blas_workspace_mib = d.optional_number("blas_workspace_mib", 0, /*exclusive=*/false);
     d.finish();
@@ -396,6 +397,9 @@ nlohmann::json cluster_to_json(const Cluster& c) {
   if (c.device.host_launch_us) d["host_launch_us"] = *c.device.host_launch_us;
   if (c.device.host_pass_us) d["host_pass_us"] = *c.device.host_pass_us;
   if (c.device.host_serial_fraction) d["host_serial_fraction"] = *c.device.host_serial_fraction;
+  if (c.device.thread_serial_fraction) {
+    d["thread_serial_fraction"] = *c.device.thread_serial_fraction;
+  }
   if (c.device.cuda_context_mib) d["cuda_context_mib"] = *c.device.cuda_context_mib;
   if (c.device.blas_workspace_mib) d["blas_workspace_mib"] = *c.device.blas_workspace_mib;
   j["device"] = d;

@@ -75,6 +75,12 @@ struct DeviceSpec {
   // the longer (the host waits for the device where the runtime synchronises); absent = the cost
   // model's default. JSON "host_serial_fraction".
   std::optional<double> host_serial_fraction;
+  // CPUs: the share of a rank's compute that its intra-op threads do not split (Amdahl's serial
+  // fraction: t threads run it threads / (1 + share * (threads - 1)) times faster than one);
+  // absent = 0, perfect scaling. Small layers barely gain from a second thread (LibTorch's small
+  // products and elementwise ops stay on one), so loom profile --threads measures the real
+  // scaling. JSON "thread_serial_fraction".
+  std::optional<double> thread_serial_fraction;
   // GPUs: what the CUDA context of a training process holds, in MiB (the device's used memory
   // less the allocator's reserved bytes, measured); absent = costmodel's kCudaContextBytes.
   // JSON "cuda_context_mib".

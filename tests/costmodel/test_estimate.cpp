@@ -1,6 +1,7 @@
 #include <catch2/catch.hpp>
 #include <random>
 
+#include "costmodel/compute.hpp"
 #include "costmodel/estimate.hpp"
 #include "costmodel/layers.hpp"
 #include "profiles/loader.hpp"
@@ -141,3 +142,17 @@ TEST_CASE("a strategy that does not divide is refused with the reason", "[estima
   Strategy big = make(64, 1, 1, 0, 1, 1);
   REQUIRE_THROWS_WITH(run(cost, job_of(big, 128), big), Catch::Contains("32 devices"));
 }
+
+TEST_CASE("a CPU rank's threads speed its roofline by Amdahl's law", "[estimate]") {
+  DeviceRates one;
+  one.matrix_flops_per_s = 1e11;
+  one.memory_bytes_per_s = 1e10;
+  one.thread_serial_fraction = 0.85;
+  // 2 / (1 + 0.85) = 1.0810...
+  CHECK(scaled_rates(one, 2).matrix_flops_per_s == Approx(1e11 * 2 / 1.85));
+  CHECK(scaled_rates(one, 2).memory_bytes_per_s == Approx(1e10 * 2 / 1.85));
+  CHECK(scaled_rates(one, 1).matrix_flops_per_s == Approx(1e11));
+  one.thread_serial_fraction = 0;
+  CHECK(scaled_rates(one, 4).matrix_flops_per_s == Approx(4e11));
+}
+

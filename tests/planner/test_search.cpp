@@ -126,6 +126,32 @@ TEST_CASE("on one CPU node the search also tries fewer ranks with more threads e
   for (const Plan& p : search(gpu, kJob, o).plans) CHECK(p.strategy.world_size() == devices);
 }
 
+TEST_CASE("a CPU's thread serial share decides between threads and ranks", "[planner]") {
+  // tiny-bert at global batch 16, seq 64 on two cores: one rank of two threads (dp=1) or two
+  // ranks of one (dp=2, which also all-reduces its gradients). With perfect thread scaling dp=1
+  // is ahead; with the serial share loom profile --threads 1 2 measured on a 2-core machine (a
+  // second thread speeds tiny-bert's layer 1.08x: 0.85) dp=2 is.
+  profiles::Cluster cluster = profiles::load_cluster("local-cpu");
+  REQUIRE_FALSE(cluster.device.thread_serial_fraction.has_value());
+  const costmodel::Job job{16, 64, profiles::Precision::kFp32, "adamw"};
+  auto best_step_s = [&](int dp) {
+    const costmodel::CostModel cost(profiles::load_model("tiny-bert"), cluster);
+    SearchOptions o;
+    o.top = 1000;
+    o.simulate = false;
+    double best = 1e9;
+    for (const Plan& p : search(cost, job, o).plans) {
+      if (p.strategy.dp == dp && p.strategy.tp == 1 && p.strategy.pp == 1) {
+        best = std::min(best, p.predicted.step_time_s);
+      }
+    }
+    return best;
+  };
+  CHECK(best_step_s(1) < best_step_s(2));
+  cluster.device.thread_serial_fraction = 0.85;
+  CHECK(best_step_s(2) < best_step_s(1));
+}
+
 TEST_CASE("the search turns sequence parallelism on when only that fits", "[planner]") {
   // GPT-3 175B on 8 x 8 A100-80GB under Megatron-LM (bf16 activations throughout, as in the
   // paper) at tp = 8, pp = 8, micro-batch 1, selective recomputation, 1F1B: stage 0 keeps 8

@@ -129,6 +129,11 @@ TEST_CASE("a round trip keeps explicit links and efficiencies", "[profiles][clus
   c.links[1].kind.clear();  // the kind of a link is optional
   c.source.clear();
   CHECK(loom::profiles::cluster_from_json(loom::profiles::cluster_to_json(c), "edited") == c);
+
+  cpu.device.thread_serial_fraction = 0.85;
+  const nlohmann::json j = loom::profiles::cluster_to_json(cpu);
+  CHECK(j["device"]["thread_serial_fraction"] == 0.85);
+  CHECK(loom::profiles::cluster_from_json(j, "edited") == cpu);
 }
 
 TEST_CASE("with_nodes changes the node count", "[profiles][cluster]") {
