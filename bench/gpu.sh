@@ -20,6 +20,9 @@
 #               halved while either side runs out of memory. Both sides train on full-length
 #               sequences (no padding): Loom on long reviews (hf_reference.py reviews),
 #               transformers on random ids. THROUGHPUT="bert-base-128 bert-large-512" runs some.
+#               COMPARE=1 runs the three configurations with targets instead: bert-base seq 128
+#               batch 64 and 256, bert-large seq 512 batch 32 (>= 1.2x eager, >= 1.0x compiled,
+#               MFU >= 50 % for bert-large), with each side's peak memory.
 #   profile     loom profile --device cuda of bert-base and bert-large at seq 128
 #               (profiles/measured/<gpu>-<model>.json)
 #   validate    loom validate of single-GPU plans (micro-batch and recompute variants) with them,
@@ -28,6 +31,9 @@
 #   precision   loom validate of bert-base (seq 128, micro-batch 32) in fp32, tf32 and bf16
 #               (PRECISION_MODELS="bert-base bert-large" for others); not in the default list
 #   tune        loom tune --top 3 of bert-base (global batch 64, seq 128) on this GPU
+#   layouts     2 ranks sharing the one GPU over Gloo (loom train --comm gloo): dp2, ZeRO-1/2/3
+#               at dp2, tp2, tp2 with sequence parallelism, pp2 1F1B, pp2 interleaved, and a dp2
+#               ZeRO-3 checkpoint resumed as tp2, each against one rank (fp32, no dropout, 1e-5)
 #   layers      bench/gpu_layers.py: fused attention and MPT-style decoder blocks timed with
 #               PyTorch alone (no Loom build needed); not in the default list
 # DEVICE=cpu runs the stages on the CPU (transformers' side too), e.g. inside tools/check-torch2.sh's
@@ -63,7 +69,7 @@ PRECISION=bf16
 [ "$DEVICE" = cpu ] && PRECISION=fp32
 REF="$ROOT/bench/hf_reference.py"
 STAGES=("$@")
-[ ${#STAGES[@]} -gt 0 ] || STAGES=(env build logits losses throughput profile validate tune)
+[ ${#STAGES[@]} -gt 0 ] || STAGES=(env build logits losses layouts throughput profile validate tune)
 TABLE="$OUT/table.md"
 [ -f "$TABLE" ] || printf '| check | result | target | verdict |\n|---|---|---|---|\n' >"$TABLE"
 
@@ -222,10 +228,14 @@ PY
   # transformers config | loom model | seq | batch (empty: the largest that fits both)
   local configs=("bert-base-uncased|bert-base|128|${B_BASE128:-}" "bert-base-uncased|bert-base|512|${B_BASE512:-}"
                  "bert-large-uncased|bert-large|128|${B_LARGE128:-}" "bert-large-uncased|bert-large|512|${B_LARGE512:-}")
+  # COMPARE=1: the three configurations the targets are set on, batches pinned.
+  [ "${COMPARE:-0}" = 1 ] && configs=("bert-base-uncased|bert-base|128|64" "bert-base-uncased|bert-base|128|256"
+                                       "bert-large-uncased|bert-large|512|32")
   local c hf model seq batch fixed name loom_sps eager_sps compiled_sps ratio mfu
   for c in "${configs[@]}"; do
     IFS='|' read -r hf model seq batch <<<"$c"
     name="$model-$seq"
+    [ "${COMPARE:-0}" = 1 ] && name="$model-$seq-b$batch"
     [ -n "${THROUGHPUT:-}" ] && [[ " $THROUGHPUT " != *" $name "* ]] && continue
     fixed=$batch
     if [ -z "$batch" ]; then
@@ -268,9 +278,31 @@ PY
 p = json.load(open('$dir/plan-$name.json'))['predicted']
 flops = p['model_tflops_per_gpu'] * p['step_time_s']
 print(f'{100 * flops * $loom_sps / $batch / $peak_tflops:.1f} %')" 2>/dev/null || echo "-")
+    local compiled_ratio peaks target verdict
+    compiled_ratio=$("$PY" -c "print(f'{$loom_sps / $compiled_sps:.2f}')" 2>/dev/null || echo "-")
+    peaks=$("$PY" -c "import json
+def gib(f):
+    try: return f\"{json.load(open(f))['peak_memory_bytes'] / 2**30:.1f}\"
+    except Exception: return '-'
+print(' / '.join(gib(f'$dir/{k}-$name.json') for k in ('loom', 'eager', 'compiled')))")
+    # The targets: 1.2x eager and 1.0x compiled everywhere, MFU 50 % for bert-large at seq 512.
+    target=">= 1.2x eager, >= 1.0x compiled"
+    [ "$model-$seq" = bert-large-512 ] && target="$target, MFU >= 50 %"
+    verdict=$("$PY" - "$loom_sps" "$eager_sps" "$compiled_sps" "${mfu% %}" "$model-$seq" <<'PYEOF'
+import sys
+def num(text):
+    try: return float(text)
+    except ValueError: return None
+loom, eager, compiled, mfu = (num(x) for x in sys.argv[1:5])
+ok = loom is not None and eager is not None and loom >= 1.2 * eager
+ok = ok and (compiled is None or loom >= compiled)
+ok = ok and (sys.argv[5] != "bert-large-512" or (mfu is not None and mfu >= 50))
+print("met" if ok else "NOT MET")
+PYEOF
+)
     row "$model seq $seq b=$batch $PRECISION: loom / eager / compiled samples/s" \
-      "$loom_sps / $eager_sps / $compiled_sps (loom/eager $ratio, loom MFU $mfu)" ">= 1.2x eager" \
-      "$("$PY" -c "print('met' if $loom_sps >= 1.2 * $eager_sps else 'NOT MET')" 2>/dev/null || echo "NOT MET")"
+      "$loom_sps / $eager_sps / $compiled_sps (loom/eager $ratio, loom/compiled $compiled_ratio, loom MFU $mfu, peak GiB $peaks)" \
+      "$target" "$verdict"
   done
 }
 
@@ -457,6 +489,79 @@ stage_tune() {
     row "loom tune, ${TUNE_MODEL:-bert-base}" "failed: $(tail -1 "$dir/tune.err")" "-" "NOT MET"
   fi
   cat "$dir/tune.log" >&2
+}
+
+# Many ranks on the one GPU: each layout's 2 ranks share the device over Gloo (loom train --comm
+# gloo stages every collective through host memory), CUDA tensors everywhere else; the tiny BERT in
+# fp32 without dropout, 6 steps, against one rank on the same GPU with the same global batch and
+# micro-batch (the same batches): every step's loss within 1e-5 relative. The last row resumes
+# the step-3 checkpoint of the dp2 ZeRO-3 run as tp2 for steps 4-6 and compares those.
+LAYOUTS_TOLERANCE=${LAYOUTS_TOLERANCE:-1e-5}
+stage_layouts() {
+  need_loom || return 1
+  local dir="$OUT/layouts" failed=0
+  mkdir -p "$dir"
+  local common=(--model tiny-bert --cluster local-cpu --global-batch 8 --seq-len 32 --precision fp32 --micro-batch 2)
+  local train=(--data synthetic:512 --device "$DEVICE" --dropout 0 --lr 1e-3 --seed 7 --warmup-steps 0)
+  "$LOOM" plan "${common[@]}" --dp 1 --tp 1 --pp 1 -o "$dir/one.json" >/dev/null &&
+    t "$LOOM" train "$dir/one.json" "${train[@]}" --steps 6 --metrics "$dir/one.jsonl" \
+      >"$dir/one.log" 2>&1 || { row "layouts: one rank" "failed: $(tail -1 "$dir/one.log")" "-" "NOT MET"; return 1; }
+  local spec name flags
+  for spec in "dp2:--dp 2 --zero 0" "dp2-zero1:--dp 2 --zero 1" "dp2-zero2:--dp 2 --zero 2" \
+              "dp2-zero3:--dp 2 --zero 3" "tp2:--tp 2" "tp2-sp:--tp 2 --sp on" \
+              "pp2-1f1b:--pp 2 --schedule 1f1b" "pp2-interleaved:--pp 2 --schedule interleaved --virtual-stages 2"; do
+    name=${spec%%:*}; flags=${spec#*:}
+    # shellcheck disable=SC2086
+    if "$LOOM" plan "${common[@]}" $flags -o "$dir/$name.json" >"$dir/$name.plan" 2>&1 &&
+       t "$LOOM" launch --nproc 2 -- "$LOOM" train "$dir/$name.json" "${train[@]}" --steps 6 --comm gloo \
+         --metrics "$dir/$name.jsonl" >"$dir/$name.log" 2>&1; then
+      layouts_compare "$name" "$dir/$name.jsonl" "$dir/one.jsonl" 1 || failed=1
+    else
+      row "layouts: $name on one $DEVICE device" "failed: $(tail -1 "$dir/$name.log" "$dir/$name.plan" 2>/dev/null | tail -1)" "-" "NOT MET"
+      failed=1
+    fi
+  done
+  # A dp2 ZeRO-3 checkpoint resumed as tp2.
+  rm -rf "$dir/ckpt"
+  if "$LOOM" plan "${common[@]}" --dp 2 --zero 3 -o "$dir/z3.json" >/dev/null &&
+     t "$LOOM" launch --nproc 2 -- "$LOOM" train "$dir/z3.json" "${train[@]}" --steps 6 --comm gloo \
+       --checkpoint "$dir/ckpt" --checkpoint-every 3 >"$dir/z3.log" 2>&1 &&
+     rm -rf "$dir/ckpt/step-00000006" &&
+     t "$LOOM" launch --nproc 2 -- "$LOOM" train "$dir/tp2.json" "${train[@]}" --steps 6 --comm gloo \
+       --checkpoint "$dir/ckpt" --resume --metrics "$dir/resharded.jsonl" >"$dir/resharded.log" 2>&1; then
+    layouts_compare "dp2 ZeRO-3 checkpoint resumed as tp2" "$dir/resharded.jsonl" "$dir/one.jsonl" 4 || failed=1
+  else
+    row "layouts: dp2 ZeRO-3 resumed as tp2" "failed: $(tail -1 "$dir/resharded.log" "$dir/z3.log" 2>/dev/null | tail -1)" "-" "NOT MET"
+    failed=1
+  fi
+  return $failed
+}
+
+# One table row: the worst relative difference of the steps from FIRST on between two metrics
+# files (rank 0's step lines).
+layouts_compare() {
+  local worst
+  worst=$("$PY" - "$2" "$3" "$4" <<'PYEOF'
+import json, sys
+def losses(path):
+    out = {}
+    for line in open(path):
+        r = json.loads(line)
+        if "loss" in r and "step" in r and not r.get("eval") and r.get("rank", 0) == 0:
+            out[r["step"]] = r["loss"]
+    return out
+a, b, first = losses(sys.argv[1]), losses(sys.argv[2]), int(sys.argv[3])
+steps = [s for s in sorted(a) if s >= first and s in b]
+print(max(abs(a[s] - b[s]) / abs(b[s]) for s in steps) if steps else "none")
+PYEOF
+)
+  if [ "$worst" = none ] || [ -z "$worst" ]; then
+    row "layouts: $1" "no common steps" "<= $LAYOUTS_TOLERANCE" "NOT MET"; return 1
+  fi
+  local verdict
+  verdict=$("$PY" -c "print('met' if $worst <= $LAYOUTS_TOLERANCE else 'NOT MET')")
+  row "layouts: $1, 2 ranks on one $DEVICE device" "worst relative loss difference $worst" "<= $LAYOUTS_TOLERANCE" "$verdict"
+  [ "$verdict" = met ]
 }
 
 # Fused attention (every SDPA backend, causal and not, sequence 512-32768) and MPT-style decoder

@@ -213,6 +213,7 @@ struct PendingOperation::Impl {
   std::chrono::milliseconds timeout{0};
   std::function<void(const std::string&)> on_failure;  // throws
   torch::Tensor keep_alive;
+  std::function<void()> after;  // host_staging: copies the result back, once done
   bool done = false;
   FinishedWorks* finished = nullptr;  // Gloo: the group's list; the group outlives the operation
 };
@@ -229,9 +230,17 @@ PendingOperation::~PendingOperation() {
   }
   if (!impl_->work) return;
   try {
-    impl_->work->wait(impl_->timeout);
+    if (impl_->work->wait(impl_->timeout) && impl_->after) impl_->after();
   } catch (...) {  // NOLINT(bugprone-empty-catch): a destructor must not throw
   }
+}
+
+void PendingOperation::then(std::function<void()> after) {
+  if (!impl_ || impl_->done) {
+    after();
+    return;
+  }
+  impl_->after = std::move(after);
 }
 
 bool PendingOperation::completed() const {
@@ -264,6 +273,7 @@ void PendingOperation::wait() {
     what = error_text(e);
   }
   if (!completed) impl_->on_failure(what);
+  if (impl_->after) impl_->after();
   impl_->keep_alive = torch::Tensor();
   if (impl_->finished != nullptr) impl_->finished->keep(std::move(impl_->work));
   impl_->work.reset();
@@ -281,6 +291,7 @@ struct ProcessGroup::Impl {
   int device_index = 0;  // NCCL: this rank's CUDA device
   int watch_world_size = 0;
   bool p2p_by_order = false;
+  bool host_staging = false;
   std::map<std::pair<bool, int>, int> p2p_counts;  // (send?, peer) -> operations so far
   // p2p_by_order: the thread that runs the point-to-point operations. Declared after the backend,
   // so joined before the backend goes.
@@ -305,6 +316,7 @@ ProcessGroup::ProcessGroup(const c10::intrusive_ptr<c10d::Store>& store, std::st
   impl_->device_index = options.device_index;
   impl_->watch_world_size = options.watch_world_size;
   impl_->p2p_by_order = options.p2p_by_order && options.backend == CommBackend::kGloo;
+  impl_->host_staging = options.host_staging && options.backend == CommBackend::kGloo;
   if (members_.size() == 1) return;
   try {
     auto prefixed = c10::make_intrusive<c10d::PrefixStore>("loom/" + name_ + "/", store);
@@ -420,6 +432,11 @@ bool ProcessGroup::stages_through_device(const torch::Tensor& tensor) const {
   return impl_->kind == CommBackend::kNccl && !tensor.is_cuda();
 }
 
+torch::Tensor ProcessGroup::operand(const torch::Tensor& tensor) const {
+  if (!impl_->host_staging) return contiguous_buffer(tensor);
+  return torch::empty(tensor.sizes(), tensor.options().device(torch::kCPU)).copy_(tensor);
+}
+
 void ProcessGroup::refuse_host_tensor(const std::string& operation,
                                       const torch::Tensor& tensor) const {
   if (stages_through_device(tensor)) fail(operation, "a CPU tensor on an NCCL group (a bug)");
@@ -445,8 +462,10 @@ PendingOperation ProcessGroup::allreduce_sum_async(torch::Tensor& tensor) {
   c10d::AllreduceOptions options;
   options.reduceOp = c10d::ReduceOp::SUM;
   options.timeout = timeout_;
-  return started(std::move(impl), tensor, [&] {
-    std::vector<torch::Tensor> tensors{tensor};
+  torch::Tensor wire = operand(tensor);
+  if (!wire.is_same(tensor)) impl->after = [tensor, wire]() mutable { tensor.copy_(wire); };
+  return started(std::move(impl), wire, [&] {
+    std::vector<torch::Tensor> tensors{wire};
     return impl_->backend->allreduce(tensors, options);
   });
 }
@@ -500,9 +519,17 @@ std::vector<PendingOperation> ProcessGroup::allgather_async(torch::Tensor& outpu
     return out;
   }
   if (mine.data_ptr() != flat_in.data_ptr()) mine.copy_(flat_in);
+  torch::Tensor wire = operand(flat_out);
+  // Staged: the output gets the host buffer back once the last broadcast is waited for.
+  auto remaining = std::make_shared<int>(size());
   for (int root = 0; root < size(); ++root) {
-    torch::Tensor slice = flat_out.narrow(0, static_cast<std::int64_t>(root) * n, n);
+    torch::Tensor slice = wire.narrow(0, static_cast<std::int64_t>(root) * n, n);
     out.push_back(start_broadcast(slice, root, "allgather"));
+    if (!wire.is_same(flat_out)) {
+      out.back().then([flat_out, wire, remaining]() mutable {
+        if (--*remaining == 0) flat_out.copy_(wire);
+      });
+    }
   }
   return out;
 }
@@ -558,7 +585,10 @@ PendingOperation ProcessGroup::broadcast_async(torch::Tensor& tensor, int root) 
   if (size() == 1) return PendingOperation(new_operation("broadcast"));
   if (!tensor.is_contiguous()) fail("broadcast", "a non-contiguous tensor (a bug)");
   refuse_host_tensor("broadcast", tensor);
-  return start_broadcast(tensor, root, "broadcast");
+  torch::Tensor wire = operand(tensor);
+  PendingOperation pending = start_broadcast(wire, root, "broadcast");
+  if (!wire.is_same(tensor)) pending.then([tensor, wire]() mutable { tensor.copy_(wire); });
+  return pending;
 }
 
 void ProcessGroup::broadcast(torch::Tensor& tensor, int root) {
@@ -566,7 +596,7 @@ void ProcessGroup::broadcast(torch::Tensor& tensor, int root) {
   torch::Tensor buffer =
       stages_through_device(tensor)
           ? tensor.to(torch::Device(torch::kCUDA, impl_->device_index)).contiguous()
-          : contiguous_buffer(tensor);
+          : operand(tensor);
   start_broadcast(buffer, root, "broadcast").wait();
   if (!buffer.is_same(tensor)) tensor.copy_(buffer);
 }
@@ -587,7 +617,7 @@ PendingOperation ProcessGroup::send(const torch::Tensor& tensor, int destination
   auto impl = new_operation(operation);
   if (size() == 1) fail(operation, "a group of one has no peer (a bug)");
   refuse_host_tensor(operation, tensor);
-  torch::Tensor buffer = tensor.contiguous();
+  torch::Tensor buffer = operand(tensor);
   std::vector<torch::Tensor> tensors{buffer};
   impl->keep_alive = buffer;
   const int wire = wire_tag(true, destination, tag);
@@ -616,7 +646,7 @@ void ProcessGroup::recv(torch::Tensor& tensor, int source, int tag) {
   const std::string operation = describe_p2p(false, source, tag);
   if (size() == 1) fail(operation, "a group of one has no peer (a bug)");
   refuse_host_tensor(operation, tensor);
-  torch::Tensor buffer = contiguous_buffer(tensor);
+  torch::Tensor buffer = operand(tensor);
   auto impl = new_operation(operation);
   std::vector<torch::Tensor> tensors{buffer};
   const int wire = wire_tag(false, source, tag);

@@ -93,6 +93,11 @@ struct GroupOptions {
   // schedule whose sides disagree on the order then trains wrong, and one that would deadlock on
   // NCCL times out.
   bool p2p_by_order = false;
+  // Gloo with tensors on a CUDA device (ranks that share one GPU, which NCCL refuses): every
+  // operation copies its tensor to a host buffer, runs there, and copies the result back when
+  // waited for (a send's and a receive's as they complete). CPU tensors are copied too, so the
+  // CPU tests run this path; results are bit-identical to the unstaged ones.
+  bool host_staging = false;
 };
 
 // rank_environment() of this process's own environment variables.
@@ -101,8 +106,9 @@ RankEnvironment process_rank_environment();
 // The groups' options for a rank of the job `environment`: every operation within `timeout`, Gloo
 // bound to GLOO_SOCKET_IFNAME, else to 127.0.0.1 when the master is this host; NCCL on the local
 // rank's device when `cuda`.
+// With `cuda_over_gloo`, CUDA ranks use Gloo with host staging instead of NCCL.
 GroupOptions job_group_options(const RankEnvironment& environment, bool cuda,
-                               std::chrono::milliseconds timeout);
+                               std::chrono::milliseconds timeout, bool cuda_over_gloo = false);
 
 // The rendezvous store: a TCPStore served by rank 0 at master_addr:master_port.
 c10::intrusive_ptr<c10d::Store> connect_store(const RankEnvironment& environment,
@@ -124,6 +130,9 @@ class PendingOperation {
   // Whether the operation has finished, done or failed (wait() then returns or throws at once);
   // never blocks. True once waited for.
   bool completed() const;
+  // Runs `after` once the operation is done (in wait(), or in the destructor of a handle never
+  // waited for); at once when it is already waited for. Replaces an earlier one.
+  void then(std::function<void()> after);
 
  private:
   std::unique_ptr<Impl> impl_;
@@ -182,6 +191,9 @@ class ProcessGroup {
   // NCCL with a host tensor: allreduce_sum and broadcast stage it through the device; the other
   // operations refuse it (fail, naming `operation`).
   bool stages_through_device(const torch::Tensor& tensor) const;
+  // host_staging: a host copy of `tensor` for the operation to run on; else `tensor` made
+  // contiguous.
+  torch::Tensor operand(const torch::Tensor& tensor) const;
   void refuse_host_tensor(const std::string& operation, const torch::Tensor& tensor) const;
   // The tag a point-to-point operation carries: `tag`, or under p2p_by_order the operation's
   // number among this rank's sends to (receives from) `peer`.

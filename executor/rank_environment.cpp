@@ -122,14 +122,16 @@ RankEnvironment process_rank_environment() {
 }
 
 GroupOptions job_group_options(const RankEnvironment& environment, bool cuda,
-                               std::chrono::milliseconds timeout) {
+                               std::chrono::milliseconds timeout, bool cuda_over_gloo) {
   GroupOptions options;
   options.timeout = timeout;
   options.interface = environment.gloo_interface;
   const bool local =
       environment.master_addr == "127.0.0.1" || environment.master_addr == "localhost";
   options.host = local ? "127.0.0.1" : "";
-  if (cuda) {
+  if (cuda && cuda_over_gloo) {
+    options.host_staging = true;
+  } else if (cuda) {
     options.backend = CommBackend::kNccl;
     options.device_index = environment.local_rank;
   }

@@ -61,6 +61,7 @@ struct TrainArgs {
   std::string device;  // "" = the plan's: cuda for a GPU cluster, cpu for a CPU cluster
   std::optional<std::int64_t> log_every;  // default: about 20 log lines per run
   double comm_timeout_s = 300;
+  std::string comm;  // "" = nccl on cuda, gloo on cpu
   bool json = false;
 };
 
@@ -417,12 +418,37 @@ void check_trainable_model(const TrainArgs& a, const planner::Plan& plan) {
   }
 }
 
+// Many ranks: rendezvous on rank 0's TCPStore, then the plan's dp/tp/pp groups, NCCL on cuda
+// unless --comm gloo (ranks may then share a GPU, round-robin).
+executor::TrainSummary train_many_ranks(const TrainArgs& a, const planner::Plan& plan,
+                                        const executor::RankEnvironment& env,
+                                        executor::TrainOptions o,
+                                        const std::vector<executor::EncodedExample>& train_data,
+                                        const std::vector<executor::EncodedExample>& validation) {
+  const bool cuda = o.device == executor::Device::kCuda;
+  const bool over_gloo = cuda && a.comm == "gloo";
+  const executor::GroupOptions groups_options = executor::job_group_options(
+      env, cuda, std::chrono::milliseconds(static_cast<std::int64_t>(a.comm_timeout_s * 1000)),
+      over_gloo);
+  if (cuda) {
+    const int gpus = std::max<int>(1, static_cast<int>(torch::cuda::device_count()));
+    o.device_index = over_gloo ? env.local_rank % gpus : env.local_rank;
+  }
+  const auto store = executor::connect_store(env, groups_options.timeout);
+  executor::ParallelGroups groups(store, env.rank, plan.strategy.dp, plan.strategy.tp,
+                                  plan.strategy.pp, groups_options);
+  return executor::train_classifier(o, train_data, validation, groups);
+}
+
 int run_train(const TrainArgs& a) {
   const std::string text = profiles::read_text_file(a.plan);
   const planner::Plan plan =
       planner::plan_from_json(profiles::parse_json_text(text, a.plan), a.plan);
   check_trainable_model(a, plan);
   const executor::Device device = run_device(a, plan);  // before anything else is read
+  if (a.comm == "nccl" && device == executor::Device::kCpu) {
+    throw InputError("--comm", "", "gloo for a run on cpu (NCCL runs on CUDA devices only)");
+  }
   const executor::RankEnvironment env = executor::process_rank_environment();
   if (env.world_size != plan.strategy.world_size()) {
     const int ranks = plan.strategy.world_size();
@@ -547,15 +573,7 @@ int run_train(const TrainArgs& a) {
   if (env.world_size == 1) {
     s = executor::train_classifier(o, train_data, validation_data);
   } else {
-    // Many ranks: rendezvous on rank 0's TCPStore, then the plan's dp/tp/pp groups.
-    const executor::GroupOptions groups_options = executor::job_group_options(
-        env, o.device == executor::Device::kCuda,
-        std::chrono::milliseconds(static_cast<std::int64_t>(a.comm_timeout_s * 1000)));
-    if (o.device == executor::Device::kCuda) o.device_index = env.local_rank;
-    const auto store = executor::connect_store(env, groups_options.timeout);
-    executor::ParallelGroups groups(store, env.rank, plan.strategy.dp, plan.strategy.tp,
-                                    plan.strategy.pp, groups_options);
-    s = executor::train_classifier(o, train_data, validation_data, groups);
+    s = train_many_ranks(a, plan, env, o, train_data, validation_data);
     if (env.rank != 0) {  // rank 0 prints the summary
       return s.stopped_by_signal != 0 ? 128 + s.stopped_by_signal : 0;
     }
@@ -593,7 +611,8 @@ Runner add_train_command(CLI::App& app) {
   cmd->add_option("--lr", args->lr,
                   "peak learning rate (default 2e-5 with --init, 1e-3 from scratch)")
       ->check(kPositiveNumber);
-  cmd->add_option("--warmup-steps", args->warmup_steps, "linear warm-up steps (default: a tenth of the steps)")
+  cmd->add_option("--warmup-steps", args->warmup_steps,
+                  "linear warm-up steps (default: a tenth of the steps)")
       ->check(kNonNegativeNumber);
   cmd->add_option("--eval-every", args->eval_every, "steps between evaluations (0: at the end)")
       ->check(kNonNegativeNumber);
@@ -627,6 +646,10 @@ Runner add_train_command(CLI::App& app) {
   cmd->add_option("--comm-timeout", args->comm_timeout_s,
                   "seconds any collective may wait for a peer before failing (default 300)")
       ->check(kPositiveNumber);
+  cmd->add_option("--comm", args->comm,
+                  "nccl | gloo: the collectives' backend (default nccl on cuda, gloo on cpu); gloo "
+                  "on cuda stages each through host memory, so ranks may share a GPU")
+      ->check(CLI::IsMember({"nccl", "gloo"}));
   cmd->add_flag("--json", args->json, "print a JSON summary instead of text");
   return [args]() { return run_train(*args); };
 }

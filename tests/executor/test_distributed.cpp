@@ -265,7 +265,8 @@ struct Layout {
 
 // The losses of every rank of `layout`, and the validation loss of rank 0.
 TrainSummary run_layout(const Layout& l, const std::vector<EncodedExample>& train,
-                        const std::vector<EncodedExample>& validation, std::int64_t steps = 10) {
+                        const std::vector<EncodedExample>& validation, std::int64_t steps = 10,
+                        bool host_staging = false) {
   TrainOptions o = base_options(l.layers);
   o.steps = steps;
   o.dp = l.dp;
@@ -284,6 +285,7 @@ TrainSummary run_layout(const Layout& l, const std::vector<EncodedExample>& trai
   // disagree on the order of their sends and receives trains wrong here.
   GroupOptions options = quick();
   options.p2p_by_order = true;
+  options.host_staging = host_staging;
   run_ranks(world, [&](int rank) {
     ParallelGroups groups(store, rank, l.dp, l.tp, l.pp, options);
     summaries[static_cast<std::size_t>(rank)] =
@@ -355,6 +357,33 @@ TEST_CASE("Every parallel layout trains to the single-process losses", "[distrib
           1e-4 * std::abs(*reference.validation_loss) + 1e-6);
     CHECK(s.validation_accuracy == reference.validation_accuracy);
     WARN(l.name << ": worst relative loss difference " << worst << ", " << seconds << " s");
+  }
+}
+
+TEST_CASE("Ranks staged through host memory train to the unstaged losses, bit for bit",
+          "[distributed]") {
+  // The path of ranks sharing one GPU over Gloo: every collective and point-to-point operation
+  // runs on a host copy and copies its result back. On CPU tensors the copies are exact, so each
+  // layout's losses equal its unstaged run's exactly.
+  const auto train = loom::test::synthetic_examples(128, 3);
+  const auto validation = loom::test::synthetic_examples(24, 4);
+  const std::vector<Layout> layouts = {
+      {"dp2", 2, 1, 1, 0, Schedule::k1F1B, 2, 2},
+      {"dp2 zero1", 2, 1, 1, 1, Schedule::k1F1B, 2, 2},
+      {"dp2 zero2", 2, 1, 1, 2, Schedule::k1F1B, 2, 2},
+      {"dp2 zero3", 2, 1, 1, 3, Schedule::k1F1B, 2, 2},
+      {"tp2", 1, 2, 1, 0, Schedule::k1F1B, 4, 2},
+      {"tp2 sp", 1, 2, 1, 0, Schedule::k1F1B, 4, 2, 1, true},
+      {"pp2 1f1b", 1, 1, 2, 0, Schedule::k1F1B, 4, 2},
+      {"pp2 interleaved v2", 1, 1, 2, 0, Schedule::kInterleaved, 4, 4, 2},
+  };
+  for (const Layout& l : layouts) {
+    INFO(l.name);
+    const TrainSummary plain = run_layout(l, train, validation, 4);
+    const TrainSummary staged = run_layout(l, train, validation, 4, /*host_staging=*/true);
+    REQUIRE(plain.losses.size() == 4);
+    CHECK(staged.losses == plain.losses);
+    CHECK(staged.validation_loss == plain.validation_loss);
   }
 }
 

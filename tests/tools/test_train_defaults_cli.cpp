@@ -162,3 +162,23 @@ TEST_CASE("loom train warms up over a tenth of the steps unless told otherwise",
   REQUIRE(box.loom(train_args("--steps 20 --warmup-steps 0 --metrics n.jsonl")).exit_code == 0);
   CHECK(first_line(box.work() / "n.jsonl").at("lr") == 1e-3);
 }
+
+TEST_CASE("loom train --comm: gloo runs two CPU ranks, nccl on cpu is refused", "[cli][train]") {
+  TrainSandbox box;
+  box.plan();
+  const TrainRun refused = box.loom(train_args("--steps 2 --comm nccl"));
+  require_train_error(refused);
+  CHECK_THAT(refused.err, Contains("--comm") && Contains("gloo for a run on cpu"));
+  // On cuda --comm gloo stages through host memory; on cpu it is the default, and a launched
+  // pair trains with it.
+  const TrainRun r = box.loom(
+      "plan --model model.json --cluster local-cpu --global-batch 8 --seq-len 32 "
+      "--precision fp32 --dp 2 -o plan2.json");
+  REQUIRE(r.exit_code == 0);
+  const TrainRun two =
+      box.loom("launch --nproc 2 --master-port " + loom::test::free_port() +
+               " -- loom train plan2.json --data synthetic:400 --steps 2 --comm gloo");
+  INFO(two.err);
+  CHECK(two.exit_code == 0);
+  CHECK_THAT(two.err, Contains("step 2/2"));
+}
