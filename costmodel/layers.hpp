@@ -1,6 +1,6 @@
 // The model as a sequence of layers: parameter counts, FLOPs and activation bytes per layer.
 //
-// Conventions (spec/formats.md): model FLOPs count matrix products only (2 FLOPs per
+// Conventions (docs/formats.md): model FLOPs count matrix products only (2 FLOPs per
 // multiply-add), forward plus backward = 3x forward, so a GPT-style model gives Korthikanti et
 // al.'s 72 B s l h^2 (1 + s/(6h) + V/(12 l h)). Activation bytes follow Korthikanti et al. 2022
 // ("Reducing Activation Recomputation in Large Transformer Models"), section 4 and Table 2,

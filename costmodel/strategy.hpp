@@ -1,6 +1,6 @@
 // Strategy and Job: how one training step is parallelised, and what the step trains.
 //
-// Plain values with JSON forms (the "strategy" and "job" objects of loom-plan/1, spec/formats.md).
+// Plain values with JSON forms (the "strategy" and "job" objects of loom-plan/1, docs/formats.md).
 // The layer sequence a plan partitions is [embedding, transformer layer 0 .. L-1, head]: L + 2
 // entries, so `StageRange` indices run from 0 (embedding) to L + 1 (head), inclusive.
 #pragma once

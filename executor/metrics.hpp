@@ -1,4 +1,4 @@
-// Reading a training run's metrics.jsonl (spec/formats.md: one JSON object per line, written by
+// Reading a training run's metrics.jsonl (docs/formats.md: one JSON object per line, written by
 // `loom train --metrics`) into what `loom report` and `loom validate` print next to the
 // prediction. LibTorch-free, in the executor's io library beside the data readers.
 #pragma once

@@ -1,5 +1,5 @@
 // What loom train writes while it runs, without LibTorch (the io library): metrics.jsonl
-// (spec/formats.md), the --dump-batches file, and on stderr the log lines and the progress bar.
+// (docs/formats.md), the --dump-batches file, and on stderr the log lines and the progress bar.
 // One writer serves the one-rank and the many-rank loops, so both write the same lines.
 //
 // Lines of metrics.jsonl, one JSON object each:

@@ -20,12 +20,13 @@
 // fp32 for fp32. cuda runs all four; cpu runs fp32 and bf16 and refuses fp16 and tf32
 // (InputError, executor/device_batch.hpp's device_runs): a precision is never silently changed.
 //
-// Metrics (spec/formats.md), one JSON object per line:
+// Metrics (docs/formats.md), one JSON object per line:
 //   {"step", "epoch", "loss", "lr", "samples_per_s", "step_time_s", "peak_memory_bytes", "rank",
 //    "time"} after every log_every-th step; "step" counts completed optimizer steps (1-based),
 //   "lr" is the rate the step used, "loss" the mean training loss over the step's global batch,
-//   "peak_memory_bytes" the CUDA caching allocator's peak on cuda and the process's maximum
-//   resident set size (getrusage ru_maxrss) on cpu, "time" ISO-8601 UTC;
+//   "peak_memory_bytes" the CUDA caching allocator's peak on cuda and the peak of the tensor
+//   bytes LibTorch's CPU allocator holds for this rank on cpu, "time" ISO-8601 UTC (the
+//   extension "peak_rss_bytes" is the process's maximum resident set size);
 //   {"eval": true, "step", "accuracy", "loss", "split"} after each evaluation (every eval_every
 //   steps and after the last step) on the whole evaluation set, "split" its eval_split_name.
 // Log lines (world rank 0, stderr, every print_every steps and after every evaluation, whether
@@ -43,7 +44,8 @@
 // Parameters and gradients live in one flat fp32 buffer per rank (executor/flat_parameters.hpp
 // says what each ZeRO stage holds between steps and the order of its collectives): gradients are
 // summed over the dp group (ZeRO-0/1: all-reduced in buckets overlapping the last backward pass;
-// ZeRO-2/3: all-reduced bucket by bucket after every backward pass, each rank keeping its shard)
+// ZeRO-2/3: reduce-scattered bucket by bucket after every backward pass, each rank keeping its
+// shard; Gloo, which has no reduce-scatter here, all-reduces and each rank keeps its chunk)
 // and divided by dp; the global gradient norm (tp shards and pp stages summed, replicated tp
 // parameters counted once) clips; AdamW (the same arithmetic as torch::optim::AdamW) updates the
 // whole buffer (ZeRO-0) or this rank's 1/dp shard (ZeRO-1/2/3: optimizer states sharded, updated

@@ -1,5 +1,5 @@
 // Plan: a strategy with its stage partition, rank placement, prediction and provenance; the
-// `loom-plan/1` document (spec/formats.md) that joins the planner, the simulator and the executor.
+// `loom-plan/1` document (docs/formats.md) that joins the planner, the simulator and the executor.
 #pragma once
 
 #include <memory>

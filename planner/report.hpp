@@ -1,4 +1,4 @@
-// The HTML report of a plan (`loom report`, spec/cli.md): one self-contained page with the plan,
+// The HTML report of a plan (`loom report`, docs/README.md): one self-contained page with the plan,
 // its prediction, the simulated pipeline timeline and memory per stage as inline SVG, the
 // alternatives the search ranked and, when a run was measured, predicted against measured.
 //
@@ -32,7 +32,7 @@
 
 namespace loom::planner {
 
-// What a training run measured, summarised from its metrics.jsonl (spec/formats.md) by
+// What a training run measured, summarised from its metrics.jsonl (docs/formats.md) by
 // executor/metrics.hpp.
 struct MeasuredSteps {
   std::int64_t steps = 0;         // lines with a step_time_s

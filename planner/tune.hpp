@@ -5,7 +5,7 @@
 //
 // A candidate that fails to run (out of memory, refused) keeps its one-line reason and is left
 // out of the ranking. The measurements so far are a resume file (`loom-tune/1`,
-// spec/formats.md): after each measurement the caller saves it, and a tune that starts again
+// docs/formats.md): after each measurement the caller saves it, and a tune that starts again
 // with it measures only the candidates it lacks. Candidates are matched by candidate_key (the
 // strategy and the stage partition); the file is refused for another job or measurement
 // (tune_setting).
@@ -90,7 +90,7 @@ using TuneSaved = std::function<void(const TuneLog& log)>;
 TuneResult tune(const std::vector<Plan>& plans, TuneLog* log, const TuneMeasure& measure,
                 const TuneSaved& saved);
 
-// The plan's "tuned" record (spec/formats.md): the measured best's measured step time and ranks,
+// The plan's "tuned" record (docs/formats.md): the measured best's measured step time and ranks,
 // the regret, the steps, and every candidate with its prediction and measurement.
 nlohmann::json tuned_to_json(const TuneResult& result, const TuneSteps& steps);
 

@@ -1,4 +1,4 @@
-// Cluster: the hardware a plan runs on, and its JSON form `loom-cluster/1` (spec/formats.md).
+// Cluster: the hardware a plan runs on, and its JSON form `loom-cluster/1` (docs/formats.md).
 //
 // The shorthand (nodes x devices_per_node with an intra-node and an inter-node link class) and
 // the optional explicit `links` both expand into one topology graph (topology.hpp).

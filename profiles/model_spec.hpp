@@ -1,6 +1,6 @@
 // ModelSpec: the shape of a transformer model, and its JSON forms.
 //
-// Reads `loom-model/1` (spec/formats.md) and Hugging Face `config.json` (model_type bert,
+// Reads `loom-model/1` (docs/formats.md) and Hugging Face `config.json` (model_type bert,
 // roberta, gpt2); writes `loom-model/1`. Values are validated on the way in: every size positive,
 // heads divide hidden, and so on; a violation is an InputError naming the file and JSON path.
 #pragma once

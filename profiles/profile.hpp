@@ -1,4 +1,4 @@
-// Measured profiles: `loom-profile/1` (spec/formats.md), written by `loom profile` and read by the
+// Measured profiles: `loom-profile/1` (docs/formats.md), written by `loom profile` and read by the
 // planner, the simulator and `loom validate` (`--profile`).
 //
 // A profile holds measurements, not a model: per layer kind and shape, the forward and backward

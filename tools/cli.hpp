@@ -10,8 +10,8 @@
 // be run the command fails with one line naming it (exit 1).
 //
 // run_command_line parses argv with CLI11 and turns every failure into the one line of
-// spec/cli.md: "loom SUB: error: WHAT", exit 2 for bad input (a parse error, loom::InputError) and
-// 1 for any other exception.
+// docs/README.md: "loom SUB: error: WHAT", exit 2 for bad input (a parse error, loom::InputError)
+// and 1 for any other exception.
 #pragma once
 
 #include <map>

@@ -1,8 +1,8 @@
-// loom demo: the whole path on this machine with no arguments (spec/cli.md): plan a small encoder
-// for the local CPU, simulate the plan, train it on synthetic reviews, and print the prediction
-// next to the measurement. It prints the `loom plan` and `loom launch` commands that do the same
-// and trains by running exactly that launch (one process per rank, in a temporary folder), so
-// the demo's figures are those commands' figures, the same on every run: ranks that were threads
+// loom demo: the whole path on this machine with no arguments (docs/README.md): plan a small
+// encoder for the local CPU, simulate the plan, train it on synthetic reviews, and print the
+// prediction next to the measurement. It prints the `loom plan` and `loom launch` commands that do
+// the same and trains by running exactly that launch (one process per rank, in a temporary folder),
+// so the demo's figures are those commands' figures, the same on every run: ranks that were threads
 // of one process would share LibTorch's default generator, and their dropout masks would depend
 // on how the threads interleave.
 #include <sys/wait.h>

@@ -1,4 +1,4 @@
-// loom launch: the N local ranks of one command on this node (spec/cli.md), and loom slurm: an
+// loom launch: the N local ranks of one command on this node (docs/README.md), and loom slurm: an
 // sbatch script that runs a plan with srun.
 //
 // launch takes torchrun's flags: --nproc ranks on each of --nnodes nodes, this one being

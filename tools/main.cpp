@@ -1,4 +1,4 @@
-// loom: plan, simulate and run parallel training of transformer models. See spec/cli.md.
+// loom: plan, simulate and run parallel training of transformer models. See docs/README.md.
 //
 // This binary runs the commands that need no LibTorch (plan, simulate, report, launch, slurm,
 // validate, tune, calibrate) and hands the others to loom-torch, built next to it (tools/cli.hpp).

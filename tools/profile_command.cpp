@@ -1,6 +1,6 @@
 // loom profile: measures the model's layers on this device, or with --links the collectives
 // between the ranks of a launched group, or with --for exactly the points a plan's prediction
-// uses (planner/coverage.hpp), and writes loom-profile/1 (spec/cli.md, formats.md).
+// uses (planner/coverage.hpp), and writes loom-profile/1 (docs/README.md, formats.md).
 #include <unistd.h>
 
 #include <algorithm>

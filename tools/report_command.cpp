@@ -1,4 +1,4 @@
-// loom report: a plan as one self-contained HTML page (spec/cli.md), optionally with the Chrome
+// loom report: a plan as one self-contained HTML page (docs/README.md), optionally with the Chrome
 // trace of the same simulated step and the measured step time of a run.
 #include <iostream>
 #include <memory>

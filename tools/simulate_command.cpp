@@ -1,4 +1,4 @@
-// loom simulate: plays a plan's step on the event-driven simulator (spec/cli.md).
+// loom simulate: plays a plan's step on the event-driven simulator (docs/README.md).
 #include <chrono>
 #include <cstdio>
 #include <iostream>

@@ -1,4 +1,4 @@
-// loom train: one rank of a plan (spec/cli.md). Reads the plan, the data and the tokenizer,
+// loom train: one rank of a plan (docs/README.md). Reads the plan, the data and the tokenizer,
 // checks them against each other, and calls executor::train_classifier.
 
 #include <algorithm>

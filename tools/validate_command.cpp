@@ -1,5 +1,5 @@
 // loom validate: runs a plan for N steps on this machine and prints the measured step time and
-// peak memory next to the prediction, with the relative error (spec/cli.md).
+// peak memory next to the prediction, with the relative error (docs/README.md).
 //
 // The run is `loom train` in child processes (through `loom launch` when the plan has several
 // ranks), each rank writing its own metrics; the step time is the median over the steps after the

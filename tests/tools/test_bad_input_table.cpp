@@ -1,10 +1,11 @@
-// One table of bad inputs to the `loom` binary (spec/cli.md, spec/formats.md): model, cluster and
-// plan JSON, Hugging Face config.json, safetensors, vocab.txt, CSV and aclImdb folders,
+// One table of bad inputs to the `loom` binary (docs/README.md, docs/formats.md): model, cluster
+// and plan JSON, Hugging Face config.json, safetensors, vocab.txt, CSV and aclImdb folders,
 // environment variables and command-line flags. Every row must end with exit code 2, nothing on
 // stdout, and exactly one line on stderr, `loom <subcommand>: error: ...`, that names the input
-// (file or flag), the field and what was expected (spec/cli.md allows hint lines after it; no row
-// uses one). No stack traces, no aborts, and no file left behind: the sandbox holds the same files
-// after the command as before (so neither an -o output nor a temporary file survives a refusal).
+// (file or flag), the field and what was expected (docs/README.md allows hint lines after it; no
+// row uses one). No stack traces, no aborts, and no file left behind: the sandbox holds the same
+// files after the command as before (so neither an -o output nor a temporary file survives a
+// refusal).
 //
 // Each row runs in a fresh temporary folder holding a valid tiny model (model.json), one- and
 // two-device CPU clusters, plans for them made by `loom plan` (plan.json: one rank, plan2.json:

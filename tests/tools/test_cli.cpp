@@ -1,4 +1,4 @@
-// End-to-end tests of the `loom` binary (spec/cli.md): exit codes, stdout and stderr.
+// End-to-end tests of the `loom` binary (docs/README.md): exit codes, stdout and stderr.
 //
 // Every command runs in a fresh temporary folder, so relative paths such as "nope/model.json" and
 // outputs such as PLAN.json never touch the source tree.

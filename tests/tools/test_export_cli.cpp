@@ -1,5 +1,5 @@
-// End-to-end tests of `loom train --output` and `loom export` (spec/cli.md): a one-rank run and a
-// dp2 run started by `loom launch` each write a Hugging Face folder that `loom logits` scores
+// End-to-end tests of `loom train --output` and `loom export` (docs/README.md): a one-rank run and
+// a dp2 run started by `loom launch` each write a Hugging Face folder that `loom logits` scores
 // alike, `loom export` of their checkpoints gives the same model.safetensors, and bad input is
 // refused (exit 2, one line, nothing written).
 #include <unistd.h>

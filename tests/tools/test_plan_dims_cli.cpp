@@ -1,5 +1,5 @@
 // The plan dimensions `loom plan` takes beyond dp, tp, pp and ZeRO: sequence parallelism (--sp),
-// the attention kernels (--attention), the runtime (--runtime) and tf32 (spec/cli.md).
+// the attention kernels (--attention), the runtime (--runtime) and tf32 (docs/README.md).
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 #include <sstream>

@@ -1,5 +1,5 @@
 // What `loom plan` and `loom simulate` say in words, and the options that choose the head, the
-// devices, the precision and the micro-batch the way users name them (spec/cli.md).
+// devices, the precision and the micro-batch the way users name them (docs/README.md).
 #include <catch2/catch.hpp>
 #include <filesystem>
 #include <nlohmann/json.hpp>

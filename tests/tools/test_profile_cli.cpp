@@ -1,7 +1,7 @@
 // loom profile and loom validate end to end on this machine's CPU: the profile a run writes is a
 // valid loom-profile/1 for its model, links are measured inside a launched group, the planner
 // refuses a profile of another model, and validate reports predicted against measured with the
-// relative error of spec/cli.md.
+// relative error of docs/README.md.
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>

@@ -1,4 +1,4 @@
-// End-to-end tests of `loom report` (spec/cli.md): the page, the trace, the errors, and the page
+// End-to-end tests of `loom report` (docs/README.md): the page, the trace, the errors, and the page
 // as a real browser renders it (headless Chromium, Debian's `chromium` package, installed by
 // tools/install-deps.sh).
 //

@@ -1,5 +1,5 @@
-// End-to-end tests of `loom train` (spec/cli.md): a tiny plan for one CPU rank trained on
-// synthetic reviews, the metrics file (spec/formats.md), checkpoints and --resume, --init, and
+// End-to-end tests of `loom train` (docs/README.md): a tiny plan for one CPU rank trained on
+// synthetic reviews, the metrics file (docs/formats.md), checkpoints and --resume, --init, and
 // the refusals of bad input (exit 2, one line `loom train: error: ...` naming the input).
 //
 // Every command runs in a fresh temporary folder, removed at the end. The model is tiny (1 layer,
@@ -179,7 +179,7 @@ std::string train_args(const std::string& flags) {
 
 }  // namespace
 
-TEST_CASE("loom train runs a one-rank plan and writes the metrics of spec/formats.md",
+TEST_CASE("loom train runs a one-rank plan and writes the metrics of docs/formats.md",
           "[tools][cli][train]") {
   TrainSandbox box;
   box.plan();
