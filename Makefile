@@ -4,7 +4,7 @@ BUILD ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: all deps configure build demo test test-torch2 bench format tidy check-size clean fuzz fuzz-build fuzz-smoke
+.PHONY: all deps configure build demo test check test-torch2 bench format tidy check-size clean fuzz fuzz-build fuzz-smoke
 
 all: build
 
@@ -27,6 +27,16 @@ test: build
 	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 	@$(MAKE) --no-print-directory fuzz-smoke
 	@$(MAKE) --no-print-directory tidy
+	@$(MAKE) --no-print-directory check-size
+
+# The fast loop after a change: the LibTorch-free half (profiles, costmodel, planner and the
+# planning commands) built in $(LITE) and its library tests, then the size check; no LibTorch, no
+# clang-tidy, and not test_tools (its end-to-end runs need loom-torch). make test is the whole check.
+LITE ?= build-lite
+check: deps
+	@cmake -S . -B $(LITE) -G Ninja -DCMAKE_BUILD_TYPE=Release -DLOOM_WITH_TORCH=OFF $(CMAKE_FLAGS) >/dev/null
+	@cmake --build $(LITE) -j $(JOBS)
+	@cd $(LITE) && ctest --output-on-failure -j $(JOBS) -E '^test_tools:'
 	@$(MAKE) --no-print-directory check-size
 
 # The same build and tests against LibTorch 2.x (Debian 13's 2.6, in a debootstrapped root; needs
