@@ -26,9 +26,10 @@ void set_parameter_tensors(const ModelSpec& m, ParameterCounts& c) {
   // or the masked-LM head's transform (dense, LayerNorm) and decoder bias (and weight untied).
   const std::int64_t encoder_head = m.num_labels ? 4 : 5 + untied_head;
   if (m.gated_mlp) {
-    // Llama: the word table; q, k, v, o, gate, up, down and two RMSNorm weights; the final norm.
+    // Llama: the word table; q, k, v, o, gate, up, down and two RMSNorm weights (and Qwen2's
+    // three q, k and v biases); the final norm.
     c.embedding.tensors = 1 + types;
-    c.transformer_layer.tensors = 9;
+    c.transformer_layer.tensors = 9 + (m.qkv_bias ? 3 : 0);
     c.head.tensors = encoder ? encoder_head : 1 + (m.num_labels ? 1 : untied_head);
     return;
   }
@@ -59,11 +60,13 @@ ParameterCounts count_parameters(const ModelSpec& m) {
   // positions, token types and the encoder's LayerNorm are replicated.
   c.embedding.sharded = v * h;
   if (m.gated_mlp) {
-    // The Llama family: rotary positions (no position table), no biases, RMSNorm (one weight
-    // vector). QKV is h wide for queries and h kv / a for each of keys and values.
+    // The Llama family: rotary positions (no position table), no biases but Qwen2's on q, k and
+    // v (column-parallel, split with their products), RMSNorm (one weight vector). QKV is h wide
+    // for queries and h kv / a for each of keys and values.
     const std::int64_t kv = h * m.key_value_heads() / m.heads;
     c.embedding.replicated = m.type_vocab * h;
-    c.transformer_layer.sharded = h * (h + 2 * kv) + h * h + 3 * h * f;
+    c.transformer_layer.sharded =
+        h * (h + 2 * kv) + (m.qkv_bias ? h + 2 * kv : 0) + h * h + 3 * h * f;
     c.transformer_layer.replicated = 2 * h;
   } else {
     c.embedding.replicated = m.max_positions * h + m.type_vocab * h + (encoder ? 2 * h : 0);

@@ -171,6 +171,7 @@ profiles::ModelSpec decoder_model(profiles::ModelSpec m, std::int64_t seq,
     m.tied_embeddings = true;
     assumptions->push_back("MPT has no biases: Loom counts GPT-2's");
   } else if (contains(m.name, "llama")) {
+    m.model_type = profiles::ModelType::kLlama;
     m.gated_mlp = true;
     m.tied_embeddings = false;
     m.kv_heads = llama_kv_heads(m.name);
@@ -256,6 +257,11 @@ std::optional<std::string> row_recompute(const std::string& text, std::int64_t l
                                          std::vector<std::string>* assumptions) {
   if (auto r = costmodel::parse_recompute(text)) {
     s.recompute = *r;
+    return std::nullopt;
+  }
+  if (text.rfind("selective (attention core", 0) == 0) {
+    // Megatron-Core's selective recomputation as NeMo names it: the attention core only.
+    s.recompute = costmodel::Recompute::kSelective;
     return std::nullopt;
   }
   if (text == "selective op") {

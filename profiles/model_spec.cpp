@@ -22,8 +22,18 @@ const char* to_string(ModelType type) {
       return "roberta";
     case ModelType::kGpt2:
       return "gpt2";
+    case ModelType::kLlama:
+      return "llama";
+    case ModelType::kMistral:
+      return "mistral";
+    case ModelType::kQwen2:
+      return "qwen2";
   }
   return "bert";
+}
+
+bool llama_family(ModelType type) {
+  return type == ModelType::kLlama || type == ModelType::kMistral || type == ModelType::kQwen2;
 }
 
 const char* to_string(Activation activation) {
@@ -45,9 +55,12 @@ namespace {
 constexpr std::int64_t kMaxLayers = 100'000;
 
 ModelType parse_model_type(ObjectReader& r, const std::string& key) {
-  std::string t = r.choice(key, {"bert", "roberta", "gpt2"});
+  std::string t = r.choice(key, {"bert", "roberta", "gpt2", "llama", "mistral", "qwen2"});
   if (t == "roberta") return ModelType::kRoberta;
   if (t == "gpt2") return ModelType::kGpt2;
+  if (t == "llama") return ModelType::kLlama;
+  if (t == "mistral") return ModelType::kMistral;
+  if (t == "qwen2") return ModelType::kQwen2;
   return ModelType::kBert;
 }
 
@@ -72,11 +85,61 @@ std::string hf_name(ObjectReader& r, const std::string& source, ModelType type) 
   return std::string("hf-") + to_string(type);
 }
 
+// A field that must be false (or absent) for Loom to count the model as it is.
+void require_false(ObjectReader& r, const std::string& key, const std::string& why) {
+  if (r.optional_boolean(key).value_or(false)) r.fail(key, "expected false or absent: " + why);
+}
+
+// LlamaConfig, MistralConfig and Qwen2Config (transformers' configuration_llama.py,
+// configuration_mistral.py, configuration_qwen2.py): num_key_value_heads defaults to the head
+// count, tie_word_embeddings to false; Qwen2's q, k and v projections always carry biases
+// (modeling_qwen2.py), Llama's only with attention_bias. RMSNorm's eps, rope_theta, rope_scaling
+// and Mistral's sliding_window do not change the sizes Loom plans with.
+void read_llama_family(ObjectReader& r, ModelSpec& m) {
+  m.family = Family::kDecoder;
+  m.gated_mlp = true;
+  m.layers = r.integer("num_hidden_layers", 1, kMaxLayers);
+  m.hidden = r.integer("hidden_size", 1);
+  m.heads = r.integer("num_attention_heads", 1);
+  const std::int64_t kv = r.optional_integer("num_key_value_heads", 1).value_or(m.heads);
+  if (m.heads % kv != 0) {
+    r.fail("num_key_value_heads", "expected a divisor of num_attention_heads (" +
+                                      std::to_string(m.heads) + "), found " + std::to_string(kv));
+  }
+  m.kv_heads = kv == m.heads ? 0 : kv;
+  m.ffn_hidden = r.integer("intermediate_size", 1);
+  m.vocab = r.integer("vocab_size", 1);
+  m.max_positions = r.integer("max_position_embeddings", 1);
+  m.type_vocab = 0;
+  if (auto act = r.optional_string("hidden_act"); act && *act != "silu") {
+    r.fail("hidden_act", "expected \"silu\" (the gated SwiGLU MLP), found \"" + *act + "\"");
+  }
+  if (auto d = r.optional_integer("head_dim", 1);
+      d && m.hidden % m.heads == 0 && *d != m.hidden / m.heads) {
+    r.fail("head_dim", "expected hidden_size / num_attention_heads (" +
+                           std::to_string(m.hidden / m.heads) + "), found " + std::to_string(*d) +
+                           ": Loom plans heads of that width");
+  }
+  require_false(r, "mlp_bias", "Loom counts a Llama MLP without biases");
+  if (m.model_type == ModelType::kQwen2) {
+    m.qkv_bias = true;
+  } else {
+    m.qkv_bias = r.optional_boolean("attention_bias").value_or(false);
+    if (m.qkv_bias) {
+      r.fail("attention_bias",
+             "expected false or absent: Loom counts biases on q, k and v (Qwen2's) but not on "
+             "the attention output");
+    }
+  }
+}
+
 ModelSpec from_hugging_face(ObjectReader& r, const std::string& source) {
   ModelSpec m;
   m.model_type = parse_model_type(r, "model_type");
   m.name = hf_name(r, source, m.model_type);
-  if (m.model_type == ModelType::kGpt2) {
+  if (llama_family(m.model_type)) {
+    read_llama_family(r, m);
+  } else if (m.model_type == ModelType::kGpt2) {
     m.family = Family::kDecoder;
     m.layers = r.integer("n_layer", 1, kMaxLayers);
     m.hidden = r.integer("n_embd", 1);
@@ -101,7 +164,9 @@ ModelSpec from_hugging_face(ObjectReader& r, const std::string& source) {
     m.type_vocab = r.optional_integer("type_vocab_size", 0).value_or(2);
     m.activation = hf_activation(r, "hidden_act", "gelu");
   }
-  m.tied_embeddings = r.optional_boolean("tie_word_embeddings").value_or(true);
+  // PretrainedConfig's default ties; LlamaConfig, MistralConfig and Qwen2Config default to false.
+  m.tied_embeddings =
+      r.optional_boolean("tie_word_embeddings").value_or(!llama_family(m.model_type));
   // A sequence-classification checkpoint says so in "architectures"; its label count is
   // "num_labels" or the size of "id2label" (Hugging Face writes the latter).
   bool classifier = false;
@@ -159,7 +224,14 @@ void validate_model(const ModelSpec& m, const std::string& source) {
         std::string("expected \"gelu\" or absent for a gated (swiglu) MLP, found \"") +
             to_string(m.activation) + "\"");
   }
-  bool decoder_type = m.model_type == ModelType::kGpt2;
+  if (llama_family(m.model_type) && !m.gated_mlp) {
+    bad("mlp", std::string("expected \"swiglu\" or absent for model_type \"") +
+                   to_string(m.model_type) + "\"");
+  }
+  if (m.qkv_bias && !m.gated_mlp) {
+    bad("qkv_bias", "expected false or absent for an ungated block (its biases are counted)");
+  }
+  bool decoder_type = m.model_type == ModelType::kGpt2 || llama_family(m.model_type);
   if (decoder_type != (m.family == Family::kDecoder)) {
     bad("family", std::string("expected \"") + (decoder_type ? "decoder" : "encoder") +
                       "\" for model_type \"" + to_string(m.model_type) + "\"");
@@ -208,7 +280,9 @@ ModelSpec model_from_json(const nlohmann::json& value, const std::string& source
   m.num_labels = r.optional_integer("num_labels", 1);
   m.tied_embeddings = r.optional_boolean("tied_embeddings").value_or(true);
   m.kv_heads = r.optional_integer("kv_heads", 1).value_or(0);
+  m.gated_mlp = llama_family(m.model_type);
   if (r.has("mlp")) m.gated_mlp = r.choice("mlp", {"gelu", "swiglu"}) == "swiglu";
+  m.qkv_bias = r.optional_boolean("qkv_bias").value_or(false);
   // validate_model refuses an activation other than gelu with a gated MLP.
   if (r.has("activation")) {
     m.activation = activation_named(r.choice("activation", {"gelu", "gelu_new", "other"}));
@@ -236,6 +310,7 @@ nlohmann::json model_to_json(const ModelSpec& m) {
   j["tied_embeddings"] = m.tied_embeddings;
   if (m.kv_heads > 0) j["kv_heads"] = m.kv_heads;
   if (m.gated_mlp) j["mlp"] = "swiglu";
+  if (m.qkv_bias) j["qkv_bias"] = true;
   if (m.activation != Activation::kGelu) j["activation"] = to_string(m.activation);
   return j;
 }

@@ -1,8 +1,9 @@
 // ModelSpec: the shape of a transformer model, and its JSON forms.
 //
 // Reads `loom-model/1` (docs/formats.md) and Hugging Face `config.json` (model_type bert,
-// roberta, gpt2); writes `loom-model/1`. Values are validated on the way in: every size positive,
-// heads divide hidden, and so on; a violation is an InputError naming the file and JSON path.
+// roberta, gpt2, llama, mistral, qwen2); writes `loom-model/1`. Values are validated on the way in:
+// every size positive, heads divide hidden, and so on; a violation is an InputError naming the file
+// and JSON path.
 #pragma once
 
 #include <cstdint>
@@ -16,8 +17,13 @@ namespace loom::profiles {
 enum class Family { kEncoder, kDecoder };
 
 // The architecture's details beyond the family: RoBERTa offsets positions by padding_idx + 1;
-// GPT-2 has pre-LayerNorm and a final LayerNorm.
-enum class ModelType { kBert, kRoberta, kGpt2 };
+// GPT-2 has pre-LayerNorm and a final LayerNorm. The Llama family (Llama, Mistral, Qwen2) are
+// decoders with rotary positions, RMSNorm, a gated SwiGLU MLP and no biases but Qwen2's on q, k
+// and v; their blocks are the same to the cost model, and the name says which config was read.
+enum class ModelType { kBert, kRoberta, kGpt2, kLlama, kMistral, kQwen2 };
+
+// Llama, Mistral or Qwen2: always a decoder with a gated MLP (ModelSpec::gated_mlp).
+bool llama_family(ModelType type);
 
 // The MLP's activation as the model's code writes it: the exact (erf) GeLU, one kernel, the only
 // one Loom's executor runs; Hugging Face's `gelu_new` (GPT-2's activation_function), the tanh
@@ -47,6 +53,10 @@ struct ModelSpec {
   bool gated_mlp = false;
   // JSON "activation": "gelu" | "gelu_new" | "other", absent = "gelu"; a gated MLP's is its SiLU.
   Activation activation = Activation::kGelu;
+  // Biases on the query, key and value products of a gated (Llama-family) block, as Qwen2 has
+  // them (its o_proj and MLP have none); ungated blocks always carry their biases. JSON
+  // "qkv_bias", absent = false.
+  bool qkv_bias = false;
 
   // Key/value heads in use: kv_heads, or heads when it is 0.
   std::int64_t key_value_heads() const { return kv_heads > 0 ? kv_heads : heads; }

@@ -1,7 +1,9 @@
 #include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
 
 #include "costmodel/layers.hpp"
 #include "profiles/loader.hpp"
+#include "profiles/model_spec.hpp"
 
 using namespace loom;
 using namespace loom::costmodel;
@@ -13,6 +15,32 @@ TEST_CASE("parameter counts match Hugging Face's base models", "[layers]") {
   CHECK(count_parameters(profiles::load_model("gpt2")).base_model == 124'439'808);
   // RobertaModel (roberta-base): 124,645,632 parameters.
   CHECK(count_parameters(profiles::load_model("roberta-base")).base_model == 124'645'632);
+}
+
+TEST_CASE("parameter counts match the Llama family's published totals", "[layers]") {
+  // LlamaForCausalLM, MistralForCausalLM and Qwen2ForCausalLM as transformers counts them:
+  // untied heads, no position table, RMSNorm, Qwen2's q, k and v biases.
+  CHECK(count_parameters(profiles::load_model("llama2-7b")).total == 6'738'415'616);
+  CHECK(count_parameters(profiles::load_model("llama2-70b")).total == 68'976'648'192);
+  CHECK(count_parameters(profiles::load_model("llama3-8b")).total == 8'030'261'248);
+  auto from_config = [](const char* text) {
+    return count_parameters(profiles::model_from_json(nlohmann::json::parse(text), "config.json"))
+        .total;
+  };
+  // mistralai/Mistral-7B-v0.1 (7,241,732,096), Qwen/Qwen2-7B (7,615,616,512) and Qwen2-0.5B,
+  // whose head is tied (494,032,768), from their config.json files' size fields.
+  CHECK(from_config(R"({"model_type": "mistral", "hidden_size": 4096, "intermediate_size": 14336,
+      "max_position_embeddings": 32768, "num_attention_heads": 32, "num_hidden_layers": 32,
+      "num_key_value_heads": 8, "sliding_window": 4096, "tie_word_embeddings": false,
+      "vocab_size": 32000})") == 7'241'732'096);
+  CHECK(from_config(R"({"model_type": "qwen2", "hidden_size": 3584, "intermediate_size": 18944,
+      "max_position_embeddings": 131072, "num_attention_heads": 28, "num_hidden_layers": 28,
+      "num_key_value_heads": 4, "tie_word_embeddings": false, "vocab_size": 152064})") ==
+        7'615'616'512);
+  CHECK(from_config(R"({"model_type": "qwen2", "hidden_size": 896, "intermediate_size": 4864,
+      "max_position_embeddings": 32768, "num_attention_heads": 14, "num_hidden_layers": 24,
+      "num_key_value_heads": 2, "tie_word_embeddings": true, "vocab_size": 151936})") ==
+        494'032'768);
 }
 
 TEST_CASE("classification head adds the classifier to the base model", "[layers]") {

@@ -384,8 +384,10 @@ TEST_CASE("config.json: n_head that does not divide n_embd", "[profiles][errors]
 
 TEST_CASE("config.json: unsupported model_type", "[profiles][errors][hf]") {
   json j = valid_hf_config();
-  j["model_type"] = "llama";
-  require_hf_error(j, "$.model_type", {"\"bert\"", "\"roberta\"", "\"gpt2\"", "found \"llama\""});
+  j["model_type"] = "gemma";
+  require_hf_error(
+      j, "$.model_type",
+      {"\"bert\"", "\"roberta\"", "\"gpt2\"", "\"llama\"", "\"qwen2\"", "found \"gemma\""});
 }
 
 TEST_CASE("config.json: model_type of the wrong type", "[profiles][errors][hf]") {

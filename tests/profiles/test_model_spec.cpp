@@ -393,3 +393,101 @@ TEST_CASE("the MLP's activation: gelu, gelu_new from GPT-2's config, or another"
                       Catch::Contains("m.json") && Catch::Contains("$.activation") &&
                           Catch::Contains("swiglu") && Catch::Contains("found \"gelu_new\""));
 }
+
+// meta-llama/Llama-2-7b-hf's config.json as published.
+const char* const kLlama2 = R"({
+  "_name_or_path": "meta-llama/Llama-2-7b-hf",
+  "architectures": ["LlamaForCausalLM"],
+  "bos_token_id": 1,
+  "eos_token_id": 2,
+  "hidden_act": "silu",
+  "hidden_size": 4096,
+  "initializer_range": 0.02,
+  "intermediate_size": 11008,
+  "max_position_embeddings": 4096,
+  "model_type": "llama",
+  "num_attention_heads": 32,
+  "num_hidden_layers": 32,
+  "num_key_value_heads": 32,
+  "pretraining_tp": 1,
+  "rms_norm_eps": 1e-05,
+  "rope_scaling": null,
+  "tie_word_embeddings": false,
+  "torch_dtype": "float16",
+  "transformers_version": "4.31.0.dev0",
+  "use_cache": true,
+  "vocab_size": 32000
+})";
+
+TEST_CASE("a Llama config.json reads as a gated decoder with its own head",
+          "[profiles][model][hf]") {
+  ModelSpec m = parse_model(kLlama2, "Llama-2-7b-hf/config.json");
+  CHECK(m.name == "meta-llama/Llama-2-7b-hf");
+  CHECK(m.model_type == ModelType::kLlama);
+  CHECK(m.family == Family::kDecoder);
+  CHECK(m.gated_mlp);
+  CHECK(m.layers == 32);
+  CHECK(m.hidden == 4096);
+  CHECK(m.heads == 32);
+  CHECK(m.kv_heads == 0);  // as many key/value heads as heads: multi-head attention
+  CHECK(m.ffn_hidden == 11008);
+  CHECK(m.vocab == 32000);
+  CHECK(m.max_positions == 4096);
+  CHECK(m.type_vocab == 0);
+  CHECK_FALSE(m.tied_embeddings);
+  CHECK_FALSE(m.qkv_bias);
+  CHECK_FALSE(m.num_labels);
+  // The built-in llama2-7b is the same model.
+  ModelSpec builtin = loom::profiles::load_model("llama2-7b");
+  builtin.name = m.name;
+  CHECK(builtin == m);
+  // loom-model/1 keeps the type, the gated MLP and Qwen2's biases.
+  m.model_type = ModelType::kQwen2;
+  m.qkv_bias = true;
+  m.kv_heads = 4;
+  nlohmann::json j = loom::profiles::model_to_json(m);
+  CHECK(j.at("model_type") == "qwen2");
+  CHECK(j.at("qkv_bias") == true);
+  CHECK(loom::profiles::model_from_json(j, "m.json") == m);
+  j.erase("mlp");  // a Llama-family type implies the gated MLP
+  CHECK(loom::profiles::model_from_json(j, "m.json").gated_mlp);
+}
+
+TEST_CASE("Llama-family config.json defaults and refusals", "[profiles][model][hf]") {
+  nlohmann::json c = loom::profiles::parse_json_text(kLlama2, "l/config.json");
+  // LlamaConfig's defaults: key/value heads = heads, untied head; Mistral and Qwen2 alike.
+  c.erase("num_key_value_heads");
+  c.erase("tie_word_embeddings");
+  for (const char* type : {"llama", "mistral", "qwen2"}) {
+    c["model_type"] = type;
+    ModelSpec m = loom::profiles::model_from_json(c, "l/config.json");
+    CHECK(std::string(to_string(m.model_type)) == type);
+    CHECK(m.kv_heads == 0);
+    CHECK_FALSE(m.tied_embeddings);
+    CHECK(m.qkv_bias == (std::string(type) == "qwen2"));  // Qwen2's q, k, v always have biases
+  }
+  c["model_type"] = "llama";
+  c["num_key_value_heads"] = 8;
+  CHECK(loom::profiles::model_from_json(c, "l/config.json").kv_heads == 8);
+  auto refused = [&](const char* key, const nlohmann::json& value, const char* words) {
+    nlohmann::json bad = c;
+    bad[key] = value;
+    REQUIRE_THROWS_WITH(loom::profiles::model_from_json(bad, "l/config.json"),
+                        Catch::Contains("l/config.json") &&
+                            Catch::Contains(std::string("$.") + key) && Catch::Contains(words));
+  };
+  refused("num_key_value_heads", 5, "divisor of num_attention_heads (32)");
+  refused("hidden_act", "gelu", "\"silu\"");
+  refused("head_dim", 96, "(128), found 96");
+  refused("attention_bias", true, "attention output");
+  refused("mlp_bias", true, "without biases");
+  // A loom-model of a Llama-family type must keep its gated MLP, and only gated blocks take
+  // qkv_bias.
+  nlohmann::json j = loom::profiles::model_to_json(loom::profiles::load_model("llama2-70b"));
+  j["mlp"] = "gelu";
+  REQUIRE_THROWS_WITH(loom::profiles::model_from_json(j, "m.json"),
+                      Catch::Contains("$.mlp") && Catch::Contains("\"llama\""));
+  nlohmann::json g = loom::profiles::model_to_json(loom::profiles::load_model("gpt2"));
+  g["qkv_bias"] = true;
+  REQUIRE_THROWS_WITH(loom::profiles::model_from_json(g, "m.json"), Catch::Contains("$.qkv_bias"));
+}
