@@ -93,6 +93,8 @@ RuntimeRules runtime_rules(Runtime runtime) {
       return deepspeed_runtime_rules();
     case Runtime::kFsdp:
       return fsdp_runtime_rules();
+    case Runtime::kNemo:
+      return nemo_runtime_rules();
   }
   return loom_runtime_rules();
 }

@@ -211,6 +211,7 @@ RuntimeRules loom_runtime_rules();
 RuntimeRules megatron_runtime_rules();
 RuntimeRules deepspeed_runtime_rules();
 RuntimeRules fsdp_runtime_rules();
+RuntimeRules nemo_runtime_rules();
 
 // Why job.runtime cannot run `strategy`, or nullopt (check_strategy() asks it).
 std::optional<std::string> runtime_refusal(const Job& job, const Strategy& strategy);

@@ -2,6 +2,15 @@
 // it: --use-distributed-optimizer for zero 1, --overlap-grad-reduce and --overlap-param-gather.
 // Sources: Megatron-LM docs/source/distrib_optimizer.md (bytes per parameter); megatron/core/
 // distributed/distributed_data_parallel.py (bucket size); docs/runtimes.md.
+//
+// NeMo 24.x runs Megatron-Core's model and pipeline with its own optimizer choice, so its rules
+// are Megatron-LM's but for the gradients' width and the optimizer: zero 0 is fused Adam over
+// Megatron's DDP, zero 1 Megatron-Core's distributed optimizer, zero 2 Apex's
+// DistributedFusedAdam (apex/contrib/optimizers/distributed_fused_adam.py, as NeMo's
+// nemo/core/optim/distributed_adam.py and the launcher's performance configurations set it:
+// bf16 gradient and parameter synchronisation, contiguous gradient and parameter buffers, fp32
+// master weights stored as the bf16 weights plus 16-bit remainders, overlap_grad_sync and
+// overlap_param_sync).
 #include <algorithm>
 
 #include "costmodel/runtime.hpp"
@@ -36,11 +45,36 @@ MegatronBytes megatron_bytes(Precision precision) {
 // Megatron's gradient bucket: max(40M, 1M * dp) elements of the gradient buffer.
 double bucket_elements(int dp) { return std::max(40e6, 1e6 * dp); }
 
+// NeMo: the same weights and optimizer as Megatron-LM, with a gradient buffer in the job's 16-bit
+// width (the performance configurations reduce gradients in bf16).
+MegatronBytes nemo_bytes(Precision precision) {
+  MegatronBytes b = megatron_bytes(precision);
+  if (precision == Precision::kBf16 || precision == Precision::kFp8) b.gradients = 2;
+  return b;
+}
+
+// Apex's DistributedFusedAdam per parameter: the bf16 weights (views of the contiguous parameter
+// buffer) and the contiguous bf16 gradient buffer on every rank; over the data-parallel group,
+// each rank's shard of the reduced gradients (grads_shard, in grad_sync_dtype), of the 16-bit
+// remainders that make the bf16 weights fp32 master weights (store_param_remainders), and of
+// Adam's two fp32 moments.
+struct DistributedFusedAdamBytes {
+  double parameters = 2;
+  double gradient_buffer = 2;
+  double sharded_gradients = 2;
+  double sharded_optimizer = 2 + 8;
+};
+
+// Apex's bucket_cap_mb as NeMo's launcher sets it (125 MB; Apex's own default is 100).
+constexpr double kDistributedAdamBucketBytes = 125e6;
+
 std::optional<std::string> megatron_refusal(const Job&, const Strategy& s) {
   if (s.zero > 1) {
     return "Megatron-LM shards the optimizer states only (its distributed optimizer is ZeRO-1); "
            "zero=" +
-           std::to_string(s.zero) + " needs --runtime deepspeed or fsdp";
+           std::to_string(s.zero) +
+           " needs --runtime nemo (Apex's DistributedFusedAdam), "
+           "deepspeed or fsdp";
   }
   if (s.pp > 1 && s.schedule == Schedule::kGpipe) {
     return "Megatron-LM runs 1F1B or interleaved 1F1B pipelines, not GPipe";
@@ -68,13 +102,28 @@ RuntimeMemory megatron_memory(const Job& job, const Strategy& s, const RankMemor
   return out;
 }
 
+RuntimeMemory nemo_memory(const Job& job, const Strategy& s, const RankMemoryInput& in) {
+  RuntimeMemory out = megatron_memory(job, s, in);
+  const double n = in.num_parameters;
+  if (s.zero < 2) {
+    const MegatronBytes b = nemo_bytes(job.precision);
+    out.states.gradient_bytes = n * b.gradients;
+    return out;
+  }
+  const DistributedFusedAdamBytes b;
+  out.states.parameter_bytes = n * b.parameters;
+  out.states.gradient_bytes = n * (b.gradient_buffer + b.sharded_gradients / s.dp);
+  out.states.optimizer_bytes = n * b.sharded_optimizer / s.dp;
+  return out;
+}
+
 // --overlap-grad-reduce: the buckets of the main-grad buffer are reduced (all-reduce, or
 // reduce-scatter with the distributed optimizer) as the last micro-batch's backward fills them.
 // --overlap-param-gather: the distributed optimizer's all-gather of updated weights runs bucket by
 // bucket under the next step's first forward pass.
-DataParallelExposure megatron_exposure(const Job& job, const Strategy& s,
-                                       const DataParallelInput& in) {
-  const double grad_width = megatron_bytes(job.precision).gradients;  // the main-grad buffer
+// `grad_width`: bytes per element of the gradient buffer, which the reduction sends.
+DataParallelExposure overlapped_exposure(double grad_width, const Strategy& s,
+                                         const DataParallelInput& in) {
   const double grads = in.num_parameters * grad_width;
   const double bucket = std::min(bucket_elements(s.dp) * grad_width, grads);
   DataParallelExposure out;
@@ -91,6 +140,36 @@ DataParallelExposure megatron_exposure(const Job& job, const Strategy& s,
   return out;
 }
 
+// Zero 2 (DistributedFusedAdam): the bf16 gradient buckets are reduce-scattered as the last
+// micro-batch's backward fills them (overlap_grad_sync), and the updated bf16 weights all-gathered
+// bucket by bucket under the next step's first forward pass (overlap_param_sync). Zero 0 and 1
+// are Megatron-Core's, reducing the bf16 gradient buffer.
+DataParallelExposure nemo_exposure(const Job& job, const Strategy& s, const DataParallelInput& in) {
+  if (s.zero < 2) return overlapped_exposure(nemo_bytes(job.precision).gradients, s, in);
+  const double grads = in.num_parameters * in.element_bytes;
+  const double bucket = std::min(kDistributedAdamBucketBytes, grads);
+  DataParallelExposure out;
+  out.gradient_s =
+      exposed_after_window_s(in.time_s(Collective::kReduceScatter, grads), in.backward_window_s,
+                             in.time_s(Collective::kReduceScatter, bucket), in.overlap_slowdown);
+  out.parameter_s =
+      exposed_after_window_s(in.time_s(Collective::kAllGather, grads), in.forward_window_s,
+                             in.time_s(Collective::kAllGather, bucket), in.overlap_slowdown);
+  return out;
+}
+
+std::optional<std::string> nemo_refusal(const Job&, const Strategy& s) {
+  if (s.zero > 2) {
+    return "NeMo shards optimizer states (zero 1, Megatron-Core's distributed optimizer) and "
+           "gradients (zero 2, Apex's DistributedFusedAdam), not weights: zero=3 needs "
+           "--runtime deepspeed or fsdp";
+  }
+  if (s.pp > 1 && s.schedule == Schedule::kGpipe) {
+    return "NeMo runs Megatron-Core's 1F1B or interleaved 1F1B pipelines, not GPipe";
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 RuntimeRules megatron_runtime_rules() {
@@ -99,7 +178,9 @@ RuntimeRules megatron_runtime_rules() {
   r.engine = "Megatron-LM";
   r.refusal = megatron_refusal;
   r.memory = megatron_memory;
-  r.exposure = megatron_exposure;
+  r.exposure = [](const Job& job, const Strategy& s, const DataParallelInput& in) {
+    return overlapped_exposure(megatron_bytes(job.precision).gradients, s, in);  // main grads
+  };
   r.loss_backward_bytes_per_logit = 0;
   r.runs_job_loss = false;
   r.reduce_bytes_per_parameter = [](const Job& job) {
@@ -107,6 +188,17 @@ RuntimeRules megatron_runtime_rules() {
   };
   // Megatron-LM fuses the QKV product, bias-GeLU, bias-dropout-add and the masked softmax.
   r.fusions = KernelFusions::megatron();
+  return r;
+}
+
+RuntimeRules nemo_runtime_rules() {
+  RuntimeRules r = megatron_runtime_rules();
+  r.name = "nemo";
+  r.engine = "NeMo";
+  r.refusal = nemo_refusal;
+  r.memory = nemo_memory;
+  r.exposure = nemo_exposure;
+  r.reduce_bytes_per_parameter = [](const Job& job) { return nemo_bytes(job.precision).gradients; };
   return r;
 }
 

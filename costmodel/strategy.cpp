@@ -47,8 +47,19 @@ const char* to_string(Runtime runtime) {
       return "deepspeed";
     case Runtime::kFsdp:
       return "fsdp";
+    case Runtime::kNemo:
+      return "nemo";
   }
   return "loom";
+}
+
+std::vector<std::string> runtime_names() {
+  std::vector<std::string> names;
+  for (Runtime r :
+       {Runtime::kLoom, Runtime::kMegatron, Runtime::kDeepspeed, Runtime::kFsdp, Runtime::kNemo}) {
+    names.emplace_back(to_string(r));
+  }
+  return names;
 }
 
 std::optional<Runtime> parse_runtime(const std::string& text) {
@@ -56,6 +67,7 @@ std::optional<Runtime> parse_runtime(const std::string& text) {
   if (text == "megatron") return Runtime::kMegatron;
   if (text == "deepspeed") return Runtime::kDeepspeed;
   if (text == "fsdp") return Runtime::kFsdp;
+  if (text == "nemo") return Runtime::kNemo;
   return std::nullopt;
 }
 
@@ -303,7 +315,7 @@ Job job_from_json(const nlohmann::json& value, const std::string& source, const 
         *parse_optimizer_kernels(r.choice("optimizer_kernels", {"fused", "foreach", "per_tensor"}));
   }
   if (r.has("runtime")) {
-    j.runtime = *parse_runtime(r.choice("runtime", {"loom", "megatron", "deepspeed", "fsdp"}));
+    j.runtime = *parse_runtime(r.choice("runtime", runtime_names()));
   }
   if (r.has("loss")) j.loss = *parse_loss(r.choice("loss", {"eager", "fused"}));
   j.compile = r.optional_boolean("compile").value_or(false);

@@ -42,11 +42,14 @@ const char* to_string(Attention attention);
 std::optional<Attention> parse_attention(const std::string& text);
 
 // The training runtime a plan's prediction describes: Loom's own executor, or the memory and
-// overlap rules of Megatron-LM, DeepSpeed or PyTorch FSDP running the same strategy.
-enum class Runtime { kLoom, kMegatron, kDeepspeed, kFsdp };
+// overlap rules of Megatron-LM, DeepSpeed, PyTorch FSDP or NeMo (Megatron-Core with Apex's
+// distributed optimizer) running the same strategy.
+enum class Runtime { kLoom, kMegatron, kDeepspeed, kFsdp, kNemo };
 
 const char* to_string(Runtime runtime);
 std::optional<Runtime> parse_runtime(const std::string& text);
+// Every runtime's name, in the enum's order: the one list the CLI and the readers choose from.
+std::vector<std::string> runtime_names();
 
 // A language model's loss kernel: `eager` is PyTorch's cross_entropy on fp32 logits (what
 // torchtitan and Hugging Face models run: its backward pass allocates fp32 gradients of the

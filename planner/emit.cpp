@@ -79,10 +79,12 @@ std::string emit_plan(const Plan& plan, costmodel::Runtime runtime) {
     case costmodel::Runtime::kFsdp:
       return emit_detail::fsdp(plan);
     case costmodel::Runtime::kLoom:
+    case costmodel::Runtime::kNemo:
       break;
   }
   throw InputError("--emit", "",
-                   "expected megatron, deepspeed or fsdp (a plan is Loom's own input)");
+                   "expected megatron, deepspeed or fsdp (a plan is Loom's own input; NeMo takes "
+                   "its launcher's configuration, which Loom does not write yet)");
 }
 
 }  // namespace loom::planner

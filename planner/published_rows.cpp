@@ -225,16 +225,20 @@ profiles::ModelSpec row_model(const Fields& row, const std::string& file, const 
   return m;
 }
 
-// The runtime as published: DeepSpeed, Megatron-LM, or PyTorch FSDP (Composer, fms-fsdp and
+// The runtime as published: NeMo, DeepSpeed, Megatron-LM, or PyTorch FSDP (Composer, fms-fsdp and
 // torchtitan run it); plain data parallelism (DDP, Horovod, apex) is Loom's own runtime, whose
 // data parallelism is DDP's: bucketed gradient all-reduces overlapped with the backward pass.
 costmodel::Runtime row_runtime(const Fields& row, std::vector<std::string>* assumptions) {
   if (auto named = row.text("runtime")) {
     if (auto r = costmodel::parse_runtime(*named)) return *r;
-    row.fail("runtime", "loom, megatron, deepspeed or fsdp");
+    std::string names;
+    for (const std::string& n : costmodel::runtime_names())
+      names += (names.empty() ? "" : ", ") + n;
+    row.fail("runtime", names);
   }
   const std::string framework = row.text("framework").value_or("");
   if (contains(framework, "xla")) assumptions->push_back("XLA's kernel fusion is not modelled");
+  if (contains(framework, "nemo")) return costmodel::Runtime::kNemo;
   if (contains(framework, "megatron")) return costmodel::Runtime::kMegatron;
   if (contains(framework, "deepspeed") && !contains(framework, "no deepspeed")) {
     return costmodel::Runtime::kDeepspeed;
@@ -316,6 +320,9 @@ std::optional<std::string> row_job_strategy(const Fields& row, RowMapping* out) 
   s.dp = static_cast<int>(row.integer("dp", 1).value_or(gpus / (std::int64_t{s.tp} * s.pp)));
   s.zero = static_cast<int>(row.integer("zero", 0).value_or(0));
   if (s.zero > 3) row.fail("zero", "a ZeRO stage 0-3");
+  // Megatron's interleaved 1F1B: model chunks per pipeline rank.
+  s.virtual_stages = static_cast<int>(row.integer("virtual_stages", 1).value_or(1));
+  if (s.virtual_stages > 1) s.schedule = costmodel::Schedule::kInterleaved;
   if (s.world_size() != gpus) {
     return "dp*tp*pp = " + std::to_string(s.world_size()) + " is not the " + std::to_string(gpus) +
            " GPUs";

@@ -555,9 +555,9 @@ void add_plan_options(CLI::App* cmd, PlanArgs* args) {
                   "2; math on CPUs)")
       ->check(CLI::IsMember({"flash", "math"}));
   cmd->add_option("--runtime", args->runtime,
-                  "loom | megatron | deepspeed | fsdp: whose memory and overlap rules the "
+                  "loom | megatron | deepspeed | fsdp | nemo: whose memory and overlap rules the "
                   "prediction follows (default loom, Loom's executor)")
-      ->check(CLI::IsMember({"loom", "megatron", "deepspeed", "fsdp"}));
+      ->check(CLI::IsMember(costmodel::runtime_names()));
   cmd->add_option("--loss", args->loss,
                   "eager | fused: a language model's cross-entropy (default eager, PyTorch's on "
                   "fp32 logits; fused writes its gradient in place)")

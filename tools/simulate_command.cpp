@@ -89,9 +89,9 @@ Runner add_simulate_command(CLI::App& app) {
                   "measured loom-profile JSON (repeatable): predict with these measurements")
       ->allow_extra_args(false);
   cmd->add_option("--runtime", args->runtime,
-                  "loom | megatron | deepspeed | fsdp: predict for this runtime instead of the "
-                  "plan's job.runtime")
-      ->check(CLI::IsMember({"loom", "megatron", "deepspeed", "fsdp"}));
+                  "loom | megatron | deepspeed | fsdp | nemo: predict for this runtime instead of "
+                  "the plan's job.runtime")
+      ->check(CLI::IsMember(costmodel::runtime_names()));
   cmd->add_flag("--json", args->json, "print the plan's `predicted` object, simulated");
   return [args]() { return run_simulate(*args); };
 }

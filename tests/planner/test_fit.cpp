@@ -251,7 +251,7 @@ TEST_CASE("bad rows of RUNS are skipped, one line each", "[fit]") {
   CHECK_THAT(reason(2),
              Contains("(h100)") && Contains("GPU \"H100-80GB\" is not the cluster's device "
                                             "(A100-SXM4-80GB)"));
-  CHECK_THAT(reason(3), Contains("(runtime)") && Contains("loom, megatron, deepspeed or fsdp"));
+  CHECK_THAT(reason(3), Contains("(runtime)") && Contains("loom, megatron, deepspeed, fsdp, nemo"));
   CHECK_THAT(reason(4), Contains("(oom)") && Contains("out of memory as published"));
   CHECK_THAT(reason(5), Contains("line 7"));
   CHECK_THAT(reason(6), Contains("line 8") && Contains("without its plan"));
