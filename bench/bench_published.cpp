@@ -98,6 +98,7 @@ const char* unit_text(const std::string& unit) {
   if (unit == "tokens_per_s_per_gpu") return "tok/s/gpu";
   if (unit == "samples_per_s_per_gpu") return "smp/s/gpu";
   if (unit == "samples_per_s") return "samples/s";
+  if (unit == "model_tflops_per_gpu") return "TFLOP/s/gpu";
   return "-";
 }
 

@@ -19,12 +19,32 @@ namespace {
 
 constexpr double kGib = 1024.0 * 1024.0 * 1024.0;
 
-// Measured throughput units, in the order a row's first one is taken.
-constexpr const char* kUnits[] = {"tokens_per_s_per_gpu", "samples_per_s", "samples_per_s_per_gpu"};
+// Measured throughput units, in the order a row's first one is taken. Model TFLOP/s per GPU only
+// where a source publishes nothing else (NeMo's long-sequence table), counted as NeMo counts it.
+constexpr const char* kUnits[] = {"tokens_per_s_per_gpu", "samples_per_s", "samples_per_s_per_gpu",
+                                  "model_tflops_per_gpu"};
 
-double predicted_in(const std::string& unit, const costmodel::Prediction& p, double gpus) {
+// Model FLOPs per token as NeMo's nemo/utils/flops_formulas.py counts them for GPT-3 and Llama:
+// 6 x (the transformer layers' matrix weights + the output layer's) + 12 s h L, the attention
+// scores and their weighted sum over the whole s x s grid (no causal halving), norms, biases and
+// the input embedding left out.
+double nemo_flops_per_token(const profiles::ModelSpec& m, double seq) {
+  const double h = static_cast<double>(m.hidden);
+  const double f = static_cast<double>(m.ffn_hidden);
+  const double kv = h * static_cast<double>(m.key_value_heads()) / static_cast<double>(m.heads);
+  const double layer = h * (h + 2 * kv) + h * h + (m.gated_mlp ? 3 : 2) * h * f;
+  const double layers = static_cast<double>(m.layers);
+  return 6 * (layers * layer + static_cast<double>(m.vocab) * h) + 12 * seq * h * layers;
+}
+
+double predicted_in(const std::string& unit, const costmodel::Prediction& p, double gpus,
+                    const RowMapping& m) {
   if (unit == "tokens_per_s_per_gpu") return p.tokens_per_s / gpus;
   if (unit == "samples_per_s_per_gpu") return p.samples_per_s / gpus;
+  if (unit == "model_tflops_per_gpu") {
+    return p.tokens_per_s / gpus *
+           nemo_flops_per_token(m.model, static_cast<double>(m.job.seq_len)) / 1e12;
+  }
   return p.samples_per_s;
 }
 
@@ -103,7 +123,7 @@ RowFigures figures_of(const RowResult& row, const RowMapping& m, const costmodel
                       const profiles::Cluster& cluster) {
   const costmodel::Prediction p = as_timed(m, raw);
   RowFigures out;
-  out.throughput = predicted_in(row.unit, p, static_cast<double>(cluster.device_count()));
+  out.throughput = predicted_in(row.unit, p, static_cast<double>(cluster.device_count()), m);
   // What the caching allocator hands out is the tensors; what it reserves adds its fragmentation;
   // what the device shows as used adds the CUDA context, workspaces and NCCL buffers (the plan's
   // total).

@@ -379,3 +379,18 @@ TEST_CASE("NeMo's rows run Apex's DistributedFusedAdam and fit an 80 GB H100", "
     CHECK(r.predicted_memory_gib < 0.9 * 80);  // within loom plan's default margin
   }
 }
+
+TEST_CASE("a row publishing only model TFLOP/s is predicted in NeMo's count", "[published]") {
+  nlohmann::json row = published_row("nemo_2407.json", "pretrain-llama2-7b-8g");
+  const RowResult tokens = predict_row(row, "nemo_2407.json", "$.rows[4]");
+  REQUIRE(tokens.unit == "tokens_per_s_per_gpu");
+  row["measured"].erase("tokens_per_s_per_gpu");
+  const RowResult tflops = predict_row(row, "nemo_2407.json", "$.rows[4]");
+  CHECK(tflops.unit == "model_tflops_per_gpu");
+  CHECK(tflops.measured == 780);  // as published
+  // Llama 2 7B at 4096 tokens, as nemo/utils/flops_formulas.py counts it: 6 x (32 layers of
+  // 202,375,168 matrix weights + the 32000 x 4096 output layer) + 12 x 4096 x 4096 x 32 =
+  // 39,642,464,256 + 6,442,450,944 = 46,084,915,200 FLOPs per token; the published pair
+  // (16,934 tokens/s, 780 TFLOP/s) gives 46.06e9.
+  CHECK(tflops.predicted == Approx(tokens.predicted * 46084915200.0 / 1e12).epsilon(1e-12));
+}
