@@ -20,7 +20,11 @@ TEST_CASE("parameter counts match Hugging Face's base models", "[layers]") {
 TEST_CASE("parameter counts match the Llama family's published totals", "[layers]") {
   // LlamaForCausalLM, MistralForCausalLM and Qwen2ForCausalLM as transformers counts them:
   // untied heads, no position table, RMSNorm, Qwen2's q, k and v biases.
+  // Llama-2-7B: per layer 4 x 4096^2 + 3 x 4096 x 11008 + 2 x 4096 = 202,383,360; x 32 + 2 x
+  // 32000 x 4096 (embedding and head) + 4096 (final RMSNorm) = 6,738,415,616.
   CHECK(count_parameters(profiles::load_model("llama2-7b")).total == 6'738'415'616);
+  // Llama-2-70B: 8 kv heads (K and V 1024 wide): per layer 8192 x (8192 + 2048) + 8192^2 + 3 x
+  // 8192 x 28672 + 2 x 8192 = 855,654,400; x 80 + 2 x 32000 x 8192 + 8192 = 68,976,648,192.
   CHECK(count_parameters(profiles::load_model("llama2-70b")).total == 68'976'648'192);
   CHECK(count_parameters(profiles::load_model("llama3-8b")).total == 8'030'261'248);
   auto from_config = [](const char* text) {
@@ -115,4 +119,21 @@ TEST_CASE("activation memory per layer is Korthikanti et al.'s Table 2", "[layer
   double ratio = transformer_layer_activation_bytes(x, 8, true, R::kSelective) /
                  transformer_layer_activation_bytes(x, 8, true, R::kNone);
   CHECK(ratio == Approx(34 / (34 + 5 * a * s / h)).epsilon(1e-12));
+}
+
+TEST_CASE("grouped-query attention and gated MLPs in FLOPs and activations", "[layers][gqa]") {
+  const profiles::ModelSpec m = profiles::load_model("llama2-70b");
+  // Per token: QKV 8192 x 10240, output 8192^2, MLP 3 x 8192 x 28672; attention 4 s h.
+  const double b = 1, s = 4096, h = 8192;
+  const double expected = 2 * b * s * (h * 10240 + h * h + 3 * h * 28672) + 4 * b * s * s * h;
+  CHECK(transformer_layer_forward_flops(m, 1, 4096) == Approx(expected).epsilon(1e-12));
+  // Activations (no recomputation, tp 1, flash): K and V 1/8 as wide, three ffn-wide tensors:
+  // e sbh (QKV in) + e sbh (Q) + 2 e sbh / 8 (K, V) + e sbh (output in) + sbh (mask)
+  // + e sbh (MLP in) + 3 e sbf + sbh (mask) + 2 e sbh (norms).
+  ActivationShape x{4096, 1, 8192, 64, 28672, 2, 8, true};
+  const double sbh = s * b * h;
+  const double want = 2 * sbh + 2 * sbh + 4 * sbh / 8 + 2 * sbh + sbh + 2 * sbh +
+                      3 * 2 * s * b * 28672 + sbh + 4 * sbh;
+  CHECK(transformer_layer_activation_bytes(x, 1, false, Recompute::kNone, false) ==
+        Approx(want).epsilon(1e-12));
 }
