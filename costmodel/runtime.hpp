@@ -112,7 +112,8 @@ struct RuntimeRules {
   // Megatron-LM and DeepSpeed run their own fused Adam.
   bool chooses_optimizer_kernels = false;
   // Whether the job's reduce_dtype (Job::reduce_precision) sets what the reduction sends (FSDP's
-  // MixedPrecision.reduce_dtype); the other runtimes refuse a reduce_dtype other than their own.
+  // MixedPrecision.reduce_dtype, NeMo's optim.grad_sync_dtype); the other runtimes refuse a
+  // reduce_dtype other than their own.
   bool sets_reduce_dtype = false;
   // The kernels the runtime fuses (Megatron: QKV, bias-GeLU, bias-dropout-add, masked softmax);
   // the default is eager PyTorch's, as Loom's executor runs them.

@@ -7,10 +7,12 @@
 // are Megatron-LM's but for the gradients' width and the optimizer: zero 0 is fused Adam over
 // Megatron's DDP, zero 1 Megatron-Core's distributed optimizer, zero 2 Apex's
 // DistributedFusedAdam (apex/contrib/optimizers/distributed_fused_adam.py, as NeMo's
-// nemo/core/optim/distributed_adam.py and the launcher's performance configurations set it:
-// bf16 gradient and parameter synchronisation, contiguous gradient and parameter buffers, fp32
-// master weights stored as the bf16 weights plus 16-bit remainders, overlap_grad_sync and
-// overlap_param_sync).
+// nemo/core/optim/distributed_adam.py and megatron_base_model.py set it up and the launcher's
+// 24.07 configurations ask for it: bf16 parameter synchronisation, contiguous gradient and
+// parameter buffers, fp32 master weights stored as the bf16 weights plus 16-bit remainders,
+// overlap_grad_sync and overlap_param_sync). The gradients' width is optim.grad_sync_dtype, the
+// job's reduce_dtype: fp32 unless set (Apex's default, and Megatron-Core's fp32 gradient buffer,
+// which NeMo keeps unless grad_sync_dtype is bf16).
 #include <algorithm>
 
 #include "costmodel/runtime.hpp"
@@ -45,23 +47,27 @@ MegatronBytes megatron_bytes(Precision precision) {
 // Megatron's gradient bucket: max(40M, 1M * dp) elements of the gradient buffer.
 double bucket_elements(int dp) { return std::max(40e6, 1e6 * dp); }
 
-// NeMo: the same weights and optimizer as Megatron-LM, with a gradient buffer in the job's 16-bit
-// width (the performance configurations reduce gradients in bf16).
-MegatronBytes nemo_bytes(Precision precision) {
-  MegatronBytes b = megatron_bytes(precision);
-  if (precision == Precision::kBf16 || precision == Precision::kFp8) b.gradients = 2;
+// NeMo's gradient width: the job's reduce_dtype (grad_sync_dtype), else fp32.
+double nemo_gradient_bytes(const Job& job) {
+  return job.reduce_precision ? element_bytes(*job.reduce_precision) : 4.0;
+}
+
+// NeMo: the same weights and optimizer as Megatron-LM, with the gradient buffer in
+// grad_sync_dtype.
+MegatronBytes nemo_bytes(const Job& job) {
+  MegatronBytes b = megatron_bytes(job.precision);
+  b.gradients = nemo_gradient_bytes(job);
   return b;
 }
 
 // Apex's DistributedFusedAdam per parameter: the bf16 weights (views of the contiguous parameter
-// buffer) and the contiguous bf16 gradient buffer on every rank; over the data-parallel group,
-// each rank's shard of the reduced gradients (grads_shard, in grad_sync_dtype), of the 16-bit
-// remainders that make the bf16 weights fp32 master weights (store_param_remainders), and of
-// Adam's two fp32 moments.
+// buffer) and the contiguous gradient buffer (grad_sync_dtype) on every rank; over the
+// data-parallel group, each rank's shard of the reduced gradients (grads_shard, grad_sync_dtype),
+// of the 16-bit remainders that make the bf16 weights fp32 master weights
+// (store_param_remainders), and of Adam's two fp32 moments.
 struct DistributedFusedAdamBytes {
   double parameters = 2;
-  double gradient_buffer = 2;
-  double sharded_gradients = 2;
+  double gradients = 4;  // the buffer and the shard, each in grad_sync_dtype
   double sharded_optimizer = 2 + 8;
 };
 
@@ -106,13 +112,13 @@ RuntimeMemory nemo_memory(const Job& job, const Strategy& s, const RankMemoryInp
   RuntimeMemory out = megatron_memory(job, s, in);
   const double n = in.num_parameters;
   if (s.zero < 2) {
-    const MegatronBytes b = nemo_bytes(job.precision);
-    out.states.gradient_bytes = n * b.gradients;
+    out.states.gradient_bytes = n * nemo_bytes(job).gradients;
     return out;
   }
-  const DistributedFusedAdamBytes b;
+  DistributedFusedAdamBytes b;
+  b.gradients = nemo_gradient_bytes(job);
   out.states.parameter_bytes = n * b.parameters;
-  out.states.gradient_bytes = n * (b.gradient_buffer + b.sharded_gradients / s.dp);
+  out.states.gradient_bytes = n * (b.gradients + b.gradients / s.dp);
   out.states.optimizer_bytes = n * b.sharded_optimizer / s.dp;
   return out;
 }
@@ -143,18 +149,20 @@ DataParallelExposure overlapped_exposure(double grad_width, const Strategy& s,
 // Zero 2 (DistributedFusedAdam): the bf16 gradient buckets are reduce-scattered as the last
 // micro-batch's backward fills them (overlap_grad_sync), and the updated bf16 weights all-gathered
 // bucket by bucket under the next step's first forward pass (overlap_param_sync). Zero 0 and 1
-// are Megatron-Core's, reducing the bf16 gradient buffer.
+// are Megatron-Core's, reducing the gradient buffer.
 DataParallelExposure nemo_exposure(const Job& job, const Strategy& s, const DataParallelInput& in) {
-  if (s.zero < 2) return overlapped_exposure(nemo_bytes(job.precision).gradients, s, in);
-  const double grads = in.num_parameters * in.element_bytes;
+  if (s.zero < 2) return overlapped_exposure(nemo_bytes(job).gradients, s, in);
+  const double grads = in.num_parameters * nemo_gradient_bytes(job);
   const double bucket = std::min(kDistributedAdamBucketBytes, grads);
+  const double params = in.num_parameters * in.element_bytes;
+  const double param_bucket = std::min(kDistributedAdamBucketBytes, params);
   DataParallelExposure out;
   out.gradient_s =
       exposed_after_window_s(in.time_s(Collective::kReduceScatter, grads), in.backward_window_s,
                              in.time_s(Collective::kReduceScatter, bucket), in.overlap_slowdown);
   out.parameter_s =
-      exposed_after_window_s(in.time_s(Collective::kAllGather, grads), in.forward_window_s,
-                             in.time_s(Collective::kAllGather, bucket), in.overlap_slowdown);
+      exposed_after_window_s(in.time_s(Collective::kAllGather, params), in.forward_window_s,
+                             in.time_s(Collective::kAllGather, param_bucket), in.overlap_slowdown);
   return out;
 }
 
@@ -198,7 +206,8 @@ RuntimeRules nemo_runtime_rules() {
   r.refusal = nemo_refusal;
   r.memory = nemo_memory;
   r.exposure = nemo_exposure;
-  r.reduce_bytes_per_parameter = [](const Job& job) { return nemo_bytes(job.precision).gradients; };
+  r.reduce_bytes_per_parameter = nemo_gradient_bytes;
+  r.sets_reduce_dtype = true;  // optim.grad_sync_dtype
   return r;
 }
 

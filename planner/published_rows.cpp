@@ -364,6 +364,12 @@ std::optional<std::string> row_job_strategy(const Fields& row, RowMapping* out) 
   // mixed_precision PURE (scripts/train/benchmarking/submit_benchmarks.py), fms-fsdp's bf16
   // policy has reduce_dtype bf16 (fms_fsdp/policies/mixed_precision.py). torchtitan keeps its
   // default fp32 reduction, as the file's conditions state.
+  // NeMo's performance runs reduce in bf16 (optim.grad_sync_dtype), as the file's conditions
+  // state.
+  if (job.runtime == costmodel::Runtime::kNemo) {
+    job.reduce_precision = costmodel::Precision::kBf16;
+    out->assumptions.push_back("gradients reduced in bf16 (NeMo's grad_sync_dtype)");
+  }
   if (job.runtime == costmodel::Runtime::kFsdp && costmodel::element_bytes(job.precision) == 2 &&
       (contains(framework, "llm-foundry") || contains(framework, "fms-fsdp"))) {
     // fp8 jobs keep bf16 gradients: they are reduced in bf16.

@@ -568,7 +568,8 @@ void add_plan_options(CLI::App* cmd, PlanArgs* args) {
       ->check(CLI::IsMember({"on", "off"}));
   cmd->add_option("--reduce-dtype", args->reduce_dtype,
                   "fp32 | bf16 | fp16: what the gradient reduction sends (FSDP's "
-                  "MixedPrecision.reduce_dtype; runtime fsdp, default fp32)")
+                  "MixedPrecision.reduce_dtype, NeMo's optim.grad_sync_dtype; runtimes fsdp and "
+                  "nemo, default fp32)")
       ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
   cmd->add_option("--optimizer-kernels", args->optimizer_kernels,
                   "fused | foreach | per_tensor: how AdamW issues its step (default fused; "

@@ -79,38 +79,48 @@ TEST_CASE("megatron: fp32 main grads, and the distributed optimizer shards 12 by
   CHECK(z1.buffer_bytes == 0);                    // buckets are views of the main-grad buffer
 }
 
-TEST_CASE("nemo: a bf16 gradient buffer, and DistributedFusedAdam shards gradients too",
+TEST_CASE("nemo: the gradients in grad_sync_dtype, and DistributedFusedAdam shards them too",
           "[runtime][memory]") {
-  // Zero 1, Megatron-Core's distributed optimizer with gradients reduced in bf16: bf16 weights
-  // 2 B, a bf16 gradient buffer 2 B, fp32 main weights and moments 12 B over dp.
+  // Zero 1, Megatron-Core's distributed optimizer, gradients in fp32 (NeMo's default
+  // grad_sync_dtype): bf16 weights 2 B, the gradient buffer 4 B, fp32 main weights and moments
+  // 12 B over dp, as Megatron-LM's.
   const RuntimeMemory z1 = memory_of(Runtime::kNemo, dp8(1), layers_on_rank(1));
   CHECK(z1.states.parameter_bytes == 402759680);  // 2 * 201,379,840
-  CHECK(z1.states.gradient_bytes == 402759680);   // 2 * 201,379,840
+  CHECK(z1.states.gradient_bytes == 805519360);   // 4 * 201,379,840
   CHECK(z1.states.optimizer_bytes == 302069760);  // 12 * 201,379,840 / 8
-  // Zero 2, Apex's DistributedFusedAdam: the bf16 weights and the contiguous bf16 gradient
-  // buffer on every rank (2 + 2 B); over dp = 8, the bf16 reduced-gradient shard (2 B), the
-  // 16-bit remainders of the fp32 master weights (2 B) and the two fp32 moments (8 B): 4 + 12 / 8
-  // = 5.5 B per parameter, against Megatron-LM's 6 + 12 / 8 = 7.5 B.
+  // Zero 2, Apex's DistributedFusedAdam: the bf16 weights and the contiguous fp32 gradient
+  // buffer on every rank (2 + 4 B); over dp = 8, the fp32 reduced-gradient shard (4 B), the
+  // 16-bit remainders of the fp32 master weights (2 B) and the two fp32 moments (8 B):
+  // 6 + 14 / 8 = 7.75 B per parameter.
   const RuntimeMemory z2 = memory_of(Runtime::kNemo, dp8(2), layers_on_rank(1));
   CHECK(z2.states.parameter_bytes == 402759680);
-  CHECK(z2.states.gradient_bytes == 402759680 + 50344960);  // (2 + 2 / 8) * 201,379,840
-  CHECK(z2.states.optimizer_bytes == 251724800);            // 10 * 201,379,840 / 8
-  CHECK(z2.states.total() == Approx(5.5 * kLayer));
-  // Its exposure (N = 1e9 parameters, forward window 1 s, backward 2 s, 1 GB/s): the bf16
-  // gradients' reduce-scatter (2 s) under the last backward, max(2 - 2, the last 125 MB bucket's
+  CHECK(z2.states.gradient_bytes == 805519360 + 100689920);  // (4 + 4 / 8) * 201,379,840
+  CHECK(z2.states.optimizer_bytes == 251724800);             // 10 * 201,379,840 / 8
+  CHECK(z2.states.total() == Approx(7.75 * kLayer));
+  // grad_sync_dtype bf16 (reduce_dtype): a bf16 buffer and shard, 4 + 12 / 8 = 5.5 B.
+  Job bf16_sync = bf16_job(Runtime::kNemo);
+  bf16_sync.reduce_precision = Precision::kBf16;
+  const RankMemoryInput one = layers_on_rank(1);
+  CHECK(nemo_runtime_rules().memory(bf16_sync, dp8(2), one).states.total() == Approx(5.5 * kLayer));
+  CHECK(nemo_runtime_rules().memory(bf16_sync, dp8(1), one).states.gradient_bytes == 402759680);
+  // Exposure (N = 1e9 parameters, forward window 1 s, backward 2 s, 1 GB/s), bf16 gradients:
+  // their reduce-scatter (2 s) under the last backward, max(2 - 2, the last 125 MB bucket's
   // 0.125 s) = 0.125; the bf16 weights' all-gather (2 s) under the next forward: max(2 - 1,
-  // 0.125) = 1. Zero 1 reduces its bf16 buffer: max(2 - 2, the 40M-element bucket's 0.08 s).
+  // 0.125) = 1. In fp32 the reduce-scatter takes 4 s: max(4 - 2, 0.125) = 2. Zero 1 reduces
+  // its bf16 buffer: max(2 - 2, the 40M-element bucket's 0.08 s).
   const DataParallelInput in = linear_links(1e9, 1e8, 2);
   const RuntimeRules nemo = nemo_runtime_rules();
-  const DataParallelExposure e2 = nemo.exposure(bf16_job(Runtime::kNemo), dp8(2), in);
+  const DataParallelExposure e2 = nemo.exposure(bf16_sync, dp8(2), in);
   CHECK(e2.gradient_s == Approx(0.125));
   CHECK(e2.parameter_s == Approx(1));
-  CHECK(nemo.exposure(bf16_job(Runtime::kNemo), dp8(1), in).gradient_s == Approx(0.08));
-  CHECK(nemo.reduce_bytes_per_parameter(bf16_job(Runtime::kNemo)) == 2);
-  // NeMo runs zero 2 and refuses zero 3; Megatron-LM refuses zero 2 and names nemo.
-  Strategy z3 = dp8(3);
-  CHECK_THAT(*runtime_refusal(bf16_job(Runtime::kNemo), z3), Catch::Contains("zero=3"));
-  CHECK_FALSE(runtime_refusal(bf16_job(Runtime::kNemo), dp8(2)));
+  CHECK(nemo.exposure(bf16_job(Runtime::kNemo), dp8(2), in).gradient_s == Approx(2));
+  CHECK(nemo.exposure(bf16_sync, dp8(1), in).gradient_s == Approx(0.08));
+  CHECK(nemo.reduce_bytes_per_parameter(bf16_job(Runtime::kNemo)) == 4);
+  CHECK(nemo.reduce_bytes_per_parameter(bf16_sync) == 2);
+  // NeMo runs zero 2, takes a reduce_dtype and refuses zero 3; Megatron-LM refuses zero 2 and
+  // names nemo.
+  CHECK_THAT(*runtime_refusal(bf16_job(Runtime::kNemo), dp8(3)), Catch::Contains("zero=3"));
+  CHECK_FALSE(runtime_refusal(bf16_sync, dp8(2)));
   CHECK_THAT(*runtime_refusal(bf16_job(Runtime::kMegatron), dp8(2)),
              Catch::Contains("--runtime nemo"));
 }
