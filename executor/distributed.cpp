@@ -492,8 +492,8 @@ void ProcessGroup::allgather(torch::Tensor& output, const torch::Tensor& input) 
 // NCCL gathers the whole flat buffer at once. On Gloo each rank broadcasts its chunk straight
 // into its slice of the output: the same bytes per rank as a ring all-gather, with no temporary
 // and no copies, where Gloo's list all-gather flattens the input, stages the whole output in a
-// temporary and copies it out (about twice the time on CPU ranks: bench/RESULTS.md, "Gloo's
-// all-gather as broadcasts").
+// temporary and copies it out (about twice the time on CPU ranks: bench/RESULTS.md, "ZeRO on
+// the CPU", and bench/reports/2026-11-26-zero-cpu.md).
 std::vector<PendingOperation> ProcessGroup::allgather_async(torch::Tensor& output,
                                                             const torch::Tensor& input) {
   const std::int64_t n = input.numel();
