@@ -1,11 +1,13 @@
 // Predicts every published training row of a folder (default bench/published) with the analytical
 // cost model and compares the predictions with the measured throughput and memory: per row, then
 // per file the median |error| and the share of pairs ordered as measured, in sample (the shipped,
-// calibrated clusters), leave-one-out and before calibration (the clusters' datasheet values).
+// calibrated clusters), leave-one-out, leave-one-source-out and before calibration (the clusters'
+// datasheet values).
 // Rows Loom cannot express are listed with the reason. Files without training rows (GEMM,
 // collectives) are named and skipped. Usage: bench_published [DIR] [--json] [--explain ID]
 //   --json: one document (per file summaries, per row outcomes with their mapping and prediction,
-//           and each expressible row's leave-one-out and before-calibration predictions)
+//           and each expressible row's leave-one-out, leave-one-source-out and
+//           before-calibration predictions)
 //   --explain ID: that row's mapping and whole prediction, as JSON
 #include <algorithm>
 #include <cstdio>
@@ -34,6 +36,8 @@ struct FileResult {
   FileSummary summary;
   std::vector<RowResult> loo_rows;  // each usable row predicted by a fit that did not see it
   FileSummary loo_summary;
+  std::vector<RowResult> loso_rows;  // each row predicted by a fit that saw no row of this file
+  FileSummary loso_summary;
   std::vector<RowResult> datasheet_rows;  // each row on its cluster's datasheet values
   FileSummary datasheet_summary;
 };
@@ -87,6 +91,51 @@ void leave_one_out(std::vector<FileResult>* files) {
   for (FileResult& file : *files) file.loo_summary = summarize(file.name, file.loo_rows);
 }
 
+// The usable rows on cluster file `name` of every file but `skip`.
+std::vector<PreparedRow> rows_on(const std::vector<FileResult>& files, const std::string& name,
+                                 std::size_t skip) {
+  std::vector<PreparedRow> out;
+  for (std::size_t f = 0; f < files.size(); ++f) {
+    if (f == skip) continue;
+    for (const PreparedRow& row : files[f].prepared) {
+      if (fit::usable(row) && row.result.mapping->cluster_file == name) out.push_back(row);
+    }
+  }
+  return out;
+}
+
+// Leave-one-source-out: each file's rows predicted on its cluster fitted, from the datasheet
+// values, to the usable rows of the other files on that cluster (calibrate's fit, without its
+// leave-one-out), or on the datasheet values alone where no other file has rows there. The
+// shipped cluster files are fitted to every file, so they do not start the fit: this is how the
+// model does on a source that no calibration has seen.
+void leave_one_source_out(std::vector<FileResult>* files) {
+  fit::FitOptions options;
+  options.leave_one_out = false;
+  for (std::size_t f = 0; f < files->size(); ++f) {
+    FileResult& file = (*files)[f];
+    file.loso_rows = file.rows;
+    std::map<std::string, profiles::Cluster> fitted;
+    for (std::size_t r = 0; r < file.prepared.size(); ++r) {
+      const PreparedRow& row = file.prepared[r];
+      if (!row.result.mapping) continue;
+      const std::string& name = row.result.mapping->cluster_file;
+      if (!fitted.count(name)) {
+        profiles::Cluster start = profiles::datasheet_cluster(profiles::load_cluster(name));
+        const std::vector<PreparedRow> others = rows_on(*files, name, f);
+        if (!others.empty()) start = fit::calibrate(start, others, options).cluster;
+        fitted.emplace(name, std::move(start));
+      }
+      const RowFigures figures = predict_prepared(row, fitted.at(name));
+      RowResult& out = file.loso_rows[r];
+      out.predicted = figures.throughput;
+      out.predicted_memory_gib = figures.memory_gib;
+      out.predicted_fits = figures.fits;
+    }
+    file.loso_summary = summarize(file.name, file.loso_rows);
+  }
+}
+
 bool has_training_rows(const nlohmann::json& document) {
   if (!document.is_object()) return false;
   auto rows = document.find("rows");
@@ -126,8 +175,9 @@ std::optional<double> again_pct(const RowResult& row, const std::vector<RowResul
 
 void print_rows(const FileResult& f) {
   std::printf("\n== %s (%zu rows)\n", f.name.c_str(), f.rows.size());
-  std::printf("%-50s %-9s %10s %10s %7s %7s %7s %8s %8s %7s  %s\n", "id", "unit", "measured",
-              "predicted", "err %", "LOO %", "sheet %", "mem GiB", "pred GiB", "err %", "note");
+  std::printf("%-50s %-9s %10s %10s %7s %7s %7s %7s %8s %8s %7s  %s\n", "id", "unit", "measured",
+              "predicted", "err %", "LOO %", "LOSO %", "sheet %", "mem GiB", "pred GiB", "err %",
+              "note");
   for (std::size_t i = 0; i < f.rows.size(); ++i) {
     const RowResult& r = f.rows[i];
     if (r.not_expressible) continue;
@@ -143,9 +193,9 @@ void print_rows(const FileResult& f) {
     }
     char memory[32] = "-";
     if (r.measured_memory_gib) std::snprintf(memory, sizeof memory, "%.1f", *r.measured_memory_gib);
-    std::printf("%-50s %-9s %10s %10s %7s %7s %7s %8s %8.1f %7s  %s\n", r.id.c_str(),
+    std::printf("%-50s %-9s %10s %10s %7s %7s %7s %7s %8s %8.1f %7s  %s\n", r.id.c_str(),
                 unit_text(r.unit), measured, predicted, pct(r.throughput_error_pct()).c_str(),
-                pct(again_pct(r, f.loo_rows, i)).c_str(),
+                pct(again_pct(r, f.loo_rows, i)).c_str(), pct(again_pct(r, f.loso_rows, i)).c_str(),
                 pct(again_pct(r, f.datasheet_rows, i)).c_str(), memory, r.predicted_memory_gib,
                 pct(r.memory_error_pct()).c_str(), note.c_str());
   }
@@ -200,6 +250,9 @@ void print_summary(const std::vector<FileResult>& files) {
   }
   print_short(files, &FileResult::loo_summary,
               "leave-one-out (each row predicted by a fit of its cluster's other rows)");
+  print_short(files, &FileResult::loso_summary,
+              "leave-one-source-out (each file predicted by a fit, from the datasheet values, of "
+              "its cluster's rows in the other files; the datasheet alone where there are none)");
   print_short(files, &FileResult::datasheet_summary,
               "before calibration (each row on its cluster's datasheet values)");
   std::fputs(
@@ -208,7 +261,7 @@ void print_summary(const std::vector<FileResult>& files) {
       "but are predicted not to fit; |err|: median |error|; same job: pairs of rows of one model, "
       "sequence length, GPU and GPU count; doubtful rows are shown above but left "
       "out of these figures; per row, err %: calibrated, LOO %: leave-one-out, sheet %: before "
-      "calibration)\n",
+      "calibration, LOSO %: leave-one-source-out)\n",
       stdout);
 }
 
@@ -239,6 +292,7 @@ int run(const std::string& dir, bool json, const std::string& explain) {
   if (files.empty()) throw InputError(dir, "", "expected JSON files with training rows");
   if (explain.empty()) {
     leave_one_out(&files);
+    leave_one_source_out(&files);
     on_datasheets(&files);
   }
   if (!explain.empty()) {
@@ -255,12 +309,14 @@ int run(const std::string& dir, bool json, const std::string& explain) {
     for (const FileResult& f : files) {
       nlohmann::json summary = summary_to_json(f.summary);
       summary["leave_one_out"] = summary_to_json(f.loo_summary);
+      summary["leave_one_source_out"] = summary_to_json(f.loso_summary);
       summary["datasheet"] = summary_to_json(f.datasheet_summary);
       doc["files"].push_back(summary);
       for (std::size_t r = 0; r < f.rows.size(); ++r) {
         nlohmann::json row = row_to_json(f.rows[r], true);
         if (!f.rows[r].not_expressible) {
           row["leave_one_out_predicted"] = f.loo_rows[r].predicted;
+          row["leave_one_source_out_predicted"] = f.loso_rows[r].predicted;
           row["before_calibration_predicted"] = f.datasheet_rows[r].predicted;
           row["before_calibration_memory_gib"] = f.datasheet_rows[r].predicted_memory_gib;
         }

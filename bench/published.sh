@@ -9,8 +9,11 @@
 # prediction orders as measured; then the same figures leave-one-out: the usable rows of each
 # cluster (all files together) fitted as `loom calibrate` fits them, each row predicted by the
 # fit of the others (planner/fit.hpp), which is the error to expect on runs the calibration has
-# not seen; and last the same figures before calibration: each row on its cluster file's datasheet
-# values (the calibration's starting point), the model as it stands alone.
+# not seen; then leave-one-source-out: each file predicted on its clusters fitted, from their
+# datasheet values, to the other files' rows only (the datasheet alone where no other file has
+# rows on that cluster), which is the error to expect on a source no calibration has seen; and
+# last the same figures before calibration: each row on its cluster file's datasheet values (the
+# calibration's starting point), the model as it stands alone.
 #
 # Usage: bench/published.sh [DIR] [--json] [--explain ID]
 #        BUILD=build-foo bench/published.sh
