@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <functional>
 #include <iostream>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -42,25 +43,34 @@ struct FileResult {
   FileSummary datasheet_summary;
 };
 
+// `file`'s expressible rows predicted again, each on the cluster `cluster_of` gives for its
+// cluster file's name, into `out` (a copy of file.rows with the predictions replaced).
+void predict_again(const FileResult& file,
+                   const std::function<const profiles::Cluster&(const std::string&)>& cluster_of,
+                   std::vector<RowResult>* out) {
+  *out = file.rows;
+  for (std::size_t r = 0; r < file.prepared.size(); ++r) {
+    const PreparedRow& row = file.prepared[r];
+    if (!row.result.mapping) continue;
+    const RowFigures figures = predict_prepared(row, cluster_of(row.result.mapping->cluster_file));
+    (*out)[r].predicted = figures.throughput;
+    (*out)[r].predicted_memory_gib = figures.memory_gib;
+    (*out)[r].predicted_fits = figures.fits;
+  }
+}
+
 // Before calibration: every expressible row predicted on its cluster file's datasheet values
 // (the calibration's starting point, profiles::datasheet_cluster), as the model stands alone.
 void on_datasheets(std::vector<FileResult>* files) {
   std::map<std::string, profiles::Cluster> datasheets;
-  for (FileResult& file : *files) {
-    file.datasheet_rows = file.rows;
-    for (std::size_t r = 0; r < file.prepared.size(); ++r) {
-      const PreparedRow& row = file.prepared[r];
-      if (!row.result.mapping) continue;
-      const std::string& name = row.result.mapping->cluster_file;
-      if (!datasheets.count(name)) {
-        datasheets.emplace(name, profiles::datasheet_cluster(profiles::load_cluster(name)));
-      }
-      const RowFigures figures = predict_prepared(row, datasheets.at(name));
-      RowResult& out = file.datasheet_rows[r];
-      out.predicted = figures.throughput;
-      out.predicted_memory_gib = figures.memory_gib;
-      out.predicted_fits = figures.fits;
+  auto datasheet = [&](const std::string& name) -> const profiles::Cluster& {
+    if (!datasheets.count(name)) {
+      datasheets.emplace(name, profiles::datasheet_cluster(profiles::load_cluster(name)));
     }
+    return datasheets.at(name);
+  };
+  for (FileResult& file : *files) {
+    predict_again(file, datasheet, &file.datasheet_rows);
     file.datasheet_summary = summarize(file.name, file.datasheet_rows);
   }
 }
@@ -113,25 +123,18 @@ void leave_one_source_out(std::vector<FileResult>* files) {
   fit::FitOptions options;
   options.leave_one_out = false;
   for (std::size_t f = 0; f < files->size(); ++f) {
-    FileResult& file = (*files)[f];
-    file.loso_rows = file.rows;
     std::map<std::string, profiles::Cluster> fitted;
-    for (std::size_t r = 0; r < file.prepared.size(); ++r) {
-      const PreparedRow& row = file.prepared[r];
-      if (!row.result.mapping) continue;
-      const std::string& name = row.result.mapping->cluster_file;
+    auto fitted_without = [&](const std::string& name) -> const profiles::Cluster& {
       if (!fitted.count(name)) {
         profiles::Cluster start = profiles::datasheet_cluster(profiles::load_cluster(name));
         const std::vector<PreparedRow> others = rows_on(*files, name, f);
         if (!others.empty()) start = fit::calibrate(start, others, options).cluster;
         fitted.emplace(name, std::move(start));
       }
-      const RowFigures figures = predict_prepared(row, fitted.at(name));
-      RowResult& out = file.loso_rows[r];
-      out.predicted = figures.throughput;
-      out.predicted_memory_gib = figures.memory_gib;
-      out.predicted_fits = figures.fits;
-    }
+      return fitted.at(name);
+    };
+    FileResult& file = (*files)[f];
+    predict_again(file, fitted_without, &file.loso_rows);
     file.loso_summary = summarize(file.name, file.loso_rows);
   }
 }
