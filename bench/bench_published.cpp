@@ -1,8 +1,8 @@
 // Predicts every published training row of a folder (default bench/published) with the analytical
 // cost model and compares the predictions with the measured throughput and memory: per row, then
 // per file the median |error| and the share of pairs ordered as measured, in sample (the shipped,
-// calibrated clusters), leave-one-out, leave-one-source-out and before calibration (the clusters'
-// datasheet values).
+// clusters with the shipped calibration of each row's runtime), leave-one-out, leave-one-source-out
+// and on the hardware alone (the cluster files' values, no calibration).
 // Rows Loom cannot express are listed with the reason. Files without training rows (GEMM,
 // collectives) are named and skipped. Usage: bench_published [DIR] [--json] [--explain ID]
 //   --json: one document (per file summaries, per row outcomes with their mapping and prediction,
@@ -43,8 +43,15 @@ struct FileResult {
   FileSummary datasheet_summary;
 };
 
+// What a calibration is fitted per: the cluster file a row was mapped on and the row's runtime.
+std::string group_of(const PreparedRow& row) {
+  const RowMapping& m = *row.result.mapping;
+  return m.cluster_file + "|" + costmodel::to_string(m.job.runtime);
+}
+std::string cluster_of_group(const std::string& group) { return group.substr(0, group.find('|')); }
+
 // `file`'s expressible rows predicted again, each on the cluster `cluster_of` gives for its
-// cluster file's name, into `out` (a copy of file.rows with the predictions replaced).
+// calibration group (group_of), into `out` (a copy of file.rows with the predictions replaced).
 void predict_again(const FileResult& file,
                    const std::function<const profiles::Cluster&(const std::string&)>& cluster_of,
                    std::vector<RowResult>* out) {
@@ -52,22 +59,25 @@ void predict_again(const FileResult& file,
   for (std::size_t r = 0; r < file.prepared.size(); ++r) {
     const PreparedRow& row = file.prepared[r];
     if (!row.result.mapping) continue;
-    const RowFigures figures = predict_prepared(row, cluster_of(row.result.mapping->cluster_file));
+    const RowFigures figures = predict_prepared(row, cluster_of(group_of(row)));
     (*out)[r].predicted = figures.throughput;
     (*out)[r].predicted_memory_gib = figures.memory_gib;
     (*out)[r].predicted_fits = figures.fits;
   }
 }
 
-// Before calibration: every expressible row predicted on its cluster file's datasheet values
-// (the calibration's starting point, profiles::datasheet_cluster), as the model stands alone.
+// The hardware values of the cluster file of calibration group `group`.
+profiles::Cluster hardware_of(const std::string& group) {
+  return profiles::datasheet_cluster(profiles::load_cluster(cluster_of_group(group)));
+}
+
+// Hardware alone: every expressible row predicted on its cluster file's values (the hardware,
+// where every calibration starts), as the model stands without any runtime calibration.
 void on_datasheets(std::vector<FileResult>* files) {
   std::map<std::string, profiles::Cluster> datasheets;
-  auto datasheet = [&](const std::string& name) -> const profiles::Cluster& {
-    if (!datasheets.count(name)) {
-      datasheets.emplace(name, profiles::datasheet_cluster(profiles::load_cluster(name)));
-    }
-    return datasheets.at(name);
+  auto datasheet = [&](const std::string& group) -> const profiles::Cluster& {
+    if (!datasheets.count(group)) datasheets.emplace(group, hardware_of(group));
+    return datasheets.at(group);
   };
   for (FileResult& file : *files) {
     predict_again(file, datasheet, &file.datasheet_rows);
@@ -75,8 +85,9 @@ void on_datasheets(std::vector<FileResult>* files) {
   }
 }
 
-// Leave-one-out over every file: the usable rows of each cluster (all files together) fitted
-// with loom calibrate's fit, each row's prediction taken from the fit without it.
+// Leave-one-out over every file: the usable rows of each cluster and runtime (all files
+// together) fitted from the hardware values with loom calibrate's fit, as the shipped runtime
+// calibrations are, each row's prediction taken from the fit without it.
 void leave_one_out(std::vector<FileResult>* files) {
   std::map<std::string, std::vector<std::pair<std::size_t, std::size_t>>> by_cluster;
   for (std::size_t f = 0; f < files->size(); ++f) {
@@ -84,14 +95,14 @@ void leave_one_out(std::vector<FileResult>* files) {
     file.loo_rows = file.rows;
     for (std::size_t r = 0; r < file.prepared.size(); ++r) {
       if (fit::usable(file.prepared[r])) {
-        by_cluster[file.prepared[r].result.mapping->cluster_file].emplace_back(f, r);
+        by_cluster[group_of(file.prepared[r])].emplace_back(f, r);
       }
     }
   }
   for (const auto& [name, members] : by_cluster) {
     std::vector<PreparedRow> rows;
     for (const auto& [f, r] : members) rows.push_back((*files)[f].prepared[r]);
-    const fit::FitResult result = fit::calibrate(profiles::load_cluster(name), rows);
+    const fit::FitResult result = fit::calibrate(hardware_of(name), rows);
     for (std::size_t i = 0; i < members.size(); ++i) {
       RowResult& out = (*files)[members[i].first].loo_rows[members[i].second];
       out.predicted = result.rows[i].loo_predicted;
@@ -101,37 +112,37 @@ void leave_one_out(std::vector<FileResult>* files) {
   for (FileResult& file : *files) file.loo_summary = summarize(file.name, file.loo_rows);
 }
 
-// The usable rows on cluster file `name` of every file but `skip`.
-std::vector<PreparedRow> rows_on(const std::vector<FileResult>& files, const std::string& name,
+// The usable rows of calibration group `group` of every file but `skip`.
+std::vector<PreparedRow> rows_on(const std::vector<FileResult>& files, const std::string& group,
                                  std::size_t skip) {
   std::vector<PreparedRow> out;
   for (std::size_t f = 0; f < files.size(); ++f) {
     if (f == skip) continue;
     for (const PreparedRow& row : files[f].prepared) {
-      if (fit::usable(row) && row.result.mapping->cluster_file == name) out.push_back(row);
+      if (fit::usable(row) && group_of(row) == group) out.push_back(row);
     }
   }
   return out;
 }
 
-// Leave-one-source-out: each file's rows predicted on its cluster fitted, from the datasheet
-// values, to the usable rows of the other files on that cluster (calibrate's fit, without its
-// leave-one-out), or on the datasheet values alone where no other file has rows there. The
-// shipped cluster files are fitted to every file, so they do not start the fit: this is how the
-// model does on a source that no calibration has seen.
+// Leave-one-source-out: each file's rows predicted on its cluster with a runtime calibration
+// fitted, from the hardware values, to the usable rows of the same runtime on that cluster in the
+// other files (calibrate's fit, without its leave-one-out), or on the hardware values alone where
+// no other file has such rows. The shipped calibrations are fitted to every file, so they do not
+// start the fit: this is how the model does on a source that no calibration has seen.
 void leave_one_source_out(std::vector<FileResult>* files) {
   fit::FitOptions options;
   options.leave_one_out = false;
   for (std::size_t f = 0; f < files->size(); ++f) {
     std::map<std::string, profiles::Cluster> fitted;
-    auto fitted_without = [&](const std::string& name) -> const profiles::Cluster& {
-      if (!fitted.count(name)) {
-        profiles::Cluster start = profiles::datasheet_cluster(profiles::load_cluster(name));
-        const std::vector<PreparedRow> others = rows_on(*files, name, f);
+    auto fitted_without = [&](const std::string& group) -> const profiles::Cluster& {
+      if (!fitted.count(group)) {
+        profiles::Cluster start = hardware_of(group);
+        const std::vector<PreparedRow> others = rows_on(*files, group, f);
         if (!others.empty()) start = fit::calibrate(start, others, options).cluster;
-        fitted.emplace(name, std::move(start));
+        fitted.emplace(group, std::move(start));
       }
-      return fitted.at(name);
+      return fitted.at(group);
     };
     FileResult& file = (*files)[f];
     predict_again(file, fitted_without, &file.loso_rows);
@@ -254,10 +265,11 @@ void print_summary(const std::vector<FileResult>& files) {
   print_short(files, &FileResult::loo_summary,
               "leave-one-out (each row predicted by a fit of its cluster's other rows)");
   print_short(files, &FileResult::loso_summary,
-              "leave-one-source-out (each file predicted by a fit, from the datasheet values, of "
-              "its cluster's rows in the other files; the datasheet alone where there are none)");
+              "leave-one-source-out (each file predicted by a calibration, fitted from the hardware "
+              "values, of its runtime's rows on its cluster in the other files; the hardware "
+              "alone where there are none)");
   print_short(files, &FileResult::datasheet_summary,
-              "before calibration (each row on its cluster's datasheet values)");
+              "hardware alone (each row on its cluster file's values, no calibration)");
   std::fputs(
       "(pred: rows predicted against a measured throughput; n/e: not expressible; oom(agr): rows "
       "published as out of memory (those the model also says do not fit); ran>mem: rows that ran "

@@ -3,17 +3,17 @@
 # DIR (default bench/published, whose README says where each file comes from) mapped to Loom's
 # model, cluster, job and strategy as published, predicted with the analytical estimate, and
 # compared with what was measured. Prints one line per row (throughput in the row's own unit with
-# its error calibrated, leave-one-out and before calibration, and, where published, memory with
-# its error), the rows Loom cannot express with the reason,
-# and per file the median |error| and the share of pairs (measured more than 5 % apart) that the
-# prediction orders as measured; then the same figures leave-one-out: the usable rows of each
-# cluster (all files together) fitted as `loom calibrate` fits them, each row predicted by the
-# fit of the others (planner/fit.hpp), which is the error to expect on runs the calibration has
-# not seen; then leave-one-source-out: each file predicted on its clusters fitted, from their
-# datasheet values, to the other files' rows only (the datasheet alone where no other file has
-# rows on that cluster), which is the error to expect on a source no calibration has seen; and
-# last the same figures before calibration: each row on its cluster file's datasheet values (the
-# calibration's starting point), the model as it stands alone.
+# its error calibrated, leave-one-out and on the hardware alone, and, where published, memory
+# with its error), the rows Loom cannot express with the reason, and per file the median |error|
+# and the share of pairs (measured more than 5 % apart) that the prediction orders as measured:
+# first with the shipped calibration of each row's runtime (profiles/calibrations); then
+# leave-one-out: the usable rows of each cluster and runtime (all files together) fitted from the
+# hardware values as `loom calibrate --runtime` fits them, each row predicted by the fit of the
+# others (planner/fit.hpp), the error to expect on runs the calibration has not seen; then
+# leave-one-source-out: each file predicted with a calibration of its runtime fitted to the other
+# files' rows only (the hardware alone where no other file has rows of that runtime on that
+# cluster), the error to expect on a source no calibration has seen; and last on the hardware
+# alone: each row on its cluster file's values, the model with no calibration at all.
 #
 # Usage: bench/published.sh [DIR] [--json] [--explain ID]
 #        BUILD=build-foo bench/published.sh

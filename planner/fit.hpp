@@ -13,7 +13,8 @@
 // Each has a datasheet value: the `start` of the cluster's calibration record when it has one,
 // else the cluster's value (or the default the cost model uses without one). The fit starts
 // there, so calibrating a calibrated file again gives the same result; it holds each parameter
-// in a box (fractions in (0, 1], ceilings up to the peak or the link's rate), works in
+// in its box (costmodel/cluster_parameters.hpp: a hardware parameter within its stated range
+// around the datasheet value, a software one within its definition's bounds), works in
 // log(value + offset), and adds a weak prior towards the datasheet value. A parameter no row's
 // prediction depends on is "not informed" and keeps the cluster's value.
 //
@@ -33,6 +34,7 @@
 
 #include "planner/published_rows.hpp"
 #include "profiles/cluster.hpp"
+#include "profiles/runtime_calibration.hpp"
 
 namespace loom::fit {
 
@@ -43,6 +45,7 @@ struct ParameterSpec {
   double lower = 0;   // box
   double upper = 0;
   double offset = 0;  // fitted as log(value + offset): > 0 where 0 is a valid value
+  bool hardware = false;  // a hardware parameter: its box is the stated range around the datasheet
 };
 
 // The free parameters of `cluster` (the list in the header comment, those it has).
@@ -136,6 +139,14 @@ FitResult calibrate(const profiles::Cluster& cluster,
 // `cluster` with the calibration record of `fit` (rows, files, date, errors, parameters).
 profiles::Cluster with_record(const FitResult& fit, const std::vector<std::string>& files,
                               const std::string& date);
+
+// The fit as a runtime calibration (loom-calibration/1) named `name` of `runtime` on the fitted
+// cluster's device: every informed or fixed parameter's value, and the record with_record writes.
+profiles::RuntimeCalibration runtime_calibration(const FitResult& fit,
+                                                 const std::vector<std::string>& files,
+                                                 const std::string& date, const std::string& name,
+                                                 const std::string& runtime,
+                                                 const std::string& stack);
 
 // `target` (another cluster of the same GPU die) with the device parameters of `fit`, each as
 // the ratio fitted / start times the target's own value, and a record naming `from`.

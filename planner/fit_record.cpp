@@ -64,6 +64,23 @@ profiles::Cluster with_record(const FitResult& fit, const std::vector<std::strin
   return out;
 }
 
+profiles::RuntimeCalibration runtime_calibration(const FitResult& fit,
+                                                 const std::vector<std::string>& files,
+                                                 const std::string& date, const std::string& name,
+                                                 const std::string& runtime,
+                                                 const std::string& stack) {
+  profiles::RuntimeCalibration out;
+  out.name = name;
+  out.runtime = runtime;
+  out.device = fit.cluster.device.name;
+  out.stack = stack;
+  out.record = with_record(fit, files, date).calibration;
+  for (const profiles::CalibratedParameter& p : out.record->parameters) {
+    if (p.informed) out.parameters.emplace_back(p.name, p.value);
+  }
+  return out;
+}
+
 profiles::Cluster transfer_device_parameters(const FitResult& fit, const profiles::Cluster& target,
                                              const std::string& from,
                                              const std::vector<std::string>& files,

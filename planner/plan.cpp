@@ -70,6 +70,7 @@ nlohmann::json plan_to_json(const Plan& plan) {
   j["predicted"] = costmodel::prediction_to_json(plan.predicted);
   j["why"] = plan.why;
   j["cost_model"] = costmodel::cost_options_to_json(plan.cost_options);
+  if (!plan.calibration.empty()) j["calibration"] = plan.calibration;
   if (plan.profile) {
     j["profile"] = profiles::profile_to_json(*plan.profile);
     j["extrapolated"] = extrapolated_to_json(plan);
@@ -284,6 +285,7 @@ Plan plan_from_json(const nlohmann::json& value, const std::string& source) {
   }
   if (r.has("tuned")) r.object("tuned");  // loom tune's record (planner/tune.hpp); not run
   if (r.has("cost_model")) plan.cost_options = cost_options_from_json(r.object("cost_model"));
+  plan.calibration = r.optional_string("calibration").value_or("");
   if (r.has("profile")) {
     r.object("profile");
     plan.profile = nested(source, "$.profile", [&] {

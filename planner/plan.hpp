@@ -36,6 +36,10 @@ struct Plan {
   costmodel::Prediction predicted;
   std::vector<std::string> why;
   costmodel::CostOptions cost_options;  // provenance: the cost-model settings used
+  // The runtime calibration the cluster's values carry (planner/calibration_choice.hpp): its
+  // name, "" for the hardware values alone. JSON "calibration" (an extension of loom-plan/1;
+  // absent: "").
+  std::string calibration;
   // The measurements the prediction used (`loom plan --profile`), written as "profile" (an
   // extension of loom-plan/1); the cluster then already carries the fitted links.
   std::shared_ptr<const profiles::Profile> profile;

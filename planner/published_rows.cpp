@@ -8,6 +8,7 @@
 #include <string>
 
 #include "costmodel/layers.hpp"
+#include "planner/calibration_choice.hpp"
 #include "profiles/errors.hpp"
 #include "profiles/loader.hpp"
 
@@ -114,6 +115,8 @@ constexpr GpuEntry kGpus[] = {
 
 constexpr double kGib = 1024.0 * 1024.0 * 1024.0;
 
+costmodel::Runtime row_runtime(const Fields& row, std::vector<std::string>* assumptions);
+
 // The GPU's cluster (`given`, else the shipped file for the GPU) sized as the row ran: its GPU
 // count, GPUs per node and inter-node rate.
 std::variant<profiles::Cluster, std::string> row_cluster(const Fields& row, const std::string& file,
@@ -132,7 +135,14 @@ std::variant<profiles::Cluster, std::string> row_cluster(const Fields& row, cons
   }
   if (entry && entry->assumption) out->assumptions.push_back(entry->assumption);
   out->cluster_file = given ? given->name : entry->cluster;
-  const profiles::Cluster base = given ? *given : profiles::load_cluster(entry->cluster);
+  // A shipped cluster gets the shipped calibration of the row's runtime on its device, as a plan
+  // would (planner/calibration_choice.hpp); a given cluster is used as it is.
+  std::vector<std::string> unused;
+  const profiles::Cluster base =
+      given ? *given
+            : planner::with_calibration(profiles::load_cluster(entry->cluster),
+                                        row_runtime(row, &unused), std::nullopt)
+                  .cluster;
   ClusterSizing& sizing = out->sizing;
   if (entry && entry->memory_gib > 0) sizing.memory_gib = entry->memory_gib;
   if (auto n = row.integer("gpus", 1)) {

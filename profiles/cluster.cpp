@@ -221,8 +221,9 @@ Cluster datasheet_cluster(const Cluster& cluster) {
   return c;
 }
 
-CalibrationRecord calibration_from_json(const nlohmann::json& value, const std::string& source) {
-  ObjectReader r(value, source, "$.calibration");
+CalibrationRecord calibration_from_json(const nlohmann::json& value, const std::string& source,
+                                        const std::string& path) {
+  ObjectReader r(value, source, path);
   CalibrationRecord c;
   c.rows = r.integer("rows", 0);
   const nlohmann::json& files = r.array("files");

@@ -141,8 +141,10 @@ struct CalibrationRecord {
   bool operator==(const CalibrationRecord&) const = default;
 };
 nlohmann::json calibration_to_json(const CalibrationRecord& record);
-// Reads a "calibration" object; InputError naming `source` and the field otherwise.
-CalibrationRecord calibration_from_json(const nlohmann::json& value, const std::string& source);
+// Reads a "calibration" object (at JSON `path`); InputError naming `source` and the field
+// otherwise.
+CalibrationRecord calibration_from_json(const nlohmann::json& value, const std::string& source,
+                                        const std::string& path = "$.calibration");
 
 struct Cluster {
   std::string name;

@@ -49,6 +49,7 @@ bool looks_like_path(const std::string& s) {
 
 std::vector<std::string> builtin_model_names() { return names_of(builtin_models()); }
 std::vector<std::string> builtin_cluster_names() { return names_of(builtin_clusters()); }
+std::vector<std::string> builtin_calibration_names() { return names_of(builtin_calibrations()); }
 
 std::string read_text_file(const std::string& path) {
   std::error_code ec;
@@ -114,6 +115,21 @@ Cluster load_cluster(const std::string& name_or_path) {
     throw InputError(r.source, e.path(), e.expectation());
   }
   return cluster;
+}
+
+RuntimeCalibration load_calibration(const std::string& name_or_path, const std::string& flag) {
+  Resolved r = resolve(name_or_path, builtin_calibrations(), "calibration", flag.c_str());
+  return runtime_calibration_from_json(parse_json_text(r.text, r.source), r.source);
+}
+
+std::optional<RuntimeCalibration> shipped_calibration(const std::string& runtime,
+                                                      const std::string& device) {
+  for (const BuiltinFile& f : builtin_calibrations()) {
+    RuntimeCalibration c = runtime_calibration_from_json(
+        parse_json_text(std::string(f.json), std::string(f.name)), std::string(f.name));
+    if (c.runtime == runtime && c.device == device) return c;
+  }
+  return std::nullopt;
 }
 
 void replace_folder(const std::filesystem::path& tmp, const std::filesystem::path& target) {

@@ -5,11 +5,13 @@
 #pragma once
 
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "profiles/cluster.hpp"
 #include "profiles/model_spec.hpp"
+#include "profiles/runtime_calibration.hpp"
 
 namespace loom::profiles {
 
@@ -22,6 +24,15 @@ std::vector<std::string> builtin_cluster_names();
 ModelSpec load_model(const std::string& name_or_path);
 // `name_or_path`: a built-in name or a loom-cluster JSON file.
 Cluster load_cluster(const std::string& name_or_path);
+
+std::vector<std::string> builtin_calibration_names();
+// `name_or_path`: a shipped calibration's name (profiles/calibrations) or a loom-calibration JSON
+// file; `flag` names the option it came from in errors.
+RuntimeCalibration load_calibration(const std::string& name_or_path,
+                                    const std::string& flag = "--calibration");
+// The shipped calibration of `runtime` on device model `device` (DeviceSpec::name), if any.
+std::optional<RuntimeCalibration> shipped_calibration(const std::string& runtime,
+                                                      const std::string& device);
 
 // Whole file as text; InputError naming the path when it cannot be read.
 std::string read_text_file(const std::string& path);

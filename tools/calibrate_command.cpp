@@ -1,5 +1,5 @@
-// loom calibrate: fits a cluster's free parameters to measured runs and writes the calibrated
-// cluster (docs/calibrate.md).
+// loom calibrate: fits a cluster's free parameters to measured runs and writes a runtime
+// calibration (--runtime) or the calibrated cluster (docs/calibrate.md).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "costmodel/runtime.hpp"
 #include "planner/fit.hpp"
 #include "profiles/errors.hpp"
 #include "profiles/loader.hpp"
@@ -27,6 +28,9 @@ struct CalibrateArgs {
   std::string date;
   std::vector<std::string> apply_to;
   std::vector<std::string> fix;
+  std::string runtime;  // set: fit that runtime's rows only and write a loom-calibration file
+  std::string name;     // the calibration's name (default RUNTIME-CLUSTER)
+  std::string stack;    // words: the software stack the rows ran
 };
 
 std::string today() {
@@ -108,6 +112,42 @@ void write_cluster(const std::string& path, const profiles::Cluster& cluster) {
   profiles::write_file_atomically(path, out.dump(2) + "\n");
 }
 
+// The calibration's JSON with the keys in reading order (the record last).
+void write_calibration(const std::string& path, const profiles::RuntimeCalibration& calibration) {
+  const nlohmann::json j = profiles::runtime_calibration_to_json(calibration);
+  nlohmann::ordered_json out;
+  for (const char* key :
+       {"format", "name", "runtime", "device", "stack", "parameters", "record"}) {
+    if (j.contains(key)) out[key] = j.at(key);
+  }
+  profiles::write_file_atomically(path, out.dump(2) + "\n");
+}
+
+// Keeps the rows of `runtime` (the others become skipped rows, with that reason) and the names
+// of the files that still have rows.
+void keep_runtime(const std::string& runtime, fit::Runs* runs) {
+  std::vector<published::PreparedRow> kept;
+  std::vector<std::string> files;
+  for (published::PreparedRow& row : runs->rows) {
+    const std::string of = costmodel::to_string(row.result.mapping->job.runtime);
+    if (of == runtime) {
+      if (std::find(files.begin(), files.end(), row.result.file) == files.end()) {
+        files.push_back(row.result.file);
+      }
+      kept.push_back(std::move(row));
+    } else {
+      runs->skipped.push_back({row.result.file + " " + row.result.id, "runtime " + of +
+                                                                          ", not " + runtime});
+    }
+  }
+  runs->rows = std::move(kept);
+  std::vector<std::string> used;
+  for (const std::string& f : runs->files) {
+    if (std::find(files.begin(), files.end(), f) != files.end()) used.push_back(f);
+  }
+  runs->files = used;
+}
+
 int run_calibrate(const CalibrateArgs& a) {
   const std::string date = a.date.empty() ? today() : a.date;
   if (!is_date(date)) throw InputError("--date", "", "expected YYYY-MM-DD, found " + a.date);
@@ -131,7 +171,8 @@ int run_calibrate(const CalibrateArgs& a) {
   // Rows are mapped on the datasheet values, as on the first calibration of the file.
   // Rows are prepared on the datasheet values, so that calibrating a calibrated file again maps
   // them the same way.
-  const fit::Runs runs = fit::read_runs(a.runs, profiles::datasheet_cluster(cluster));
+  fit::Runs runs = fit::read_runs(a.runs, profiles::datasheet_cluster(cluster));
+  if (!a.runtime.empty()) keep_runtime(a.runtime, &runs);
   std::cout << "calibrating " << cluster.name << " (" << cluster.device.name << ") on "
             << runs.rows.size() << " usable rows of " << a.runs.size() << " file"
             << (a.runs.size() == 1 ? "" : "s") << "\n";
@@ -160,6 +201,14 @@ int run_calibrate(const CalibrateArgs& a) {
   const fit::FitResult result = fit::calibrate(cluster, runs.rows, options);
   std::cout << "\n";
   print_fit(result, throughput_rows, memory_rows);
+  if (!a.runtime.empty()) {
+    const std::string name = a.name.empty() ? a.runtime + "-" + cluster.name : a.name;
+    write_calibration(a.output, fit::runtime_calibration(result, runs.files, date, name, a.runtime,
+                                                         a.stack));
+    std::cout << "\nwrote " << a.output << " (calibration " << name << " of runtime " << a.runtime
+              << " on " << cluster.device.name << ")\n";
+    return 0;
+  }
   write_cluster(a.output, fit::with_record(result, runs.files, date));
   std::cout << "\nwrote " << a.output << "\n";
   for (std::size_t i = 0; i < targets.size(); ++i) {
@@ -192,6 +241,13 @@ Runner add_calibrate_command(CLI::App& app) {
                   "parameter kept at the cluster's value instead of fitted, as the table names it "
                   "(repeatable)")
       ->allow_extra_args(false);
+  cmd->add_option("--runtime", args->runtime,
+                  "fit the rows of this runtime only and write a runtime calibration "
+                  "(loom-calibration/1) instead of a cluster")
+      ->check(CLI::IsMember(costmodel::runtime_names()));
+  cmd->add_option("--name", args->name, "the calibration's name (default RUNTIME-CLUSTER)");
+  cmd->add_option("--stack", args->stack,
+                  "words for the software stack the rows ran (written into the calibration)");
   return [args]() { return run_calibrate(*args); };
 }
 

@@ -45,7 +45,7 @@ inline constexpr std::array<CommandInfo, 13> kCommands{{
      true},
     {"validate", "Run a plan for N steps here; print predicted vs measured step time and memory",
      false},
-    {"calibrate", "Fit a cluster's parameters to measured runs; write the calibrated cluster",
+    {"calibrate", "Fit a runtime calibration (or a cluster's parameters) to measured runs",
      false},
     {"logits", "A classifier's logits for given token ids, from a Hugging Face checkpoint", true},
     {"export", "Write a Hugging Face model folder from a checkpoint of loom train", true},

@@ -19,6 +19,7 @@ struct PlanArgs {
   std::int64_t global_batch = 0;
   std::int64_t seq_len = 0;
   std::optional<std::int64_t> nodes, gpus;
+  std::optional<std::string> calibration;  // --calibration: name, file or "none"
   std::optional<std::string> precision;
   std::optional<std::int64_t> num_labels;
   std::vector<std::string> profile;

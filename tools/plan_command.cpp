@@ -11,6 +11,7 @@
 
 #include "costmodel/estimate.hpp"
 #include "costmodel/runtime.hpp"
+#include "planner/calibration_choice.hpp"
 #include "costmodel/simulator.hpp"
 #include "planner/coverage.hpp"
 #include "planner/emit.hpp"
@@ -136,6 +137,7 @@ void print_header(std::ostream& out, const planner::Plan& plan, const PlanTextOp
                                           profiles::to_string(*plan.job.reduce_precision)
                                     : "")
       << "\n"
+      << "calibration " << planner::calibration_text(plan.calibration) << "\n"
       << "strategy " << strategy_text(plan.strategy) << "\n\n";
 }
 
@@ -435,14 +437,20 @@ PlanSearch search_plans(const PlanArgs& a) {
         planner::read_profiles(a.profile, model, job.precision));
   }
   std::vector<std::string> notes;
-  const costmodel::CostModel cost = planner::calibrated_cost_model(model, cluster, profile, &notes);
+  const planner::CalibratedCluster calibrated =
+      planner::with_calibration(cluster, job.runtime, a.calibration);
+  const costmodel::CostModel cost =
+      planner::calibrated_cost_model(model, calibrated.cluster, profile, &notes);
   planner::SearchResult& result = out.result;
   result = planner::search(cost, job, options);
   if (!result.plans.empty()) {
     for (const std::string& note : notes) result.plans[0].why.push_back("profile: " + note);
   }
   // The points the profile did not measure, recorded in each plan (docs/plan.md).
-  for (planner::Plan& p : result.plans) p.extrapolated = planner::extrapolated_points(p);
+  for (planner::Plan& p : result.plans) {
+    p.extrapolated = planner::extrapolated_points(p);
+    p.calibration = calibrated.calibration;
+  }
   out.elapsed_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (result.plans.empty()) {
     throw InputError(a.model + " on " + a.cluster, "", result.infeasible_reason);
@@ -522,6 +530,9 @@ void add_plan_options(CLI::App* cmd, PlanArgs* args) {
          "the linear layers' products in fp8 as TransformerEngine runs them, all else bf16 "
          "(runtimes megatron and fsdp)")
       ->check(CLI::IsMember({"bf16", "fp16", "tf32", "fp32", "fp8"}));
+  cmd->add_option("--calibration", args->calibration,
+                  "runtime calibration: a shipped name, a loom-calibration JSON, or none (the "
+                  "hardware values alone); default: the shipped one of the runtime and device");
   cmd->add_option("--profile", args->profile,
                   "measured loom-profile JSON (repeatable): layer times and links replace the "
                   "roofline where measured")

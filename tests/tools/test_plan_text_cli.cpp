@@ -83,6 +83,8 @@ TEST_CASE("loom plan says what it planned: head, precision, idle share, layers, 
       "job      global batch 32, seq 512, precision fp16 (the best the V100-PCIE-32GB runs; "
       "--precision to choose)",
       "runtime  loom (Loom's executor)",
+      // No calibration of runtime loom on the V100 PCIe: the file's hardware values.
+      "calibration none: the cluster's hardware values alone",
       "strategy dp=1 tp=1 pp=2 zero=0 micro-batch=32 micro-batches=1 schedule=1f1b "
       "recompute=none attention=math",
       "", "step time                389.144 ms", "samples/s                82.2",
