@@ -264,10 +264,11 @@ void print_summary(const std::vector<FileResult>& files) {
   }
   print_short(files, &FileResult::loo_summary,
               "leave-one-out (each row predicted by a fit of its cluster's other rows)");
-  print_short(files, &FileResult::loso_summary,
-              "leave-one-source-out (each file predicted by a calibration, fitted from the hardware "
-              "values, of its runtime's rows on its cluster in the other files; the hardware "
-              "alone where there are none)");
+  print_short(
+      files, &FileResult::loso_summary,
+      "leave-one-source-out (each file predicted by a calibration, fitted from the hardware "
+      "values, of its runtime's rows on its cluster in the other files; the hardware "
+      "alone where there are none)");
   print_short(files, &FileResult::datasheet_summary,
               "hardware alone (each row on its cluster file's values, no calibration)");
   std::fputs(

@@ -7,13 +7,14 @@ Usage: bench/gpu_memory.py [-v] [--datasheet] [RUN.json ...]
 Each `loom validate --json` document (default: every one under bench/gpu-runs/ predicted by the
 roofline, i.e. without a profile, except h200/, whose executor predates the one-cast-per-layer
 input) is predicted again by `loom simulate` from the plan it ran, on the shipped cluster file of
-the plan's cluster name where there is one (profiles/clusters/: its fitted process memory).
+the plan's cluster name where there is one, with the shipped runtime calibration of the plan's
+runtime on its device (profiles/calibrations/: its fitted process memory).
 The tensors the plan predicts (the prediction less the CUDA context and the allocator's
 fragmentation) are compared with the caching allocator's measured peak, the whole prediction
 with the device's used memory, and the predicted step time with the measured one. Runs of the
 same plan on several machines count once. Prints the median |error| per recomputation mode and
-overall; -v one line per run; --datasheet predicts on the cluster file's datasheet values (each
-fitted parameter of its `calibration` record at its `start`: the model before calibration).
+overall; -v one line per run; --datasheet predicts on the cluster file's hardware values alone
+(no runtime calibration: the model before calibration).
 Needs no GPU.
 """
 import glob
@@ -33,29 +34,37 @@ def default_runs():
     return [f for f in files if os.sep + "h200" + os.sep not in f]
 
 
-def datasheet(cluster):
-    """The cluster with every fitted parameter back at its calibration's starting value, as
-    profiles::datasheet_cluster does: a parameter left at its start stays as the file has it (an
-    absent optional field stays absent)."""
+def with_parameters(cluster, parameters):
+    """The cluster with each named parameter ("device.memory_efficiency", ...) set."""
     cluster = json.loads(json.dumps(cluster))
-    for name, p in cluster.pop("calibration", {}).get("parameters", {}).items():
-        if p.get("value") == p["start"]:
-            continue
+    for name, value in parameters.items():
         *path, last = name.split(".")
         node = cluster
         for part in path:
             node = node.setdefault(part, {})
-        node[last] = p["start"]
+        node[last] = value
     return cluster
 
 
-def shipped(plan, before_calibration=False):
-    """The plan with its cluster replaced by the shipped file of the same name, if any."""
+def runtime_calibration(runtime, device):
+    """The parameters of the shipped calibration of `runtime` on `device` ({} without one)."""
+    for path in sorted(glob.glob(os.path.join(ROOT, "profiles", "calibrations", "*.json"))):
+        c = json.load(open(path))
+        if c["runtime"] == runtime and c["device"] == device:
+            return c["parameters"]
+    return {}
+
+
+def shipped(plan, hardware_alone=False):
+    """The plan with its cluster replaced by the shipped file of the same name, if any, with the
+    shipped calibration of the plan's runtime on its device, as `loom plan` applies it."""
     path = os.path.join(ROOT, "profiles", "clusters", plan["cluster"].get("name", "") + ".json")
     if os.path.exists(path):
         cluster = json.load(open(path))
-        if before_calibration:
-            cluster = datasheet(cluster)
+        if not hardware_alone:
+            runtime = plan.get("job", {}).get("runtime", "loom")
+            cluster = with_parameters(
+                cluster, runtime_calibration(runtime, cluster["device"]["name"]))
         keep = {k: plan["cluster"][k] for k in ("nodes", "devices_per_node") if k in plan["cluster"]}
         plan = dict(plan, cluster=dict(cluster, **keep))
     return plan

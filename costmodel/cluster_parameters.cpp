@@ -163,9 +163,9 @@ Cluster apply_calibration(const Cluster& cluster, const profiles::RuntimeCalibra
                           const std::string& source) {
   if (calibration.device != cluster.device.name) {
     throw InputError(source, "$.device",
-                               "the device of cluster " + cluster.name + " (" +
-                                   cluster.device.name + "), found \"" + calibration.device +
-                                   "\": a calibration serves the device model it was fitted on");
+                     "the device of cluster " + cluster.name + " (" + cluster.device.name +
+                         "), found \"" + calibration.device +
+                         "\": a calibration serves the device model it was fitted on");
   }
   const std::vector<ClusterParameter> boxes = cluster_parameters(cluster);
   Cluster out = cluster;
@@ -178,8 +178,7 @@ Cluster apply_calibration(const Cluster& cluster, const profiles::RuntimeCalibra
     if (box == boxes.end()) {
       std::string names;
       for (const ClusterParameter& p : boxes) names += (names.empty() ? "" : ", ") + p.name;
-      throw InputError(source, path, "a parameter of cluster " + cluster.name + " (" +
-                                                   names + ")");
+      throw InputError(source, path, "a parameter of cluster " + cluster.name + " (" + names + ")");
     }
     // Written values are rounded to 4 significant digits: allow that much at the ends.
     const double slack = 1e-3 * std::max(std::abs(box->lower), std::abs(box->upper));

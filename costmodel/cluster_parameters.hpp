@@ -32,8 +32,8 @@ enum class ParameterKind { kHardware, kSoftware };
 struct ClusterParameter {
   std::string name;  // "device.achievable_tflops.bf16", "overlap_slowdown", ...
   ParameterKind kind = ParameterKind::kSoftware;
-  double value = 0;   // the cluster's (or the cost model's default where the file has none)
-  double lower = 0;   // box
+  double value = 0;  // the cluster's (or the cost model's default where the file has none)
+  double lower = 0;  // box
   double upper = 0;
   double offset = 0;  // a fit works in log(value + offset): > 0 where 0 is a valid value
 };

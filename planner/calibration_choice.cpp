@@ -14,17 +14,17 @@ CalibratedCluster with_calibration(const profiles::Cluster& cluster, costmodel::
     if (cluster.calibration) return {cluster, kOwnRecord};
     auto shipped = profiles::shipped_calibration(runtime_name, cluster.device.name);
     if (!shipped) return {cluster, ""};
-    return {costmodel::apply_calibration(cluster, *shipped, "built-in calibration " + shipped->name),
-            shipped->name};
+    return {
+        costmodel::apply_calibration(cluster, *shipped, "built-in calibration " + shipped->name),
+        shipped->name};
   }
   const profiles::Cluster hardware = profiles::datasheet_cluster(cluster);
   if (*choice == "none") return {hardware, ""};
   const profiles::RuntimeCalibration c = profiles::load_calibration(*choice);
   if (c.runtime != runtime_name) {
     throw InputError("--calibration", "",
-                               "a calibration of the plan's runtime, " + runtime_name +
-                                   " (--runtime), or none; " + c.name + " is of runtime " +
-                                   c.runtime);
+                     "a calibration of the plan's runtime, " + runtime_name +
+                         " (--runtime), or none; " + c.name + " is of runtime " + c.runtime);
   }
   return {costmodel::apply_calibration(hardware, c, *choice), c.name};
 }

@@ -44,7 +44,7 @@ struct ParameterSpec {
   double centre = 0;  // the prior's centre
   double lower = 0;   // box
   double upper = 0;
-  double offset = 0;  // fitted as log(value + offset): > 0 where 0 is a valid value
+  double offset = 0;      // fitted as log(value + offset): > 0 where 0 is a valid value
   bool hardware = false;  // a hardware parameter: its box is the stated range around the datasheet
 };
 

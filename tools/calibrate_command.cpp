@@ -116,8 +116,7 @@ void write_cluster(const std::string& path, const profiles::Cluster& cluster) {
 void write_calibration(const std::string& path, const profiles::RuntimeCalibration& calibration) {
   const nlohmann::json j = profiles::runtime_calibration_to_json(calibration);
   nlohmann::ordered_json out;
-  for (const char* key :
-       {"format", "name", "runtime", "device", "stack", "parameters", "record"}) {
+  for (const char* key : {"format", "name", "runtime", "device", "stack", "parameters", "record"}) {
     if (j.contains(key)) out[key] = j.at(key);
   }
   profiles::write_file_atomically(path, out.dump(2) + "\n");
@@ -136,8 +135,8 @@ void keep_runtime(const std::string& runtime, fit::Runs* runs) {
       }
       kept.push_back(std::move(row));
     } else {
-      runs->skipped.push_back({row.result.file + " " + row.result.id, "runtime " + of +
-                                                                          ", not " + runtime});
+      runs->skipped.push_back(
+          {row.result.file + " " + row.result.id, "runtime " + of + ", not " + runtime});
     }
   }
   runs->rows = std::move(kept);
@@ -203,8 +202,8 @@ int run_calibrate(const CalibrateArgs& a) {
   print_fit(result, throughput_rows, memory_rows);
   if (!a.runtime.empty()) {
     const std::string name = a.name.empty() ? a.runtime + "-" + cluster.name : a.name;
-    write_calibration(a.output, fit::runtime_calibration(result, runs.files, date, name, a.runtime,
-                                                         a.stack));
+    write_calibration(a.output,
+                      fit::runtime_calibration(result, runs.files, date, name, a.runtime, a.stack));
     std::cout << "\nwrote " << a.output << " (calibration " << name << " of runtime " << a.runtime
               << " on " << cluster.device.name << ")\n";
     return 0;

@@ -11,8 +11,8 @@
 
 #include "costmodel/estimate.hpp"
 #include "costmodel/runtime.hpp"
-#include "planner/calibration_choice.hpp"
 #include "costmodel/simulator.hpp"
+#include "planner/calibration_choice.hpp"
 #include "planner/coverage.hpp"
 #include "planner/emit.hpp"
 #include "planner/partition.hpp"

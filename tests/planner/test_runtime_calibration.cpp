@@ -121,10 +121,10 @@ TEST_CASE("a plan gets the calibration of its runtime and device, or the hardwar
   CHECK(planner::with_calibration(h100, costmodel::Runtime::kNemo, std::nullopt).calibration ==
         "nemo-h100");
   // Another runtime's calibration, or another device's, is refused by name.
-  CHECK(thrown([&] {
-          planner::with_calibration(h100, costmodel::Runtime::kMegatron, "fsdp-h100");
-        }) == "--calibration: a calibration of the plan's runtime, megatron (--runtime), or "
-              "none; fsdp-h100 is of runtime fsdp");
+  CHECK(thrown(
+            [&] { planner::with_calibration(h100, costmodel::Runtime::kMegatron, "fsdp-h100"); }) ==
+        "--calibration: a calibration of the plan's runtime, megatron (--runtime), or "
+        "none; fsdp-h100 is of runtime fsdp");
   const std::string other = thrown([&] {
     planner::with_calibration(profiles::load_cluster("dgx-a100-80g"), costmodel::Runtime::kFsdp,
                               "fsdp-h100");
@@ -154,10 +154,12 @@ TEST_CASE("a loom-calibration file round-trips and names a bad field", "[calibra
   CHECK(profiles::runtime_calibration_from_json(j, "again.json") == c);
   nlohmann::json bad = j;
   bad["parameters"]["overlap_slowdown"] = "high";
-  CHECK(thrown([&] { profiles::runtime_calibration_from_json(bad, "bad.json"); })
-            .find("bad.json: $.parameters.overlap_slowdown:") == 0);
+  CHECK(thrown([&] {
+          profiles::runtime_calibration_from_json(bad, "bad.json");
+        }).find("bad.json: $.parameters.overlap_slowdown:") == 0);
   bad = j;
   bad["runtim"] = "fsdp";
-  CHECK(thrown([&] { profiles::runtime_calibration_from_json(bad, "bad.json"); })
-            .find("bad.json: $.runtim: unknown field") == 0);
+  CHECK(thrown([&] {
+          profiles::runtime_calibration_from_json(bad, "bad.json");
+        }).find("bad.json: $.runtim: unknown field") == 0);
 }

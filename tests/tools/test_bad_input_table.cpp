@@ -368,16 +368,17 @@ void add_input_file_rows(std::vector<Row>& rows) {
   // --- runtime calibrations (--calibration) ---------------------------------------------------
   const std::string h100 = plan_with("model.json", "dgx-h100", "--gpus 8");
   add("calibration: unknown name", {}, h100 + " --calibration fsdp-h200",
-      {"--calibration", "\"fsdp-h200\" is neither a file nor a built-in calibration",
-       "fsdp-h100"});
+      {"--calibration", "\"fsdp-h200\" is neither a file nor a built-in calibration", "fsdp-h100"});
   add("calibration: another runtime's", {}, h100 + " --runtime megatron --calibration fsdp-h100",
       {"--calibration", "runtime, megatron", "fsdp-h100 is of runtime fsdp"});
   add("calibration: a hardware value out of its range",
       {{"c.json", R"({"format": "loom-calibration/1", "name": "mine", "runtime": "loom",
           "device": "H100-SXM5-80GB", "parameters": {"intra_node.bus_bandwidth_gbps": 116}})"}},
       h100 + " --calibration c.json",
-      {"c.json", "$.parameters.intra_node.bus_bandwidth_gbps", "hardware value within [311.1, "
-       "402.6]", "found 116"});
+      {"c.json", "$.parameters.intra_node.bus_bandwidth_gbps",
+       "hardware value within [311.1, "
+       "402.6]",
+       "found 116"});
   add("calibration: a misspelt field",
       {{"c.json", R"({"format": "loom-calibration/1", "name": "mine", "runtime": "loom",
           "device": "H100-SXM5-80GB", "parameter": {}})"}},
