@@ -169,7 +169,9 @@ Cluster apply_calibration(const Cluster& cluster, const profiles::RuntimeCalibra
   }
   const std::vector<ClusterParameter> boxes = cluster_parameters(cluster);
   Cluster out = cluster;
-  for (const auto& [name, value] : calibration.parameters) {
+  for (const auto& parameter : calibration.parameters) {
+    const std::string& name = parameter.first;
+    const double value = parameter.second;
     // A one-node cluster has no inter-node link for the calibration's figures to describe.
     if (!cluster.inter_node && name.rfind("inter_node.", 0) == 0) continue;
     auto box = std::find_if(boxes.begin(), boxes.end(),

@@ -135,8 +135,14 @@ void keep_runtime(const std::string& runtime, fit::Runs* runs) {
       }
       kept.push_back(std::move(row));
     } else {
-      runs->skipped.push_back(
-          {row.result.file + " " + row.result.id, "runtime " + of + ", not " + runtime});
+      std::string where = row.result.file;
+      where += " ";
+      where += row.result.id;
+      std::string why = "runtime ";
+      why += of;
+      why += ", not ";
+      why += runtime;
+      runs->skipped.push_back({where, why});
     }
   }
   runs->rows = std::move(kept);

@@ -365,7 +365,17 @@ void add_input_file_rows(std::vector<Row>& rows) {
                 "--gpus 8 --runtime megatron --optimizer-kernels per_tensor"),
       {"runtime megatron runs its own fused Adam", "optimizer_kernels per_tensor",
        "runtime loom or fsdp"});
-  // --- runtime calibrations (--calibration) ---------------------------------------------------
+  add("plan: a request that cannot fit, with -o",
+      {{"small.json",
+        text(edited(cluster, [](J j) { j["device"]["memory_bytes"] = std::int64_t{1} << 30; }))}},
+      plan_with("bert-large", "small.json", "-o out.json"),
+      {"bert-large on small.json", "does not fit", "smallest memory need is",
+       "device has 1.0 GiB"});
+}
+
+// Rows for runtime calibrations (--calibration): names, runtimes, ranges and fields.
+void add_calibration_rows(std::vector<Row>& rows) {
+  auto add = row_adder(rows);
   const std::string h100 = plan_with("model.json", "dgx-h100", "--gpus 8");
   add("calibration: unknown name", {}, h100 + " --calibration fsdp-h200",
       {"--calibration", "\"fsdp-h200\" is neither a file nor a built-in calibration", "fsdp-h100"});
@@ -383,12 +393,6 @@ void add_input_file_rows(std::vector<Row>& rows) {
       {{"c.json", R"({"format": "loom-calibration/1", "name": "mine", "runtime": "loom",
           "device": "H100-SXM5-80GB", "parameter": {}})"}},
       h100 + " --calibration c.json", {"c.json", "$.parameters", "missing"});
-  add("plan: a request that cannot fit, with -o",
-      {{"small.json",
-        text(edited(cluster, [](J j) { j["device"]["memory_bytes"] = std::int64_t{1} << 30; }))}},
-      plan_with("bert-large", "small.json", "-o out.json"),
-      {"bert-large on small.json", "does not fit", "smallest memory need is",
-       "device has 1.0 GiB"});
 }
 
 // Rows for loom-plan/1 files and loom train's checks of a plan.
@@ -635,6 +639,7 @@ void add_data_and_flag_rows(std::vector<Row>& rows, const Plans& plans) {
 std::vector<Row> table(const Plans& plans) {
   std::vector<Row> rows;
   add_input_file_rows(rows);
+  add_calibration_rows(rows);
   add_plan_file_rows(rows, plans);
   add_data_and_flag_rows(rows, plans);
   return rows;
