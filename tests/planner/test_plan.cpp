@@ -38,6 +38,13 @@ TEST_CASE("a plan survives the round trip through JSON", "[planner][plan]") {
   CHECK(plan_to_json(p) == j);
   CHECK(p.ranks.size() == 32);
   CHECK(device_of_rank(p)[17] == 17);
+  // The runtime calibration the cluster's values carry travels with the plan; absent: none.
+  CHECK(p.calibration.empty());
+  CHECK_FALSE(j.contains("calibration"));
+  nlohmann::json calibrated = j;
+  calibrated["calibration"] = "fsdp-h100";
+  CHECK(plan_from_json(calibrated, "plan.json").calibration == "fsdp-h100");
+  CHECK(plan_to_json(plan_from_json(calibrated, "plan.json")) == calibrated);
 }
 
 TEST_CASE("plans that cannot run are refused with the field and the expectation",

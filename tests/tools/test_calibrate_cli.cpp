@@ -65,6 +65,45 @@ TEST_CASE("calibrate writes a cluster loom plans with, with its record", "[calib
   CHECK(plan.exit_code == 0);
 }
 
+TEST_CASE("calibrate --runtime writes a calibration that loom plan applies by name",
+          "[calibrate]") {
+  Sandbox box;
+  box.write("runs.json", "[" + kRow + "]");  // a Composer (FSDP) row on A100 80GB
+  const auto r = box.loom(
+      "calibrate runs.json --cluster dgx-a100-80g --runtime fsdp --name mine -o mine.json "
+      "--stack \"Composer FSDP\" --date 2026-12-06");
+  INFO(r.out << r.err);
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.out,
+             Contains("wrote mine.json (calibration mine of runtime fsdp on A100-SXM4-80GB)"));
+  const nlohmann::json c = nlohmann::json::parse(box.read("mine.json"));
+  CHECK(c.at("format") == "loom-calibration/1");
+  CHECK(c.at("runtime") == "fsdp");
+  CHECK(c.at("device") == "A100-SXM4-80GB");
+  CHECK(c.at("stack") == "Composer FSDP");
+  CHECK(c.at("record").at("rows") == 1);
+  // Fitted from the hardware values: the GEMM ceiling's start is the file's 271.2, and the value
+  // stays inside its 0.9-1.1 range.
+  const nlohmann::json& bf16 = c.at("record").at("parameters").at("device.achievable_tflops.bf16");
+  CHECK(bf16.at("start") == 271.2);
+  CHECK(c.at("parameters").at("device.achievable_tflops.bf16") >= 0.9 * 271.2 - 0.05);
+  const std::string plan =
+      "plan --model gpt2 --cluster dgx-a100-80g --gpus 8 --global-batch 16 --seq-len 1024 ";
+  const auto fsdp = box.loom(plan + "--runtime fsdp --calibration mine.json");
+  INFO(fsdp.err);
+  CHECK(fsdp.exit_code == 0);
+  CHECK_THAT(fsdp.out, Contains("\ncalibration mine\n"));
+  // Without --calibration the shipped one of the runtime and device; none for Megatron-LM there.
+  CHECK_THAT(box.loom(plan + "--runtime fsdp").out, Contains("\ncalibration fsdp-a100-80g\n"));
+  CHECK_THAT(box.loom(plan + "--runtime megatron").out,
+             Contains("\ncalibration none: the cluster's hardware values alone\n"));
+  const auto other = box.loom(plan + "--runtime megatron --calibration mine.json");
+  CHECK(other.exit_code == 2);
+  CHECK(other.err ==
+        "loom plan: error: --calibration: a calibration of the plan's runtime, megatron "
+        "(--runtime), or none; mine is of runtime fsdp\n");
+}
+
 TEST_CASE("calibrate refuses a malformed date", "[calibrate]") {
   Sandbox box;
   box.write("runs.json", "[" + kRow + "]");
