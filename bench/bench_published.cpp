@@ -276,8 +276,8 @@ void print_summary(const std::vector<FileResult>& files) {
       "published as out of memory (those the model also says do not fit); ran>mem: rows that ran "
       "but are predicted not to fit; |err|: median |error|; same job: pairs of rows of one model, "
       "sequence length, GPU and GPU count; doubtful rows are shown above but left "
-      "out of these figures; per row, err %: calibrated, LOO %: leave-one-out, sheet %: before "
-      "calibration, LOSO %: leave-one-source-out)\n",
+      "out of these figures; per row, err %: calibrated, LOO %: leave-one-out, sheet %: on the "
+      "hardware alone, LOSO %: leave-one-source-out)\n",
       stdout);
 }
 

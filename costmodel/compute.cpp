@@ -316,6 +316,15 @@ LayerTime transformer_layer_time(const profiles::ModelSpec& m, const LayerShape&
   // (Loom's executor; autocast would cast it for each).
   const bool autocast = shapes && x.autocast && !m.gated_mlp;
   if (autocast) p.memory((kAutocastBytes + d.e) * tokens * d.h);
+  // Each group of linear products' device time, the window of the exchange beside it.
+  std::array<double, 4> window_forward{};
+  std::array<double, 4> window_backward{};
+  double start_forward = p.forward_s;
+  double start_backward = p.backward_s;
+  auto window = [&](LinearWindow w) {
+    window_forward[w] += p.forward_s - start_forward;
+    window_backward[w] += p.backward_s - start_backward;
+  };
   if (!shapes || x.fusions.fused_qkv) {
     p.matmul({tokens, (d.h + 2 * kv_width) / d.t, d.h});
     if (!x.fusions.fused_qkv) p.also_launches(2);
@@ -324,19 +333,28 @@ LayerTime transformer_layer_time(const profiles::ModelSpec& m, const LayerShape&
     p.matmul({tokens, kv_width / d.t, d.h});
     p.matmul({tokens, kv_width / d.t, d.h});
   }
+  window(kQkvWindow);
   if (shapes && m.gated_mlp) {  // Llama's rotary positions on q and k
     rotary(tokens * d.h / d.t, x, d, p);
     rotary(tokens * kv_width / d.t, x, d, p);
   }
   const double core = attention_core(m, x, d, p);
+  start_forward = p.forward_s;
+  start_backward = p.backward_s;
   p.matmul({tokens, d.h, d.h / d.t});  // attention output
+  window(kAttentionOutWindow);
   residual_block(m, x, d, p);
   const double ffn = tokens * d.f / d.t;
   if (!m.gated_mlp) {
     if (autocast) p.memory((kAutocastBytes + d.e) * tokens * d.h);  // the MLP's input cast down
-    p.matmul({tokens, d.f / d.t, d.h});                             // MLP up
+    start_forward = p.forward_s;
+    start_backward = p.backward_s;
+    p.matmul({tokens, d.f / d.t, d.h});  // MLP up
+    window(kMlpInWindow);
     gelu(m, x, ffn, d, p);
   } else {
+    start_forward = p.forward_s;
+    start_backward = p.backward_s;
     if (!shapes || x.fusions.fused_gate_up) {
       p.matmul({tokens, 2 * d.f / d.t, d.h});  // W1 and W3
       if (!x.fusions.fused_gate_up) p.also_launches(1);
@@ -344,6 +362,7 @@ LayerTime transformer_layer_time(const profiles::ModelSpec& m, const LayerShape&
       p.matmul({tokens, d.f / d.t, d.h});
       p.matmul({tokens, d.f / d.t, d.h});
     }
+    window(kMlpInWindow);
     if (!shapes || x.fusions.swiglu) {
       p.memory(3 * d.e * ffn);  // SiLU(a) * b
       if (!x.fusions.swiglu) p.also_launches(1);
@@ -352,12 +371,17 @@ LayerTime transformer_layer_time(const profiles::ModelSpec& m, const LayerShape&
       p.memory(3 * d.e * ffn);  // product
     }
   }
+  start_forward = p.forward_s;
+  start_backward = p.backward_s;
   p.matmul({tokens, d.h, d.f / d.t});  // MLP down
+  window(kMlpOutWindow);
   residual_block(m, x, d, p);
   // The stage's per-pass host cost is spread over its transformer layers.
   LayerTime out =
       p.times(x.host_floor,
               rates.host_pass_s / static_cast<double>(std::max<std::int64_t>(1, x.stage_layers)));
+  out.linear_forward_s = window_forward;
+  out.linear_backward_s = window_backward;
   if (x.recompute == Recompute::kFull) out.recompute_s = out.forward_s;
   if (x.recompute == Recompute::kSelective) {
     out.recompute_s = core;

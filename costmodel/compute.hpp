@@ -19,6 +19,8 @@
 // layer forward and 0.9 ms backward plus a few ms per pass whatever the layer count.
 #pragma once
 
+#include <array>
+
 #include <cstdint>
 
 #include "costmodel/gemm.hpp"
@@ -114,7 +116,16 @@ struct LayerTime {
   double forward_s = 0;
   double backward_s = 0;
   double recompute_s = 0;  // extra forward work done in the backward pass
+  // A transformer layer's linear products on the device, by the tensor-parallel exchange each
+  // sits beside (kLinearWindows order: the QKV products, the attention output, the MLP's input
+  // products, the MLP's output), forward and backward (both gradients' products); the windows
+  // TransformerEngine's userbuffers overlap hide the exchanges in (tp_overlap.hpp). Zero for
+  // other entries and for measured layers.
+  std::array<double, 4> linear_forward_s{};
+  std::array<double, 4> linear_backward_s{};
 };
+// The order of LayerTime's linear windows.
+enum LinearWindow { kQkvWindow = 0, kAttentionOutWindow, kMlpInWindow, kMlpOutWindow };
 
 // The elementwise kernels a runtime fuses. The default is Loom's executor (eager LibTorch):
 // biases in the matrix products' epilogues, LayerNorm and softmax one kernel each, and separate

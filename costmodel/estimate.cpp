@@ -14,6 +14,7 @@
 #include "costmodel/pipeline.hpp"
 #include "costmodel/process_memory.hpp"
 #include "costmodel/runtime.hpp"
+#include "costmodel/tp_overlap.hpp"
 #include "costmodel/zero.hpp"
 #include "profiles/topology.hpp"
 
@@ -445,6 +446,12 @@ void set_entry_costs(const TermsInput& in, const EntryCalibrations& cal,
   add_host(t.embed, params.embedding, false);
   add_host(t.head, params.head, false);
   set_tensor_parallel_collectives(in, cal, act_bytes, t);
+  if (in.job.tp_comm_overlap && s.sequence_parallel && s.tp > 1 && !cal.layer.tp_communication) {
+    overlap_layer_exchanges(
+        t.layer, tensor_parallel_time_s(in, {{Collective::kAllGather, 1, act_bytes}}),
+        tensor_parallel_time_s(in, {{Collective::kReduceScatter, 1, act_bytes}}), s.tp,
+        overlap_slowdown(in.cluster), s.recompute == Recompute::kFull, t.layer_terms);
+  }
   t.layer_terms.forward_compute_s = t.layer.forward_s;
   t.layer_terms.backward_compute_s = t.layer.backward_s + t.layer.recompute_s;
   t.embed_terms.forward_compute_s = t.embed.forward_s;

@@ -11,6 +11,7 @@ Job executor_job(Job job) {
   job.half_model = false;
   job.optimizer_kernels = OptimizerKernels::kFused;
   job.reduce_precision.reset();
+  job.tp_comm_overlap = false;
   return job;
 }
 
@@ -105,6 +106,11 @@ std::optional<std::string> runtime_refusal(const Job& job, const Strategy& strat
     return "runtime " + std::string(rules.name) +
            ": torch.compile is not available (it compiles PyTorch's Python models: use runtime "
            "fsdp or deepspeed, or compile off)";
+  }
+  if (job.tp_comm_overlap && !rules.overlaps_tp_communication) {
+    return "runtime " + std::string(rules.name) +
+           ": tp_comm_overlap is TransformerEngine's userbuffers overlap: use runtime megatron or "
+           "nemo, or tp_comm_overlap off";
   }
   if (job.optimizer_kernels != OptimizerKernels::kFused && !rules.chooses_optimizer_kernels) {
     return "runtime " + std::string(rules.name) + " runs its own fused Adam: optimizer_kernels " +

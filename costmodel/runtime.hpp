@@ -141,6 +141,9 @@ struct RuntimeRules {
   // FSDP (torchtitan, Hugging Face) and DeepSpeed (Hugging Face). Loom's executor runs LibTorch's
   // C++ modules eagerly and Megatron-LM fuses its kernels itself.
   bool compiles = false;
+  // Whether it can overlap the tensor-parallel collectives with the linear layers' products
+  // (Job::tp_comm_overlap): Megatron-LM and NeMo through TransformerEngine's userbuffers.
+  bool overlaps_tp_communication = false;
   // Whether ZeRO-3 leaves the embedding's lookup tables (ParameterCounts::lookup_tables) out of
   // the backward pass's gathers: Loom's executor knows its model; FSDP and DeepSpeed gather each
   // wrapped block whole.
@@ -162,7 +165,8 @@ struct RuntimeRules {
 RuntimeRules runtime_rules(Runtime runtime);
 
 // `job` as Loom's executor runs it (what `loom validate` measures): runtime loom, 16-bit jobs
-// under autocast (no half model), gradients reduced in fp32 (no reduce_dtype).
+// under autocast (no half model), gradients reduced in fp32 (no reduce_dtype), its tensor-parallel
+// collectives not overlapped with the products.
 Job executor_job(Job job);
 
 // Whether `job` trains under autocast: 16-bit arithmetic on a runtime that keeps fp32 weights

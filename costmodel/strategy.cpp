@@ -298,6 +298,7 @@ nlohmann::json job_to_json(const Job& j) {
   if (j.compile) out["compile"] = true;
   if (j.half_model) out["half_model"] = true;
   if (j.reduce_precision) out["reduce_dtype"] = profiles::to_string(*j.reduce_precision);
+  if (j.tp_comm_overlap) out["tp_comm_overlap"] = true;
   return out;
 }
 
@@ -320,6 +321,7 @@ Job job_from_json(const nlohmann::json& value, const std::string& source, const 
   if (r.has("loss")) j.loss = *parse_loss(r.choice("loss", {"eager", "fused"}));
   j.compile = r.optional_boolean("compile").value_or(false);
   j.half_model = r.optional_boolean("half_model").value_or(false);
+  j.tp_comm_overlap = r.optional_boolean("tp_comm_overlap").value_or(false);
   if (r.has("reduce_dtype")) {
     j.reduce_precision =
         profiles::parse_precision(r.choice("reduce_dtype", {"fp32", "bf16", "fp16"}));

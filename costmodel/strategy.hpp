@@ -101,6 +101,12 @@ struct Job {
   // DeepSpeed's communication_data_type); unset = the runtime's own (RuntimeRules::
   // reduce_bytes_per_parameter). JSON "reduce_dtype": "fp32" | "bf16" | "fp16", absent = unset.
   std::optional<Precision> reduce_precision = std::nullopt;
+  // TransformerEngine's userbuffers overlap of the tensor-parallel collectives with the linear
+  // layers' products (Megatron-LM's --tp-comm-overlap, NeMo's ub_tp_comm_overlap): runtimes that
+  // run TransformerEngine (RuntimeRules::overlaps_tp_communication); acts on plans with tp > 1
+  // and sequence parallelism (tp_overlap.hpp). JSON "tp_comm_overlap", default false (written
+  // when true).
+  bool tp_comm_overlap = false;
   bool operator==(const Job&) const = default;
 };
 

@@ -60,6 +60,9 @@ std::int64_t layers_in(const costmodel::StageRange& r, std::int64_t layers) {
 std::string emit_plan(const Plan& plan, costmodel::Runtime runtime) {
   costmodel::Job job = plan.job;
   job.runtime = runtime;
+  // An engine without TransformerEngine's overlap runs the tp collectives plainly.
+  job.tp_comm_overlap =
+      job.tp_comm_overlap && costmodel::runtime_rules(runtime).overlaps_tp_communication;
   if (auto why = costmodel::runtime_refusal(job, plan.strategy)) {
     throw InputError("--emit", "", *why);
   }

@@ -102,9 +102,10 @@ void parallel_args(const Plan& plan, std::vector<std::string>* args) {
   }
   if (s.sequence_parallel && s.tp > 1) {
     args->emplace_back("--sequence-parallel");
-    // TransformerEngine's overlap of the tp all-gathers and reduce-scatters with the GEMMs;
-    // validate_args allows it only with sequence parallelism.
-    args->emplace_back("--tp-comm-overlap");
+    // TransformerEngine's overlap of the tp all-gathers and reduce-scatters with the GEMMs, as
+    // the plan predicts it (Job::tp_comm_overlap); validate_args allows it only with sequence
+    // parallelism.
+    if (plan.job.tp_comm_overlap) args->emplace_back("--tp-comm-overlap");
   }
 }
 

@@ -379,6 +379,11 @@ std::optional<std::string> row_job_strategy(const Fields& row, RowMapping* out) 
   if (job.runtime == costmodel::Runtime::kNemo) {
     job.reduce_precision = costmodel::Precision::kBf16;
     out->assumptions.push_back("gradients reduced in bf16 (NeMo's grad_sync_dtype)");
+    // The performance configurations set ub_tp_comm_overlap (the file's conditions).
+    job.tp_comm_overlap = true;
+    if (s.tp > 1 && s.sequence_parallel) {
+      out->assumptions.push_back("tp communication overlapped (NeMo's ub_tp_comm_overlap)");
+    }
   }
   if (job.runtime == costmodel::Runtime::kFsdp && costmodel::element_bytes(job.precision) == 2 &&
       (contains(framework, "llm-foundry") || contains(framework, "fms-fsdp"))) {

@@ -133,6 +133,9 @@ void print_header(std::ostream& out, const planner::Plan& plan, const PlanTextOp
       << "\n"
       << "runtime  " << runtime_text(plan.job.runtime)
       << (plan.job.compile ? ", torch.compile" : "")
+      << (plan.job.tp_comm_overlap && plan.strategy.tp > 1 && plan.strategy.sequence_parallel
+              ? ", tp communication overlapped"
+              : "")
       << (plan.job.reduce_precision ? std::string(", gradients reduced in ") +
                                           profiles::to_string(*plan.job.reduce_precision)
                                     : "")
@@ -244,6 +247,12 @@ costmodel::Job make_job(const PlanArgs& a, const profiles::Cluster& cluster, std
   if (a.runtime) job.runtime = *costmodel::parse_runtime(*a.runtime);
   if (a.loss) job.loss = *costmodel::parse_loss(*a.loss);
   if (a.compile) job.compile = *a.compile == "on";
+  // On by default where the runtime's engine can overlap (TransformerEngine's userbuffers), as
+  // an experienced user and NeMo's performance configurations run it; acts on plans with tp > 1
+  // and sequence parallelism.
+  job.tp_comm_overlap = a.tp_comm_overlap
+                            ? *a.tp_comm_overlap == "on"
+                            : costmodel::runtime_rules(job.runtime).overlaps_tp_communication;
   if (a.reduce_dtype) job.reduce_precision = profiles::parse_precision(*a.reduce_dtype);
   if (a.optimizer_kernels) {
     job.optimizer_kernels = *costmodel::parse_optimizer_kernels(*a.optimizer_kernels);
@@ -429,6 +438,9 @@ PlanSearch search_plans(const PlanArgs& a) {
           "the runtime --runtime names (" + *a.runtime + ") or none; found " + *a.emit);
     }
     job.runtime = *costmodel::parse_runtime(*a.emit);  // plan for the runtime it emits
+    if (!a.tp_comm_overlap) {
+      job.tp_comm_overlap = costmodel::runtime_rules(job.runtime).overlaps_tp_communication;
+    }
   }
   planner::SearchOptions options = search_options(pinned, model, cluster.device_count());
   std::shared_ptr<const profiles::Profile> profile;
@@ -576,6 +588,11 @@ void add_plan_options(CLI::App* cmd, PlanArgs* args) {
   cmd->add_option("--compile", args->compile,
                   "on | off: the model runs under torch.compile, its elementwise kernels fused "
                   "(default off; runtimes fsdp and deepspeed)")
+      ->check(CLI::IsMember({"on", "off"}));
+  cmd->add_option("--tp-comm-overlap", args->tp_comm_overlap,
+                  "on | off: TransformerEngine's overlap of the tp all-gathers and reduce-scatters "
+                  "with the linear layers' products, on plans with tp > 1 and --sp (default on "
+                  "for runtimes megatron and nemo; others refuse on)")
       ->check(CLI::IsMember({"on", "off"}));
   cmd->add_option("--reduce-dtype", args->reduce_dtype,
                   "fp32 | bf16 | fp16: what the gradient reduction sends (FSDP's "

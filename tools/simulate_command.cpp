@@ -7,6 +7,7 @@
 #include <optional>
 #include <string>
 
+#include "costmodel/runtime.hpp"
 #include "costmodel/simulator.hpp"
 #include "costmodel/trace.hpp"
 #include "planner/coverage.hpp"
@@ -35,7 +36,11 @@ int run_simulate(const SimulateArgs& a) {
       profiles::parse_json_text(profiles::read_text_file(a.plan), a.plan), a.plan);
   // Re-predict with these measurements: the plan's model, strategy and placement stay.
   if (!a.profile.empty()) planner::apply_profiles(&plan, a.profile);
-  if (a.runtime) plan.job.runtime = *costmodel::parse_runtime(*a.runtime);
+  if (a.runtime) {
+    plan.job.runtime = *costmodel::parse_runtime(*a.runtime);
+    // The overlap of the tp exchanges is the new runtime's to run or not (its default).
+    plan.job.tp_comm_overlap = costmodel::runtime_rules(plan.job.runtime).overlaps_tp_communication;
+  }
   // The points the profile lacks (docs/simulate.md): said on stderr, and in --json.
   plan.extrapolated = planner::extrapolated_points(plan);
   print_extrapolated(std::cerr, plan);

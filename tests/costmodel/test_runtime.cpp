@@ -645,7 +645,9 @@ TEST_CASE("the job as Loom's executor runs it", "[runtime]") {
   job.runtime = Runtime::kFsdp;
   job.half_model = true;
   job.reduce_precision = Precision::kBf16;
+  job.tp_comm_overlap = true;
   const Job run = executor_job(job);
+  CHECK_FALSE(run.tp_comm_overlap);
   CHECK(run.runtime == Runtime::kLoom);
   CHECK_FALSE(run.half_model);
   CHECK_FALSE(run.reduce_precision.has_value());

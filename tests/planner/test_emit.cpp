@@ -53,6 +53,12 @@ std::string from(const std::string& text, const std::string& start) {
 TEST_CASE("Emit megatron: Megatron-LM's arguments for the plan", "[emit]") {
   planner::Plan plan = gpt2_plan(1, costmodel::Recompute::kSelective);
   plan.strategy.attention = costmodel::Attention::kFlash;
+  plan.job.tp_comm_overlap = true;
+  // A plan predicted without the overlap is emitted without it.
+  plan.job.tp_comm_overlap = false;
+  CHECK_THAT(planner::emit_plan(plan, costmodel::Runtime::kMegatron),
+             Contains("    --sequence-parallel \\\n    --micro-batch-size 2"));
+  plan.job.tp_comm_overlap = true;
   const std::string text = planner::emit_plan(plan, costmodel::Runtime::kMegatron);
   // 16 ranks on nodes of 8: two nodes of 8, meeting at a c10d rendezvous; tp 2 needs
   // CUDA_DEVICE_MAX_CONNECTIONS=1 (validate_args).

@@ -61,9 +61,12 @@ TEST_CASE("loom plan --sp, --attention and --runtime reach the plan and its JSON
   CHECK(line_starting(r.out, "strategy ") ==
         "strategy dp=4 tp=2 pp=1 zero=1 micro-batch=2 micro-batches=2 recompute=none "
         "sequence-parallel attention=math");
+  // Megatron-LM overlaps the tp exchanges with the products by default (--tp-comm-overlap).
   CHECK(line_starting(r.out, "runtime ") ==
-        "runtime  megatron (Megatron-LM's memory and overlap rules)");
+        "runtime  megatron (Megatron-LM's memory and overlap rules), tp communication "
+        "overlapped");
   const nlohmann::json plan = nlohmann::json::parse(loom::test::read_all(box.work() / "plan.json"));
+  CHECK(plan.at("job").at("tp_comm_overlap") == true);
   CHECK(plan.at("strategy").at("sequence_parallel") == true);
   CHECK(plan.at("strategy").at("attention") == "math");
   CHECK(plan.at("job").at("runtime") == "megatron");
