@@ -203,6 +203,41 @@ TEST_CASE("the documentation points at nothing outside the repository", "[docs]"
   }
 }
 
+TEST_CASE("every repository file that sources and docs cite exists", "[docs]") {
+  // A path that starts at one of the repository's top folders and names a file, in any source,
+  // script or page; relative to the root, or to the citing file's folder (tests/CMakeLists.txt).
+  static const std::regex kCited(
+      R"((^|[^A-Za-z0-9_./-])((profiles|costmodel|planner|executor|tools|bench|docs|tests|cmake|)"
+      R"(fuzz)/[A-Za-z0-9_./-]+\.(hpp|cpp|md|sh|py|json|cmake|txt)))");
+  // Citations of other projects' files and placeholders, not of this repository's.
+  const std::set<std::string> elsewhere = {
+      "docs/source/distrib_optimizer.md",       // Megatron-LM's documentation
+      "bench/reports/YYYY-MM-DD-topic.md",      // the name a new report takes
+      "profiles/models/x.json", "docs/a.md",    // examples in an error text and a test
+      "profiles/h200-bert-base-chained.json"};  // a profile a GPU run wrote on its machine
+  const std::set<std::string> extensions = {".cpp", ".hpp", ".md", ".sh", ".py", ".txt", ".cmake"};
+  int cited = 0;
+  for (auto it = fs::recursive_directory_iterator(kRoot); it != fs::recursive_directory_iterator();
+       ++it) {
+    const std::string name = it->path().filename().string();
+    if (it->is_directory() &&
+        (name.rfind("build", 0) == 0 || name[0] == '.' || name == "gpu-runs")) {
+      it.disable_recursion_pending();
+      continue;
+    }
+    if (!it->is_regular_file() || extensions.count(it->path().extension().string()) == 0) continue;
+    const std::string text = loom::test::read_all(it->path());
+    for (std::sregex_iterator m(text.begin(), text.end(), kCited), end; m != end; ++m) {
+      const std::string path = (*m)[2].str();
+      if (elsewhere.count(path) > 0) continue;
+      ++cited;
+      INFO(fs::relative(it->path(), kRoot).string() << " cites " << path);
+      CHECK((fs::exists(kRoot / path) || fs::exists(it->path().parent_path() / path)));
+    }
+  }
+  CHECK(cited > 100);
+}
+
 TEST_CASE("every subcommand has a page naming every option of its --help", "[docs]") {
   loom::test::CliSandbox box("docs");
   const loom::test::CliResult top = box.loom("--help");
