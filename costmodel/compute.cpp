@@ -185,19 +185,23 @@ double attention_core(const profiles::ModelSpec& m, const LayerShape& x, const D
     // trained with dropout on the probabilities, decoders without. Sequences are taken as full
     // length: a batch without padding carries no mask (Loom's executor and Hugging Face's models
     // pass none then), so the mask's costs are not charged.
+    // With context parallelism the rank's s / cp queries meet all s keys over cp kernels, 1/cp
+    // of the whole sequence's work (its causal half balanced over the ranks).
     const double tiles = std::ceil(d.s / 128);
+    const double key_tiles = std::ceil(d.s * x.cp / 128);
     const bool causal = m.family == profiles::Family::kDecoder;
     // The tiles the blocks are timed walking: the causal half times the rule's scale (the whole
     // grid for decoders), every tile for encoders. CPUs time the counted FLOPs instead.
-    const double walked = tiles * tiles * (causal ? causal_attention_time_scale(m) / 2 : 1);
+    const double walked = tiles * key_tiles * (causal ? causal_attention_time_scale(m) / 2 : 1);
+    const std::int64_t sequence = x.seq_len * x.cp;
     FusedAttentionWork work;
-    work.flops = attention_forward_flops(m, x.micro_batch, x.seq_len, x.attention) / d.t;
+    work.flops = attention_forward_flops(m, x.micro_batch, sequence, x.attention) / d.t / x.cp;
     work.blocks = heads * tiles;
     work.elements = heads * walked * 128 * 128;
     work.head_dim = head_dim;
     work.dropout = !causal;
-    p.fused_attention(work,
-                      attention_backward_flops(m, x.micro_batch, x.seq_len, x.attention) / d.t);
+    p.fused_attention(
+        work, attention_backward_flops(m, x.micro_batch, sequence, x.attention) / d.t / x.cp);
     return 0;
   }
   const double scores = d.a * d.b * d.s * d.s / d.t;
@@ -338,7 +342,11 @@ LayerTime transformer_layer_time(const profiles::ModelSpec& m, const LayerShape&
     rotary(tokens * d.h / d.t, x, d, p);
     rotary(tokens * kv_width / d.t, x, d, p);
   }
+  const double core_start_forward = p.forward_s;
+  const double core_start_backward = p.backward_s;
   const double core = attention_core(m, x, d, p);
+  const double core_forward_s = p.forward_s - core_start_forward;
+  const double core_backward_s = p.backward_s - core_start_backward;
   start_forward = p.forward_s;
   start_backward = p.backward_s;
   p.matmul({tokens, d.h, d.h / d.t});  // attention output
@@ -382,6 +390,8 @@ LayerTime transformer_layer_time(const profiles::ModelSpec& m, const LayerShape&
               rates.host_pass_s / static_cast<double>(std::max<std::int64_t>(1, x.stage_layers)));
   out.linear_forward_s = window_forward;
   out.linear_backward_s = window_backward;
+  out.attention_forward_s = core_forward_s;
+  out.attention_backward_s = core_backward_s;
   if (x.recompute == Recompute::kFull) out.recompute_s = out.forward_s;
   if (x.recompute == Recompute::kSelective) {
     out.recompute_s = core;

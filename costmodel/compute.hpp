@@ -20,7 +20,6 @@
 #pragma once
 
 #include <array>
-
 #include <cstdint>
 
 #include "costmodel/gemm.hpp"
@@ -50,7 +49,7 @@ struct DeviceRates {
   double host_launch_s = 0;         // host time per kernel issued (0 on CPUs)
   double host_pass_s = 0;           // host time per forward or backward pass of a stage
   double host_op_s = 0;  // host time per eager operation without autograd (the optimizer's)
-  double host_serial_fraction = 0;  // of the shorter of host issue and kernels, not overlapped
+  double host_serial_fraction = 0;    // of the shorter of host issue and kernels, not overlapped
   double thread_serial_fraction = 0;  // CPUs: the share intra-op threads do not split (Amdahl)
   bool shape_model() const { return gemm.sm_count > 0; }
 };
@@ -123,6 +122,10 @@ struct LayerTime {
   // other entries and for measured layers.
   std::array<double, 4> linear_forward_s{};
   std::array<double, 4> linear_backward_s{};
+  // A transformer layer's attention core on the device (the window context parallelism's
+  // key/value sends hide in, context_parallel.hpp); zero for other entries and measured layers.
+  double attention_forward_s = 0;
+  double attention_backward_s = 0;
 };
 // The order of LayerTime's linear windows.
 enum LinearWindow { kQkvWindow = 0, kAttentionOutWindow, kMlpInWindow, kMlpOutWindow };
@@ -169,6 +172,9 @@ struct LayerShape {
   // (autocast_bytes in compute.cpp) instead of element_bytes everywhere.
   bool autocast = false;
   std::int64_t stage_layers = 1;  // transformer layers on the stage (its per-pass host share)
+  // Context parallelism (context_parallel.hpp): seq_len is one rank's share of a sequence of
+  // seq_len x cp tokens, and the fused attention core attends its queries to all of them.
+  int cp = 1;
 };
 
 LayerTime transformer_layer_time(const profiles::ModelSpec& model, const LayerShape& shape,

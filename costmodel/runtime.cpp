@@ -112,6 +112,12 @@ std::optional<std::string> runtime_refusal(const Job& job, const Strategy& strat
            ": tp_comm_overlap is TransformerEngine's userbuffers overlap: use runtime megatron or "
            "nemo, or tp_comm_overlap off";
   }
+  if (strategy.cp > 1 && !rules.context_parallel) {
+    return "runtime " + std::string(rules.name) +
+           ": context parallelism (cp=" + std::to_string(strategy.cp) +
+           ") is Megatron-Core's with TransformerEngine's attention: use runtime megatron or nemo, "
+           "or cp 1";
+  }
   if (job.optimizer_kernels != OptimizerKernels::kFused && !rules.chooses_optimizer_kernels) {
     return "runtime " + std::string(rules.name) + " runs its own fused Adam: optimizer_kernels " +
            to_string(job.optimizer_kernels) + " needs runtime loom or fsdp";

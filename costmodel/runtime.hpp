@@ -144,6 +144,9 @@ struct RuntimeRules {
   // Whether it can overlap the tensor-parallel collectives with the linear layers' products
   // (Job::tp_comm_overlap): Megatron-LM and NeMo through TransformerEngine's userbuffers.
   bool overlaps_tp_communication = false;
+  // Whether it runs context parallelism (Strategy::cp > 1): Megatron-Core's, with
+  // TransformerEngine's attention (--context-parallel-size). Loom's executor does not.
+  bool context_parallel = false;
   // Whether ZeRO-3 leaves the embedding's lookup tables (ParameterCounts::lookup_tables) out of
   // the backward pass's gathers: Loom's executor knows its model; FSDP and DeepSpeed gather each
   // wrapped block whole.

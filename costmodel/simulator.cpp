@@ -194,7 +194,10 @@ SimulationResult simulate(const CostModel& cost, const Job& job, const Strategy&
 
   const StepTerms terms = cost.step_terms(job, s);
   const int world = s.world_size();
-  const int per_stage = s.dp * s.tp;
+  // The cp ranks of a sample reduce gradients as data-parallel ranks (gradient_view); the
+  // compute terms above are the rank's share of the sequence.
+  const Strategy g = gradient_view(s);
+  const int per_stage = g.dp * g.tp;
   const int chunks = s.pp * s.virtual_stages;
   const double state_bytes = state_element_bytes(job);
   // The gradients' width on the wire is the runtime's (fp32 main grads in Megatron-LM, FSDP's fp32
@@ -206,7 +209,7 @@ SimulationResult simulate(const CostModel& cost, const Job& job, const Strategy&
   std::vector<int> device_of_rank(cost.device_of_rank().begin(),
                                   cost.device_of_rank().begin() + world);
   Comms comms(
-      cost.topology(), network, device_of_rank, s.dp, s.tp,
+      cost.topology(), network, device_of_rank, g.dp, g.tp,
       {cost.collective_factor(Collective::kAllReduce),
        cost.collective_factor(Collective::kReduceScatter),
        cost.collective_factor(Collective::kAllGather), cost.collective_factor(Collective::kP2p)});
@@ -215,7 +218,7 @@ SimulationResult simulate(const CostModel& cost, const Job& job, const Strategy&
   spec.pp = s.pp;
   spec.virtual_stages = s.virtual_stages;
   spec.ranks_per_stage = per_stage;
-  spec.dp = s.dp;
+  spec.dp = g.dp;
   spec.zero = zero_policy(s.zero);
   spec.micro_batches = s.num_micro_batches;
   spec.schedule = s.schedule;
@@ -229,7 +232,7 @@ SimulationResult simulate(const CostModel& cost, const Job& job, const Strategy&
   const std::vector<StageLoad> load = stage_loads(lowered, s.pp);
   for (int c = 0; c < chunks; ++c) {
     spec.chunks.push_back(chunk_spec(comms, terms, stages[static_cast<std::size_t>(c)],
-                                     lowered[static_cast<std::size_t>(c)], reduce_bytes, job, s,
+                                     lowered[static_cast<std::size_t>(c)], reduce_bytes, job, g,
                                      m));
   }
 
@@ -237,10 +240,10 @@ SimulationResult simulate(const CostModel& cost, const Job& job, const Strategy&
   for (int r = 0; r < s.pp; ++r) {
     const StageLoad& l = load[static_cast<std::size_t>(r)];
     memory[static_cast<std::size_t>(r)] = cost.stage_memory(job, s, r, l);
-    double shard = l.num_parameters / (spec.zero.shards_optimizer_states ? s.dp : 1);
+    double shard = l.num_parameters / (spec.zero.shards_optimizer_states ? g.dp : 1);
     spec.optimizer_s.push_back(optimizer_step_s(
         {terms.optimizer_s_per_parameter, terms.optimizer_s_per_tensor}, shard, l.num_tensors));
-    spec.zero_grad_s.push_back(zeroed_gradient_parameters(s, spec.cpu, l.num_parameters) *
+    spec.zero_grad_s.push_back(zeroed_gradient_parameters(g, spec.cpu, l.num_parameters) *
                                terms.zero_grad_s_per_parameter);
     spec.post_all_gather_bytes.push_back(l.num_parameters * state_bytes);
   }

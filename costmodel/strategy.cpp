@@ -92,18 +92,52 @@ std::vector<StageRange> even_partition(const profiles::ModelSpec& model, int chu
 
 namespace {
 std::string num(std::int64_t v) { return std::to_string(v); }
+
+// Context parallelism's own conditions (context_parallel.hpp): a sequence in 2 cp equal chunks,
+// and the fused attention kernel, which TransformerEngine's ring runs block by block.
+std::optional<std::string> check_context_parallel(const Job& job, const Strategy& s) {
+  if (s.cp == 1) return std::nullopt;
+  if (job.seq_len % (2 * std::int64_t{s.cp}) != 0) {
+    return "context parallelism cuts each sequence into 2*cp chunks: cp=" + num(s.cp) +
+           " needs seq_len=" + num(job.seq_len) + " to be a multiple of " +
+           num(2 * std::int64_t{s.cp});
+  }
+  if (s.attention != Attention::kFlash) {
+    return "context parallelism (cp=" + num(s.cp) +
+           ") runs the fused attention kernel block by block: it needs attention=flash";
+  }
+  if (s.sequence_parallel && (job.seq_len / s.cp) % s.tp != 0) {
+    return "sequence parallelism needs tp=" + num(s.tp) + " to divide each cp rank's " +
+           num(job.seq_len / s.cp) + " tokens";
+  }
+  return std::nullopt;
+}
+
 }  // namespace
+
+Strategy gradient_view(const Strategy& s) {
+  Strategy out = s;
+  out.dp = s.dp * s.cp;
+  out.cp = 1;
+  return out;
+}
 
 std::optional<std::string> check_strategy(const profiles::ModelSpec& model, std::int64_t devices,
                                           const Job& job, const Strategy& s) {
-  if (s.dp < 1 || s.tp < 1 || s.pp < 1) return "dp, tp and pp must be >= 1";
+  if (s.dp < 1 || s.tp < 1 || s.pp < 1 || s.cp < 1) return "dp, tp, pp and cp must be >= 1";
   if (s.zero < 0 || s.zero > 3) return "zero must be 0, 1, 2 or 3 (found " + num(s.zero) + ")";
   if (s.micro_batch < 1) return "micro-batch must be >= 1";
   if (s.num_micro_batches < 1) return "the number of micro-batches must be >= 1";
   if (s.world_size() > devices) {
+    if (s.cp > 1) {
+      return "dp*tp*pp*cp = " + num(s.dp) + "*" + num(s.tp) + "*" + num(s.pp) + "*" + num(s.cp) +
+             " = " + num(s.world_size()) + " ranks, but the cluster has " + num(devices) +
+             " devices";
+    }
     return "dp*tp*pp = " + num(s.dp) + "*" + num(s.tp) + "*" + num(s.pp) + " = " +
            num(s.world_size()) + " ranks, but the cluster has " + num(devices) + " devices";
   }
+  if (auto why = check_context_parallel(job, s)) return why;
   if (model.heads % s.tp != 0) {
     return "tp=" + num(s.tp) + " does not divide the " + num(model.heads) + " attention heads";
   }
@@ -191,6 +225,7 @@ std::string describe(const Strategy& s) {
   if (s.recompute_layers > 0) out += " recompute-layers=" + std::to_string(s.recompute_layers);
   if (s.sequence_parallel) out += " sequence-parallel";
   if (s.attention == Attention::kFlash) out += " attention=flash";
+  if (s.cp > 1) out += " cp=" + std::to_string(s.cp);
   return out;
 }
 
@@ -231,6 +266,7 @@ nlohmann::json strategy_to_json(const Strategy& s) {
                         {"sequence_parallel", s.sequence_parallel},
                         {"attention", to_string(s.attention)}};
   if (s.recompute_layers > 0) out["recompute_layers"] = s.recompute_layers;
+  if (s.cp > 1) out["cp"] = s.cp;
   return out;
 }
 
@@ -254,6 +290,7 @@ Strategy strategy_from_json(const nlohmann::json& value, const std::string& sour
       static_cast<int>(r.optional_integer("recompute_layers", 1, kIntMax).value_or(0));
   s.sequence_parallel = r.optional_boolean("sequence_parallel").value_or(false);
   if (r.has("attention")) s.attention = *parse_attention(r.choice("attention", {"math", "flash"}));
+  s.cp = static_cast<int>(r.optional_integer("cp", 1, kIntMax).value_or(1));
   r.finish();
   return s;
 }

@@ -127,10 +127,23 @@ struct Strategy {
   int recompute_layers = 0;
   bool sequence_parallel = false;          // Megatron sequence parallelism with tp (an extension)
   Attention attention = Attention::kMath;  // JSON "attention", default "math"
+  // Context parallelism: each sample's sequence split over cp ranks that hold the same weights
+  // (context_parallel.hpp). JSON "cp", default 1 (written when > 1).
+  int cp = 1;
 
-  int world_size() const { return dp * tp * pp; }
+  int world_size() const { return dp * tp * pp * cp; }
   bool operator==(const Strategy&) const = default;
 };
+
+// Ranks are laid out tensor-parallel fastest, then context-parallel, then data-parallel, then
+// pipeline (Megatron-Core's default order, tp-cp-ep-dp-pp: megatron/core/parallel_state.py).
+// The cp ranks of a sample hold the same weights, so to the gradient reduction, ZeRO's sharding
+// and that layout they are data-parallel ranks: Megatron-Core reduces the gradients and shards its
+// distributed optimizer over the data-parallel group with context parallelism (dp x cp ranks,
+// get_data_parallel_group(with_context_parallel=True)). The strategy as those see it: dp x cp
+// data-parallel ranks and cp 1; the same strategy when cp is 1. The batch and the per-rank
+// compute stay the strategy's own.
+Strategy gradient_view(const Strategy& strategy);
 
 // An inclusive range of the layer sequence held by one pipeline stage (model chunk). With the
 // interleaved schedule there are pp * virtual_stages ranges; range c runs on pipeline rank c % pp.
@@ -172,7 +185,7 @@ std::optional<std::string> check_partition(const profiles::ModelSpec& model,
                                            const std::vector<StageRange>& stages);
 
 // One line for people: "dp=4 tp=8 pp=2 zero=1 micro-batch=2 micro-batches=64 schedule=1f1b
-// recompute=selective" (plus virtual-stages and sequence-parallel when they apply).
+// recompute=selective" (plus virtual-stages, sequence-parallel and cp when they apply).
 std::string describe(const Strategy& strategy);
 
 nlohmann::json strategy_to_json(const Strategy& strategy);

@@ -92,6 +92,8 @@ void parallel_args(const Plan& plan, std::vector<std::string>* args) {
   const costmodel::Strategy& s = plan.strategy;
   args->push_back("--tensor-model-parallel-size " + num(s.tp));
   args->push_back("--pipeline-model-parallel-size " + num(s.pp));
+  // TransformerEngine's ring of key/value sends (cp_comm_type p2p, the default), as predicted.
+  if (s.cp > 1) args->push_back("--context-parallel-size " + num(s.cp));
   if (!megatron_even_split(plan)) {
     // One layout for uneven, interleaved and unevenly interleaved splits alike; it sets the
     // virtual stages too (validate_args: layout stages / pp).

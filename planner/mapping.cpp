@@ -77,7 +77,8 @@ std::vector<int> map_ranks(const profiles::Topology& topology, const profiles::C
   std::vector<int> identity(static_cast<std::size_t>(world));
   std::iota(identity.begin(), identity.end(), 0);
   const int per_node = static_cast<int>(cluster.devices_per_node);
-  const int inner = s.tp > 1 ? s.tp : s.dp > 1 ? s.dp : s.pp;
+  const int dp = costmodel::gradient_view(s).dp;  // cp's ranks sit beside dp's (strategy.hpp)
+  const int inner = s.tp > 1 ? s.tp : dp > 1 ? dp : s.pp;
   if (cluster.links.empty() || inner <= 1 || inner >= per_node || per_node % inner != 0 ||
       per_node > kMaxEnumeratedDevices || world % per_node != 0) {
     return identity;

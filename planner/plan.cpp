@@ -30,9 +30,11 @@ std::vector<RankPlacement> placement(const costmodel::Strategy& s, const profile
     RankPlacement p;
     p.rank = rank;
     p.device = profiles::device_name(cluster, device_of_rank.at(static_cast<std::size_t>(rank)));
+    // tp fastest, then cp, then dp, then pp (strategy.hpp, gradient_view).
     p.tp = rank % s.tp;
-    p.dp = (rank / s.tp) % s.dp;
-    p.pp = rank / (s.tp * s.dp);
+    p.cp = (rank / s.tp) % s.cp;
+    p.dp = (rank / (s.tp * s.cp)) % s.dp;
+    p.pp = rank / (s.tp * s.cp * s.dp);
     out.push_back(p);
   }
   return out;
@@ -63,8 +65,10 @@ nlohmann::json plan_to_json(const Plan& plan) {
   j["stages"] = stages;
   nlohmann::json ranks = nlohmann::json::array();
   for (const RankPlacement& r : plan.ranks) {
-    ranks.push_back(
-        {{"rank", r.rank}, {"device", r.device}, {"dp", r.dp}, {"tp", r.tp}, {"pp", r.pp}});
+    nlohmann::json rank = {
+        {"rank", r.rank}, {"device", r.device}, {"dp", r.dp}, {"tp", r.tp}, {"pp", r.pp}};
+    if (plan.strategy.cp > 1) rank["cp"] = r.cp;
+    ranks.push_back(rank);
   }
   j["ranks"] = ranks;
   j["predicted"] = costmodel::prediction_to_json(plan.predicted);
@@ -242,8 +246,9 @@ Plan plan_from_json(const nlohmann::json& value, const std::string& source) {
 
   const nlohmann::json& ranks = r.array("ranks");
   if (static_cast<std::int64_t>(ranks.size()) != s.world_size()) {
-    r.fail("ranks", "one entry per rank: dp*tp*pp = " + std::to_string(s.world_size()) +
-                        ", found " + std::to_string(ranks.size()));
+    r.fail("ranks", std::string(s.cp > 1 ? "one entry per rank: dp*tp*pp*cp = "
+                                         : "one entry per rank: dp*tp*pp = ") +
+                        std::to_string(s.world_size()) + ", found " + std::to_string(ranks.size()));
   }
   const profiles::Topology topology(plan.cluster);
   std::vector<bool> used(static_cast<std::size_t>(plan.cluster.device_count()), false);
@@ -256,14 +261,16 @@ Plan plan_from_json(const nlohmann::json& value, const std::string& source) {
     p.dp = static_cast<int>(rr.integer("dp", 0, kIntMax));
     p.tp = static_cast<int>(rr.integer("tp", 0, kIntMax));
     p.pp = static_cast<int>(rr.integer("pp", 0, kIntMax));
+    p.cp = static_cast<int>(rr.optional_integer("cp", 0, kIntMax).value_or(0));
     rr.finish();
     const RankPlacement& want = expected[i];
-    if (p.rank != want.rank || p.dp != want.dp || p.tp != want.tp || p.pp != want.pp) {
-      rr.fail("rank",
-              "ranks in order with Megatron coordinates (tp fastest, then dp, then pp): "
-              "rank " +
-                  std::to_string(want.rank) + " is dp " + std::to_string(want.dp) + " tp " +
-                  std::to_string(want.tp) + " pp " + std::to_string(want.pp));
+    if (p.rank != want.rank || p.dp != want.dp || p.tp != want.tp || p.pp != want.pp ||
+        p.cp != want.cp) {
+      rr.fail("rank", std::string("ranks in order with Megatron coordinates (tp fastest, then ") +
+                          (s.cp > 1 ? "cp, then " : "") + "dp, then pp): rank " +
+                          std::to_string(want.rank) + " is dp " + std::to_string(want.dp) + " tp " +
+                          std::to_string(want.tp) + " pp " + std::to_string(want.pp) +
+                          (s.cp > 1 ? " cp " + std::to_string(want.cp) : std::string()));
     }
     std::optional<int> device = topology.find_device(p.device);
     if (!device) rr.fail("device", "a device of the plan's cluster, such as \"node0/gpu0\"");

@@ -15,13 +15,14 @@ namespace loom::planner {
 // The version written into every plan (the project version from CMake).
 const char* loom_version();
 
-// Where one rank runs and its coordinates in the dp x tp x pp grid.
+// Where one rank runs and its coordinates in the dp x tp x pp (x cp) grid.
 struct RankPlacement {
   int rank = 0;
   std::string device;
   int dp = 0;
   int tp = 0;
   int pp = 0;
+  int cp = 0;  // JSON "cp", written when the strategy's cp > 1
   bool operator==(const RankPlacement&) const = default;
 };
 

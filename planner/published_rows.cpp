@@ -323,19 +323,19 @@ std::optional<std::string> row_job_strategy(const Fields& row, RowMapping* out) 
   auto precision = profiles::parse_precision(precision_text);
   if (!precision) return "precision " + precision_text + ": Loom has no such precision";
   if (auto why = profiles::precision_refusal(out->cluster.device, *precision)) return *why;
-  if (row.integer("cp", 1).value_or(1) > 1) return "context parallelism (cp > 1)";
   costmodel::Strategy& s = out->strategy;
   s.tp = static_cast<int>(row.integer("tp", 1).value_or(1));
   s.pp = static_cast<int>(row.integer("pp", 1).value_or(1));
-  s.dp = static_cast<int>(row.integer("dp", 1).value_or(gpus / (std::int64_t{s.tp} * s.pp)));
+  s.cp = static_cast<int>(row.integer("cp", 1).value_or(1));
+  s.dp = static_cast<int>(row.integer("dp", 1).value_or(gpus / (std::int64_t{s.tp} * s.pp * s.cp)));
   s.zero = static_cast<int>(row.integer("zero", 0).value_or(0));
   if (s.zero > 3) row.fail("zero", "a ZeRO stage 0-3");
   // Megatron's interleaved 1F1B: model chunks per pipeline rank.
   s.virtual_stages = static_cast<int>(row.integer("virtual_stages", 1).value_or(1));
   if (s.virtual_stages > 1) s.schedule = costmodel::Schedule::kInterleaved;
   if (s.world_size() != gpus) {
-    return "dp*tp*pp = " + std::to_string(s.world_size()) + " is not the " + std::to_string(gpus) +
-           " GPUs";
+    return std::string(s.cp > 1 ? "dp*tp*pp*cp = " : "dp*tp*pp = ") +
+           std::to_string(s.world_size()) + " is not the " + std::to_string(gpus) + " GPUs";
   }
   auto micro_batch = row.integer("micro_batch", 1);
   if (!micro_batch) return "micro-batch not stated";

@@ -3,7 +3,7 @@
 // A row (bench/published/README.md gives the schema) describes one published training run: the
 // model, the GPUs, the strategy as run, the framework and what was measured. map_row() turns it
 // into Loom's terms (model, cluster, job, strategy, cost options) or says why Loom cannot express
-// it (fp8, context parallelism, an unknown GPU, checkpointing every n-th block, ...);
+// it (fp8, an unknown GPU, checkpointing every n-th block, ...);
 // predict_row() runs the analytical estimate on it and sets the prediction beside the measured
 // figures in the row's own unit; summarize() gives each file's median |error| and the share of
 // its pairs that the model orders as measured. LibTorch-free.

@@ -287,6 +287,7 @@ std::string plan_section(const Plan& plan) {
        {"recompute", escape_html(costmodel::recompute_cell(s))},
        {"sequence parallel", s.sequence_parallel ? "yes" : "no"},
        {"attention", escape_html(costmodel::to_string(s.attention))},
+       {"context parallel (cp)", integer(s.cp)},
        {"world size", integer(s.world_size()) + " ranks"}});
   const costmodel::CostOptions& o = plan.cost_options;
   out +=
@@ -414,7 +415,7 @@ std::string memory_section(const Plan& plan, const SimulationResult& sim,
 
 std::string stages_section(const Plan& plan, const SimulationResult& sim) {
   const std::vector<MemoryBreakdown>& memory = stage_memory(plan, sim);
-  const int per_stage = plan.strategy.dp * plan.strategy.tp;
+  const int per_stage = plan.strategy.dp * plan.strategy.tp * plan.strategy.cp;
   std::string out =
       "<section id=\"stages\"><h2>Stages</h2><table><thead><tr><th>stage</th><th>layers</th>"
       "<th>ranks</th><th class=\"num\">busy</th><th class=\"num\">bubble</th>"

@@ -64,6 +64,7 @@ constexpr Dimension kDimensions[] = {
     {"dp", [](const Strategy& s) { return s.dp; }, int_label},
     {"tp", [](const Strategy& s) { return s.tp; }, int_label},
     {"pp", [](const Strategy& s) { return s.pp; }, int_label},
+    {"cp", [](const Strategy& s) { return s.cp; }, int_label},
     {"zero", [](const Strategy& s) { return s.zero; }, int_label},
     {"micro-batch", [](const Strategy& s) { return static_cast<int>(s.micro_batch); }, int_label},
     {"schedule", [](const Strategy& s) { return static_cast<int>(s.schedule); }, schedule_label},
@@ -185,7 +186,7 @@ class ShapeCosts {
  public:
   explicit ShapeCosts(const costmodel::CostModel& base) : base_(base) {}
   const costmodel::CostModel& of(const Strategy& s) {
-    auto key = std::make_tuple(s.tp, s.dp, s.pp);
+    auto key = std::make_tuple(s.tp, costmodel::gradient_view(s).dp, s.pp);
     auto it = costs_.find(key);
     if (it == costs_.end()) {
       std::vector<int> mapping = map_ranks(base_.topology(), base_.cluster(), s);

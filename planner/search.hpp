@@ -17,6 +17,11 @@
 
 namespace loom::planner {
 
+// The fewest tokens per rank the search splits a sequence into with context parallelism: below
+// it the attention blocks are too short to hide the key/value sends behind (context_parallel.hpp),
+// and Megatron-Core's guidance reserves cp for long sequences.
+inline constexpr std::int64_t kMinContextParallelTokens = 1024;
+
 // Dimensions the user pinned; nullopt ones are searched.
 //
 // Pruning: for a fixed (tp, pp, dp, zero, schedule, sequence parallelism), memory only grows with
@@ -31,6 +36,11 @@ struct SearchOptions {
   std::optional<int> tp;
   std::optional<int> pp;
   std::optional<int> dp;
+  // Context parallelism (Strategy::cp). Unpinned, runtimes that run it (RuntimeRules::
+  // context_parallel) try every cp that divides the devices left beside tp, keeps at least
+  // kMinContextParallelTokens tokens per rank and cuts the sequence into 2 cp equal chunks;
+  // the others plan cp 1.
+  std::optional<int> cp;
   std::optional<int> zero;
   std::optional<std::int64_t> micro_batch;
   std::optional<costmodel::Schedule> schedule;

@@ -49,6 +49,22 @@ std::vector<bool> sequence_parallel_choices(const SearchOptions& o, bool gpu, in
   return {false};
 }
 
+// Context parallelism to try beside `tp` on `devices`: as pinned; else, where the job's runtime
+// runs it, every cp dividing the devices left that cuts the sequence into 2 cp equal chunks of
+// at least kMinContextParallelTokens / 2 tokens; else 1.
+std::vector<int> context_parallel_choices(const SearchOptions& o, const costmodel::Job& job,
+                                          std::int64_t devices_left) {
+  if (o.cp) return {*o.cp};
+  if (!costmodel::runtime_rules(job.runtime).context_parallel) return {1};
+  std::vector<int> out;
+  for (int cp : divisors(devices_left)) {
+    if (job.seq_len % (2 * std::int64_t{cp}) != 0) continue;
+    if (cp > 1 && job.seq_len / cp < kMinContextParallelTokens) break;
+    out.push_back(cp);
+  }
+  return out;
+}
+
 }  // namespace
 
 // Every strategy to try, recomputation left at none (the caller walks that dimension). Strategies
@@ -79,51 +95,54 @@ std::vector<Strategy> candidate_strategies(const profiles::ModelSpec& model,
           (tp > cluster.devices_per_node || model.heads % tp != 0 || model.ffn_hidden % tp != 0)) {
         continue;
       }
-      for (int pp : o.pp ? std::vector<int>{*o.pp} : divisors(devices / tp)) {
-        if (!o.pp && pp > model.layers) continue;
-        const std::int64_t replica = std::int64_t{tp} * pp;
-        if (!o.dp && devices % replica != 0) continue;
-        const int dp = o.dp.value_or(static_cast<int>(devices / replica));
-        if (job.global_batch % dp != 0) {
-          refuse("the global batch " + std::to_string(job.global_batch) +
-                 " does not split over dp=" + std::to_string(dp));
-          continue;
-        }
-        const std::int64_t per_rank = job.global_batch / dp;
-        std::vector<int> zeros = o.zero   ? std::vector<int>{*o.zero}
-                                 : dp > 1 ? std::vector<int>{0, 1, 2, 3}
-                                          : std::vector<int>{0};
-        std::vector<int> bs = o.micro_batch ? std::vector<int>{static_cast<int>(*o.micro_batch)}
-                                            : divisors(std::min<std::int64_t>(per_rank, 1024));
-        for (int zero : zeros) {
-          for (int b : bs) {
-            if (per_rank % b != 0) {
-              refuse("--micro-batch " + std::to_string(b) + " does not divide the " +
-                     std::to_string(per_rank) + " samples per data-parallel rank (global batch " +
-                     std::to_string(job.global_batch) + " over dp=" + std::to_string(dp) + ")");
-              continue;
-            }
-            for (auto [schedule, v] : schedule_choices(o, pp, model.layers)) {
-              for (const bool sp : sequence_parallel_choices(o, gpu, tp, job.seq_len)) {
-                Strategy s;
-                s.tp = tp;
-                s.pp = pp;
-                s.dp = dp;
-                s.zero = zero;
-                s.micro_batch = b;
-                s.num_micro_batches = per_rank / b;
-                s.schedule = schedule;
-                s.virtual_stages = v;
-                s.sequence_parallel = sp;
-                s.attention = attention;
-                // check_strategy() also asks the job's runtime (runtime_refusal()).
-                if (auto why = costmodel::check_strategy(model, all_devices, job, s)) {
-                  refuse(*why);
-                  continue;
-                }
-                // Pinned dimensions can make two world sizes yield the same strategy.
-                if (worlds.size() == 1 || std::find(out.begin(), out.end(), s) == out.end()) {
-                  out.push_back(s);
+      for (int cp : context_parallel_choices(o, job, devices / tp)) {
+        for (int pp : o.pp ? std::vector<int>{*o.pp} : divisors(devices / tp / cp)) {
+          if (!o.pp && pp > model.layers) continue;
+          const std::int64_t replica = std::int64_t{tp} * pp * cp;
+          if (!o.dp && devices % replica != 0) continue;
+          const int dp = o.dp.value_or(static_cast<int>(devices / replica));
+          if (job.global_batch % dp != 0) {
+            refuse("the global batch " + std::to_string(job.global_batch) +
+                   " does not split over dp=" + std::to_string(dp));
+            continue;
+          }
+          const std::int64_t per_rank = job.global_batch / dp;
+          std::vector<int> zeros = o.zero   ? std::vector<int>{*o.zero}
+                                   : dp > 1 ? std::vector<int>{0, 1, 2, 3}
+                                            : std::vector<int>{0};
+          std::vector<int> bs = o.micro_batch ? std::vector<int>{static_cast<int>(*o.micro_batch)}
+                                              : divisors(std::min<std::int64_t>(per_rank, 1024));
+          for (int zero : zeros) {
+            for (int b : bs) {
+              if (per_rank % b != 0) {
+                refuse("--micro-batch " + std::to_string(b) + " does not divide the " +
+                       std::to_string(per_rank) + " samples per data-parallel rank (global batch " +
+                       std::to_string(job.global_batch) + " over dp=" + std::to_string(dp) + ")");
+                continue;
+              }
+              for (auto [schedule, v] : schedule_choices(o, pp, model.layers)) {
+                for (const bool sp : sequence_parallel_choices(o, gpu, tp, job.seq_len)) {
+                  Strategy s;
+                  s.tp = tp;
+                  s.pp = pp;
+                  s.dp = dp;
+                  s.zero = zero;
+                  s.micro_batch = b;
+                  s.num_micro_batches = per_rank / b;
+                  s.schedule = schedule;
+                  s.virtual_stages = v;
+                  s.sequence_parallel = sp;
+                  s.attention = attention;
+                  s.cp = cp;
+                  // check_strategy() also asks the job's runtime (runtime_refusal()).
+                  if (auto why = costmodel::check_strategy(model, all_devices, job, s)) {
+                    refuse(*why);
+                    continue;
+                  }
+                  // Pinned dimensions can make two world sizes yield the same strategy.
+                  if (worlds.size() == 1 || std::find(out.begin(), out.end(), s) == out.end()) {
+                    out.push_back(s);
+                  }
                 }
               }
             }

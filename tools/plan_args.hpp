@@ -23,7 +23,7 @@ struct PlanArgs {
   std::optional<std::string> precision;
   std::optional<std::int64_t> num_labels;
   std::vector<std::string> profile;
-  std::optional<int> tp, pp, dp, zero, virtual_stages, recompute_layers;
+  std::optional<int> tp, pp, dp, cp, zero, virtual_stages, recompute_layers;
   std::optional<std::int64_t> micro_batch, micro_batch_per_device;
   std::optional<std::string> schedule, recompute, stages, sp, attention, runtime, loss, compile,
       reduce_dtype, optimizer_kernels, tp_comm_overlap;

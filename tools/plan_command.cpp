@@ -48,6 +48,7 @@ std::string strategy_text(const costmodel::Strategy& s) {
   if (s.recompute_layers > 0) out += " recompute-layers=" + std::to_string(s.recompute_layers);
   if (s.sequence_parallel) out += " sequence-parallel";
   out += std::string(" attention=") + costmodel::to_string(s.attention);
+  if (s.cp > 1) out += " cp=" + std::to_string(s.cp);
   return out;
 }
 
@@ -301,6 +302,7 @@ planner::SearchOptions search_options(const PlanArgs& a, const profiles::ModelSp
   o.tp = a.tp;
   o.pp = a.pp;
   o.dp = a.dp;
+  o.cp = a.cp;
   o.zero = a.zero;
   o.micro_batch = a.micro_batch;
   if (a.schedule) o.schedule = costmodel::parse_schedule(*a.schedule);
@@ -353,15 +355,18 @@ planner::SearchOptions search_options(const PlanArgs& a, const profiles::ModelSp
     throw InputError("--pp", "",
                      "pp=" + n(*a.pp) + " exceeds the " + n(model.layers) + " transformer layers");
   }
-  std::int64_t fixed_ranks = std::int64_t{a.tp.value_or(1)} * a.pp.value_or(1) * a.dp.value_or(1);
+  std::int64_t fixed_ranks =
+      std::int64_t{a.tp.value_or(1)} * a.pp.value_or(1) * a.dp.value_or(1) * a.cp.value_or(1);
   if (fixed_ranks > devices || (!a.dp && devices % fixed_ranks != 0)) {
     throw InputError(a.dp ? "--dp" : "--tp/--pp", "",
-                     "the pinned tp*pp" + std::string(a.dp ? "*dp" : "") + " = " + n(fixed_ranks) +
+                     "the pinned tp*pp" + std::string(a.cp ? "*cp" : "") +
+                         std::string(a.dp ? "*dp" : "") + " = " + n(fixed_ranks) +
                          " ranks do not " + (a.dp ? "fit" : "divide") + " the " + n(devices) +
                          " devices of the cluster");
   }
   if (a.tp && a.pp && a.micro_batch) {
-    std::int64_t dp = a.dp.value_or(static_cast<int>(devices / (std::int64_t{*a.tp} * *a.pp)));
+    std::int64_t dp =
+        a.dp.value_or(static_cast<int>(devices / (std::int64_t{*a.tp} * *a.pp * a.cp.value_or(1))));
     std::int64_t per_step = dp * *a.micro_batch;
     if (a.global_batch % per_step != 0) {
       throw InputError("--global-batch", "",
@@ -385,26 +390,33 @@ namespace {
 void print_table(std::ostream& out, const std::vector<planner::Plan>& plans, double margin) {
   const Unit time = profiles::time_unit(plans.at(0).predicted.step_time_s);
   const Unit bytes = profiles::byte_unit(plans.at(0).predicted.peak_memory_bytes);
-  out << "  #  dp  tp  pp zero    mb  chunks schedule        recompute  sp   step time    "
+  // The cp column only where a plan splits its sequences.
+  const bool cp = std::any_of(plans.begin(), plans.end(),
+                              [](const planner::Plan& p) { return p.strategy.cp > 1; });
+  out << "  #  dp  tp  pp" << (cp ? "  cp" : "")
+      << " zero    mb  chunks schedule        recompute  sp   step time    "
          "samples/s    MFU   peak mem    bound by\n";
   for (std::size_t i = 0; i < plans.size(); ++i) {
     const planner::Plan& p = plans[i];
     const costmodel::Strategy& s = p.strategy;
     std::string schedule = s.pp > 1 ? costmodel::to_string(s.schedule) : "-";
     if (s.virtual_stages > 1) schedule += " v=" + std::to_string(s.virtual_stages);
+    char cp_cell[16] = "";
+    if (cp) std::snprintf(cp_cell, sizeof cp_cell, " %3d", s.cp);
     char line[256];
-    std::snprintf(line, sizeof line,
-                  "%3zu %3d %3d %3d %4d %5lld %7lld %-15s %-10s %-4s %-12s %9.1f %5.1f %% %10s    "
-                  "%s\n",
-                  i + 1, s.dp, s.tp, s.pp, s.zero, static_cast<long long>(s.micro_batch),
-                  static_cast<long long>(s.num_micro_batches), schedule.c_str(),
-                  costmodel::recompute_cell(s).c_str(),
-                  s.tp == 1             ? "-"
-                  : s.sequence_parallel ? "on"
-                                        : "off",
-                  unit_text(p.predicted.step_time_s, time, 3).c_str(), p.predicted.samples_per_s,
-                  100 * p.predicted.mfu, unit_text(p.predicted.peak_memory_bytes, bytes, 2).c_str(),
-                  planner::binding_constraint(p, margin).c_str());
+    std::snprintf(
+        line, sizeof line,
+        "%3zu %3d %3d %3d%s %4d %5lld %7lld %-15s %-10s %-4s %-12s %9.1f %5.1f %% %10s    "
+        "%s\n",
+        i + 1, s.dp, s.tp, s.pp, cp_cell, s.zero, static_cast<long long>(s.micro_batch),
+        static_cast<long long>(s.num_micro_batches), schedule.c_str(),
+        costmodel::recompute_cell(s).c_str(),
+        s.tp == 1             ? "-"
+        : s.sequence_parallel ? "on"
+                              : "off",
+        unit_text(p.predicted.step_time_s, time, 3).c_str(), p.predicted.samples_per_s,
+        100 * p.predicted.mfu, unit_text(p.predicted.peak_memory_bytes, bytes, 2).c_str(),
+        planner::binding_constraint(p, margin).c_str());
     out << line;
   }
 }
@@ -551,6 +563,10 @@ void add_plan_options(CLI::App* cmd, PlanArgs* args) {
       ->allow_extra_args(false);
   cmd->add_option("--tp", args->tp, "tensor-parallel size")->check(kPositiveNumber);
   cmd->add_option("--pp", args->pp, "pipeline-parallel size")->check(kPositiveNumber);
+  cmd->add_option("--cp", args->cp,
+                  "context-parallel size: each sequence split over cp ranks (runtimes megatron "
+                  "and nemo; searched there unless given)")
+      ->check(kPositiveNumber);
   cmd->add_option("--dp", args->dp, "data-parallel size")->check(kPositiveNumber);
   cmd->add_option("--zero", args->zero, "ZeRO stage")->check(CLI::Range(0, 3));
   cmd->add_option("--micro-batch", args->micro_batch, "samples per micro-batch")

@@ -410,6 +410,13 @@ void check_trainable_model(const TrainArgs& a, const planner::Plan& plan) {
                      "a classification head (loom train fine-tunes sequence classifiers); this "
                      "plan has a language-model head: re-plan with --num-labels N");
   }
+  if (plan.strategy.cp > 1) {
+    throw InputError(a.plan, "$.strategy.cp",
+                     "1: Loom's executor does not split sequences over ranks (context parallelism "
+                     "runs in Megatron-Core, runtime megatron or nemo); re-plan with --cp 1 to "
+                     "train it here, found cp " +
+                         std::to_string(plan.strategy.cp));
+  }
   if (*plan.model.num_labels < 2) {
     throw InputError(a.plan, "$.model.num_labels",
                      "at least 2 labels (the reviews are labelled 0 negative and 1 positive), "

@@ -285,8 +285,8 @@ TEST_CASE("rows Loom cannot express name the reason", "[published]") {
   row["gpu"] = "TPU v4";
   CHECK(reason(row) == "unknown GPU \"TPU v4\" (no cluster file for it)");
   row = base;
-  row["cp"] = 2;
-  CHECK(reason(row) == "context parallelism (cp > 1)");
+  row["cp"] = 2;  // the cp ranks count in the world size
+  CHECK(reason(row) == "dp*tp*pp*cp = 32 is not the 16 GPUs");
   row = base;
   row["recompute"] = "checkpointing of every other thing";
   CHECK(reason(row) == "recompute \"checkpointing of every other thing\" has no Loom equivalent");

@@ -91,3 +91,15 @@ TEST_CASE("loom train refuses sp with tp 1 and, on LibTorch 1.13, flash attentio
   CHECK_THAT(flash.err, Contains("$.strategy.attention") && Contains("--attention math"));
   CHECK(std::count(flash.err.begin(), flash.err.end(), '\n') == 1);  // one line
 }
+
+TEST_CASE("loom train refuses a context-parallel plan in one line", "[tools][train][cp]") {
+  const Folder f("test-cp");
+  REQUIRE(run(f,
+              "plan --model tiny-bert --cluster local-cpu --global-batch 4 --seq-len 32 --runtime "
+              "megatron --cp 2 --attention flash --precision fp32 -o PLAN.json")
+              .exit_code == 0);
+  const CliResult r = run(f, "train PLAN.json --data synthetic:40 --steps 1");
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.err, Contains("$.strategy.cp") && Contains("--cp 1") && Contains("found cp 2"));
+  CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+}
