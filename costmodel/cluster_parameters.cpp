@@ -41,6 +41,10 @@ Field field(Cluster& c, const std::string& name) {
   if (name == "device.attention_efficiency") {
     return {nullptr, &c.device.attention_efficiency, d.flash_attention};
   }
+  if (name == "device.flash_attention_2_efficiency") {
+    return {nullptr, &c.device.flash_attention_2_efficiency,
+            c.device.attention_efficiency.value_or(d.flash_attention)};
+  }
   if (name == "device.fragmentation") {
     return {nullptr, &c.device.fragmentation, kFragmentationFraction};
   }
@@ -140,6 +144,10 @@ std::vector<ClusterParameter> cluster_parameters(const Cluster& c) {
   add("device.memory_efficiency", software, 0.01, 1, 0);
   if (gpu) {
     add("device.attention_efficiency", software, 0.01, 1, 0);
+    // Only where the file gives FlashAttention-2 its own rate (Hopper).
+    if (c.device.flash_attention_2_efficiency) {
+      add("device.flash_attention_2_efficiency", software, 0.01, 1, 0);
+    }
     add("device.fragmentation", software, 0, 1, 0.01);
     add("device.cuda_context_mib", software, 0, 16384, 16);
     add("device.host_launch_us", software, 0, 1000, 1);

@@ -9,7 +9,7 @@
 namespace loom::costmodel {
 
 DeviceRates device_rates(const profiles::DeviceSpec& device, Precision precision,
-                         const EfficiencyDefaults& d) {
+                         const EfficiencyDefaults& d, AttentionKernel attention) {
   double peak_tflops = device.peak_tflops.of(precision);
   if (peak_tflops <= 0) {
     throw InputError("--precision", "",
@@ -42,6 +42,9 @@ DeviceRates device_rates(const profiles::DeviceSpec& device, Precision precision
   r.gemm.memory_bytes_per_s = r.memory_bytes_per_s;
   r.gemm.element_bytes = precision == Precision::kFp8 ? 1 : element_bytes(precision);
   r.attention_efficiency = device.attention_efficiency.value_or(gpu ? d.flash_attention : matrix);
+  if (attention == AttentionKernel::kFlashAttention2 && device.flash_attention_2_efficiency) {
+    r.attention_efficiency = *device.flash_attention_2_efficiency;
+  }
   const double ceiling_tflops = device.achievable_tflops.of(precision);
   if (gpu && device.sm_count > 0 && ceiling_tflops > 0) {
     r.gemm.sm_count = static_cast<int>(device.sm_count);
@@ -61,7 +64,7 @@ DeviceRates device_rates(const profiles::DeviceSpec& device, Precision precision
   r.core_matrix_flops_per_s = r.matrix_flops_per_s;
   if (precision == Precision::kFp8) {
     // Only the linear layers' products run in fp8; attention and the head keep bf16's rates.
-    const DeviceRates bf16 = device_rates(device, Precision::kBf16, d);
+    const DeviceRates bf16 = device_rates(device, Precision::kBf16, d, attention);
     r.core_gemm = bf16.gemm;
     r.core_matrix_flops_per_s = bf16.matrix_flops_per_s;
     r.fp8_casts = true;

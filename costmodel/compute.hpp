@@ -67,8 +67,9 @@ struct EfficiencyDefaults {
   // FusedAttentionFit adds what it spends beyond them): FlashAttention-2 on A100 reaches about
   // 63 % of peak forward plus backward at head dimension 128 (Dao 2023, "FlashAttention-2:
   // Faster Attention with Better Parallelism and Work Partitioning", section 4.1), which that
-  // fit gives at 0.9. A device file's attention_efficiency replaces it (FlashAttention-2 on
-  // H100 0.52, cuDNN's fused attention on H100 and H200 0.89: bench/RESULTS.md).
+  // fit gives at 0.9. A device file's attention_efficiency replaces it (cuDNN's fused attention
+  // on H100 and H200 0.89; FlashAttention-2 there 0.52, flash_attention_2_efficiency:
+  // bench/RESULTS.md).
   double flash_attention = 0.9;
   // The host floor's costs when the device file gives none: Loom's executor (LibTorch 2.11) on
   // an H200 machine's host, fitted to 20 single-GPU runs of BERT-base, BERT-large, RoBERTa-base
@@ -106,9 +107,18 @@ inline constexpr double kBackwardHostOps = 2.3;
 // (docs/cost-model.md). The FLOPs counted for MFU stay the causal half.
 double causal_attention_time_scale(const profiles::ModelSpec& model);
 
+// The fused attention kernel a runtime runs (RuntimeRules::attention_kernel):
+//   kNative           the device's own: cuDNN's fused attention (TransformerEngine, PyTorch's
+//                     scaled_dot_product_attention in Loom's executor) or FlashAttention-3 on
+//                     Hopper, FlashAttention-2 on Ampere (DeviceSpec::attention_efficiency)
+//   kFlashAttention2  FlashAttention-2 (flash-attn 2, SDPA's flash backend), whose rate on Hopper
+//                     is its own (DeviceSpec::flash_attention_2_efficiency)
+enum class AttentionKernel { kNative, kFlashAttention2 };
+
 // Throws InputError when the device has no rate for `precision`.
 DeviceRates device_rates(const profiles::DeviceSpec& device, Precision precision,
-                         const EfficiencyDefaults& defaults);
+                         const EfficiencyDefaults& defaults,
+                         AttentionKernel attention = AttentionKernel::kNative);
 
 // Time of one micro-batch through one layer on one tensor-parallel rank, communication excluded.
 struct LayerTime {

@@ -144,6 +144,11 @@ struct RuntimeRules {
   // Whether it can overlap the tensor-parallel collectives with the linear layers' products
   // (Job::tp_comm_overlap): Megatron-LM and NeMo through TransformerEngine's userbuffers.
   bool overlaps_tp_communication = false;
+  // The fused attention kernel it runs (compute.hpp): FlashAttention-2 for the engines that run
+  // PyTorch's Python models (flash-attn 2 in llm-foundry, SDPA's flash backend in torchtitan and
+  // Hugging Face); the device's own elsewhere (TransformerEngine's cuDNN attention in
+  // Megatron-LM and NeMo, LibTorch's SDPA in Loom's executor).
+  AttentionKernel attention_kernel = AttentionKernel::kNative;
   // Whether it runs context parallelism (Strategy::cp > 1): Megatron-Core's, with
   // TransformerEngine's attention (--context-parallel-size). Loom's executor does not.
   bool context_parallel = false;

@@ -144,6 +144,7 @@ RuntimeRules deepspeed_runtime_rules() {
     return static_cast<double>(element_bytes(job.precision));
   };
   r.compiles = true;
+  r.attention_kernel = AttentionKernel::kFlashAttention2;  // Hugging Face models under SDPA
   r.host_per_tensor = deepspeed_host_per_tensor;
   r.overflow_skipped_s = deepspeed_overflow_skipped_s;
   return r;

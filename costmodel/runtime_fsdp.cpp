@@ -112,6 +112,7 @@ RuntimeRules fsdp_runtime_rules() {
   // torchtitan's default "selective op" mode).
   r.selective = SelectivePolicy::kOperators;
   r.compiles = true;
+  r.attention_kernel = AttentionKernel::kFlashAttention2;  // flash-attn 2, SDPA's flash backend
   return r;
 }
 

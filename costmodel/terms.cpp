@@ -86,7 +86,8 @@ struct TermsInput {
 // gradient-zeroing times. Returns the rates of one device (one core on CPUs).
 DeviceRates set_rates(const TermsInput& in, Terms& t) {
   const DeviceRates core_rates =
-      device_rates(in.cluster.device, in.job.precision, in.options.efficiency);
+      device_rates(in.cluster.device, in.job.precision, in.options.efficiency,
+                   runtime_rules(in.job.runtime).attention_kernel);
   t.threads = threads_per_rank(in.cluster, in.world);
   const DeviceRates rates = scaled_rates(core_rates, t.threads);
   t.rate_memory_bytes_per_s = rates.memory_bytes_per_s;

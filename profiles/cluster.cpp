@@ -194,6 +194,8 @@ Cluster datasheet_cluster(const Cluster& cluster) {
       c.device.memory_efficiency = p.start;
     } else if (n == "device.attention_efficiency") {
       c.device.attention_efficiency = p.start;
+    } else if (n == "device.flash_attention_2_efficiency") {
+      c.device.flash_attention_2_efficiency = p.start;
     } else if (n == "device.fragmentation") {
       c.device.fragmentation = p.start;
     } else if (n == "device.cuda_context_mib") {
@@ -318,6 +320,7 @@ Cluster cluster_from_json(const nlohmann::json& value, const std::string& source
       d.skip("achievable_tflops");
     }
     efficiency(d, "attention_efficiency", &c.device.attention_efficiency);
+    efficiency(d, "flash_attention_2_efficiency", &c.device.flash_attention_2_efficiency);
     efficiency(d, "sustained_clock_fraction", &c.device.sustained_clock_fraction);
     c.device.fragmentation = read_fraction(d, "fragmentation");
     c.device.host_launch_us = d.optional_number("host_launch_us", 0, /*exclusive=*/false);
@@ -391,6 +394,9 @@ nlohmann::json cluster_to_json(const Cluster& c) {
   if (c.device.sm_count > 0) d["sm_count"] = c.device.sm_count;
   if (c.device.sm_count > 0) d["achievable_tflops"] = rates_to_json(c.device.achievable_tflops);
   if (c.device.attention_efficiency) d["attention_efficiency"] = *c.device.attention_efficiency;
+  if (c.device.flash_attention_2_efficiency) {
+    d["flash_attention_2_efficiency"] = *c.device.flash_attention_2_efficiency;
+  }
   if (c.device.sustained_clock_fraction) {
     d["sustained_clock_fraction"] = *c.device.sustained_clock_fraction;
   }

@@ -52,9 +52,16 @@ struct DeviceSpec {
   // peak_tflops), which come together.
   std::int64_t sm_count = 0;
   PeakTflops achievable_tflops;
-  // Fraction of peak the fused attention kernel (FlashAttention) reaches; absent = the cost
-  // model's default. JSON "attention_efficiency".
+  // Fraction of peak the device's own fused attention kernel reaches (cuDNN's fused attention or
+  // FlashAttention-3 on Hopper, FlashAttention-2 on Ampere); absent = the cost model's default.
+  // JSON "attention_efficiency".
   std::optional<double> attention_efficiency;
+  // FlashAttention-2's fraction where it differs from attention_efficiency: on Hopper it runs
+  // Ampere's instructions (no wgmma or TMA) and reaches about 35 % of H100's peak where
+  // FlashAttention-3 reaches 75 % (Shah et al. 2024, "FlashAttention-3", section 1). Runtimes
+  // that run FlashAttention-2 (costmodel RuntimeRules::attention_kernel) use it; absent = the
+  // same as attention_efficiency. JSON "flash_attention_2_efficiency".
+  std::optional<double> flash_attention_2_efficiency;
   // GPUs: the clock a long training run sustains on tensor-core (bf16, fp16, tf32) matrix
   // products as a fraction of the clock of the short benchmarks behind achievable_tflops and the
   // GEMM fit (power and thermal limits lower it after seconds of dense load); measured, e.g. the

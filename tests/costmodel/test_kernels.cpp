@@ -261,3 +261,35 @@ TEST_CASE("torch.compile fuses a Llama block's RMSNorm, rotary and SwiGLU chains
   CHECK(transformer_layer_time(m, fused, rates).forward_s ==
         transformer_layer_time(m, all, rates).forward_s);
 }
+
+TEST_CASE("the runtime's attention kernel picks the device's rate for it", "[kernels]") {
+  const profiles::DeviceSpec h100 = profiles::load_cluster("dgx-h100").device;
+  const profiles::DeviceSpec a100 = profiles::load_cluster("dgx-a100-80g").device;
+  // Hopper: cuDNN's fused attention (0.89) natively, FlashAttention-2's own rate (0.52).
+  CHECK(device_rates(h100, Precision::kBf16, {}).attention_efficiency == 0.89);
+  CHECK(device_rates(h100, Precision::kBf16, {}, AttentionKernel::kFlashAttention2)
+            .attention_efficiency == 0.52);
+  // fp8 linear layers keep the attention in bf16, at the same kernel's rate.
+  CHECK(device_rates(h100, Precision::kFp8, {}, AttentionKernel::kFlashAttention2)
+            .attention_efficiency == 0.52);
+  // Ampere: FlashAttention-2 is the device's own kernel.
+  CHECK(device_rates(a100, Precision::kBf16, {}, AttentionKernel::kFlashAttention2)
+            .attention_efficiency == 0.9);
+  CHECK(runtime_rules(Runtime::kFsdp).attention_kernel == AttentionKernel::kFlashAttention2);
+  CHECK(runtime_rules(Runtime::kDeepspeed).attention_kernel == AttentionKernel::kFlashAttention2);
+  CHECK(runtime_rules(Runtime::kNemo).attention_kernel == AttentionKernel::kNative);
+  CHECK(runtime_rules(Runtime::kLoom).attention_kernel == AttentionKernel::kNative);
+  // A long causal sequence on one H100: the attention core's products take 0.89 / 0.52 as long
+  // under FlashAttention-2; its exponential and per-block costs do not scale with the rate.
+  LayerShape x{1, 16384, 1, 2, Recompute::kNone};
+  x.attention = Attention::kFlash;
+  const profiles::ModelSpec llama = profiles::load_model("llama2-7b");
+  const double native = transformer_layer_time(llama, x, device_rates(h100, Precision::kBf16, {}))
+                            .attention_forward_s;
+  const double fa2 =
+      transformer_layer_time(
+          llama, x, device_rates(h100, Precision::kBf16, {}, AttentionKernel::kFlashAttention2))
+          .attention_forward_s;
+  CHECK(fa2 > 1.3 * native);
+  CHECK(fa2 <= 0.89 / 0.52 * native * (1 + 1e-12));
+}

@@ -72,9 +72,9 @@ TEST_CASE("dgx-a100-80g holds the datasheet figures", "[profiles][cluster]") {
 TEST_CASE("GPU files carry SM counts and measured matrix ceilings", "[profiles][cluster]") {
   // A100 SXM: 108 SMs, 271.2 bf16 TFLOP/s measured; H100 and H200 SXM: 132 SMs, 794.5, and a
   // sustained clock of 755 / 834 (H200's sustainable over achievable matmul rate); A100 has no
-  // such measurement. The fused attention's product rate: FlashAttention-2's on A100 (0.9) and
-  // on H100 (0.52) for the multi-node files, cuDNN's (0.89) for the one-GPU files that Loom's
-  // executor serves.
+  // such measurement. The fused attention's product rate: the device's own kernel's,
+  // FlashAttention-2's on A100 (0.9) and cuDNN's on H100 and H200 (0.89), with FlashAttention-2's
+  // apart on Hopper (0.52).
   Cluster a100 = loom::profiles::load_cluster("dgx-a100-80g");
   CHECK(a100.device.sm_count == 108);
   CHECK(datasheet(a100, "device.achievable_tflops.bf16",
@@ -84,8 +84,9 @@ TEST_CASE("GPU files carry SM counts and measured matrix ceilings", "[profiles][
   CHECK(datasheet(a100, "device.attention_efficiency",
                   a100.device.attention_efficiency.value_or(0)) == 0.9);
   CHECK_FALSE(a100.device.sustained_clock_fraction.has_value());
+  CHECK_FALSE(a100.device.flash_attention_2_efficiency.has_value());
   for (const auto& [name, attention] :
-       {std::pair{"dgx-h100", 0.52}, std::pair{"h100-x1", 0.89}, std::pair{"h200-x1", 0.89}}) {
+       {std::pair{"dgx-h100", 0.89}, std::pair{"h100-x1", 0.89}, std::pair{"h200-x1", 0.89}}) {
     INFO(name);
     Cluster h = loom::profiles::load_cluster(name);
     CHECK(h.device.sm_count == 132);
@@ -96,6 +97,8 @@ TEST_CASE("GPU files carry SM counts and measured matrix ceilings", "[profiles][
                     h.device.achievable_tflops.of(Precision::kTf32)) == 397.2);
     CHECK(datasheet(h, "device.attention_efficiency", h.device.attention_efficiency.value_or(0)) ==
           attention);
+    CHECK(datasheet(h, "device.flash_attention_2_efficiency",
+                    h.device.flash_attention_2_efficiency.value_or(0)) == 0.52);
   }
   CHECK(loom::profiles::load_cluster("local-cpu").device.sm_count == 0);
 }
