@@ -82,6 +82,8 @@ namespace {
 struct Pass {
   const DeviceRates& rates;
   int element_bytes = 2;
+  // The share of micro-batches that cast a linear layer's weight to fp8 (LayerShape).
+  double fp8_weight_cast_share = 1;
   double forward_s = 0;
   double backward_s = 0;
   int forward_kernels = 0;   // launched by the forward pass (the host floor's count)
@@ -122,8 +124,10 @@ struct Pass {
     if (linear && rates.fp8_casts) {
       // TransformerEngine fuses the casts of the input and of the output's gradient into the
       // kernels that produce them; what remains is the fp8 transpose they write beside (1 byte
-      // per element), and the weight's cast and transpose (read 2 bytes, write 1 + 1).
-      forward_s += kernel(0, 1 * x.batch * x.m * x.k) + kernel(0, 4 * x.k * x.n);
+      // per element), and the weight's cast and transpose (read 2 bytes, write 1 + 1), on the
+      // micro-batches that make them.
+      forward_s +=
+          kernel(0, 1 * x.batch * x.m * x.k) + fp8_weight_cast_share * kernel(0, 4 * x.k * x.n);
       backward_s += kernel(0, 1 * x.batch * x.m * x.n);
       forward_kernels += 2;
     }
@@ -316,7 +320,7 @@ LayerTime transformer_layer_time(const profiles::ModelSpec& m, const LayerShape&
                static_cast<double>(x.tp),          static_cast<double>(x.element_bytes)};
   const double tokens = d.b * d.s;
   const bool shapes = rates.shape_model();
-  Pass p{rates, x.element_bytes};
+  Pass p{rates, x.element_bytes, x.fp8_weight_cast_share};
   // QKV: h query columns and h kv / a for each of key and value, split over tp.
   const double kv_width = d.h * d.kv / d.a;
   // Under autocast the fp32 residual stream is cast to 16 bits once for the three products

@@ -182,6 +182,11 @@ struct LayerShape {
   // (autocast_bytes in compute.cpp) instead of element_bytes everywhere.
   bool autocast = false;
   std::int64_t stage_layers = 1;  // transformer layers on the stage (its per-pass host share)
+  // fp8 linear layers: the share of a step's micro-batches that cast each weight to fp8 with its
+  // transpose. TransformerEngine casts on the first micro-batch of a step and keeps the copies
+  // when the engine says which one is first (RuntimeRules::caches_fp8_weights: 1 / the
+  // micro-batches); 1 where every micro-batch casts again.
+  double fp8_weight_cast_share = 1;
   // Context parallelism (context_parallel.hpp): seq_len is one rank's share of a sequence of
   // seq_len x cp tokens, and the fused attention core attends its queries to all of them.
   int cp = 1;

@@ -149,6 +149,12 @@ struct RuntimeRules {
   // Hugging Face); the device's own elsewhere (TransformerEngine's cuDNN attention in
   // Megatron-LM and NeMo, LibTorch's SDPA in Loom's executor).
   AttentionKernel attention_kernel = AttentionKernel::kNative;
+  // fp8 jobs: whether TransformerEngine casts each linear weight to fp8 (with its transpose) once
+  // per step and keeps the copies for the step's other micro-batches: Megatron-Core's TE layers
+  // pass is_first_microbatch (TELinear.forward in megatron/core/extensions/transformer_engine.py;
+  // --disable-parameter-transpose-cache turns it off), so Megatron-LM and NeMo do. Other engines
+  // that call TransformerEngine's layers without it cast on every micro-batch.
+  bool caches_fp8_weights = false;
   // Whether it runs context parallelism (Strategy::cp > 1): Megatron-Core's, with
   // TransformerEngine's attention (--context-parallel-size). Loom's executor does not.
   bool context_parallel = false;

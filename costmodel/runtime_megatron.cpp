@@ -197,6 +197,7 @@ RuntimeRules megatron_runtime_rules() {
   // Megatron-LM fuses the QKV product, bias-GeLU, bias-dropout-add and the masked softmax.
   r.fusions = KernelFusions::megatron();
   r.overlaps_tp_communication = true;  // --tp-comm-overlap (TransformerEngine's userbuffers)
+  r.caches_fp8_weights = true;         // TE's transpose cache (is_first_microbatch)
   r.context_parallel = true;           // --context-parallel-size
   return r;
 }

@@ -159,6 +159,9 @@ LayerShape layer_shape(const TermsInput& in, std::int64_t micro_batch, std::int6
   x.selective = rules.selective;
   x.stage_layers = std::max<std::int64_t>(1, (in.m.layers + in.s.pp - 1) / in.s.pp);
   x.cp = in.s.cp;
+  if (rules.caches_fp8_weights) {
+    x.fp8_weight_cast_share = 1.0 / static_cast<double>(in.s.num_micro_batches);
+  }
   return x;
 }
 

@@ -122,3 +122,30 @@ TEST_CASE("a device with fp8 rates needs bf16's, which fp8 jobs run the rest at"
   CHECK_THROWS_WITH(profiles::cluster_from_json(j, "c.json"), Catch::Contains("peak_tflops.bf16"));
   CHECK_NOTHROW(profiles::cluster_from_json(h100, "c.json"));
 }
+
+TEST_CASE("TransformerEngine's weight casts are paid once a step where the engine caches them",
+          "[fp8]") {
+  // GPT-3 175B at tp 8 on an H100, Megatron's fusions: the fused QKV (h x 3h / 8), the
+  // attention output (h / 8 x h), the MLP's up (h x f / 8) and down (f / 8 x h) weights,
+  // 2.265e8 elements, each cast (read 2 bytes) with its transpose (write 1 + 1): 4 bytes an
+  // element at the memory rate, far above the launch floor.
+  const profiles::ModelSpec gpt3 = profiles::load_model("gpt3-175b");
+  const DeviceRates r = device_rates(h100(), Precision::kFp8, EfficiencyDefaults{});
+  LayerShape x{1, 2048, 8, 2, Recompute::kNone};
+  x.attention = Attention::kFlash;
+  x.sequence_parallel = true;
+  x.fusions = KernelFusions::megatron();
+  const LayerTime every = transformer_layer_time(gpt3, x, r);
+  x.fp8_weight_cast_share = 1.0 / 8;  // 8 micro-batches, cast on the first
+  const LayerTime cached = transformer_layer_time(gpt3, x, r);
+  const double h = 12288;
+  const double weights = (4 * h * h + 2 * h * 4 * h) / 8;
+  CHECK(weights == Approx(2.265e8).epsilon(1e-3));
+  CHECK(every.forward_s - cached.forward_s ==
+        Approx(7.0 / 8 * 4 * weights / r.memory_bytes_per_s).epsilon(1e-9));
+  CHECK(every.backward_s == cached.backward_s);
+  // Megatron-LM and NeMo cache them (TE's is_first_microbatch); the others do not run fp8.
+  CHECK(runtime_rules(Runtime::kMegatron).caches_fp8_weights);
+  CHECK(runtime_rules(Runtime::kNemo).caches_fp8_weights);
+  CHECK_FALSE(runtime_rules(Runtime::kFsdp).caches_fp8_weights);
+}
