@@ -130,7 +130,7 @@ std::optional<std::string> runtime_refusal(const Job& job, const Strategy& strat
       return "runtime " + std::string(rules.name) + " reduces gradients in " +
              std::to_string(static_cast<int>(own_bytes)) + "-byte elements: reduce_dtype " +
              profiles::to_string(*job.reduce_precision) +
-             " needs runtime fsdp or nemo (or no reduce_dtype)";
+             " needs runtime fsdp, nemo or megatron (or no reduce_dtype)";
     }
   }
   if (auto why = rules.refusal(job, strategy)) {

@@ -44,6 +44,15 @@ MegatronBytes megatron_bytes(Precision precision) {
   return {4, 4, 8};
 }
 
+// Megatron's gradient buffer width: fp32 main grads by default, the weights' bf16 with
+// --grad-reduce-in-bf16 (the job's reduce_dtype bf16; megatron/core/distributed/
+// distributed_data_parallel_config.py, grad_reduce_in_fp32). The distributed optimizer's fp32
+// main weights and moments stay as they are.
+double megatron_gradient_bytes(const Job& job) {
+  return job.reduce_precision ? element_bytes(*job.reduce_precision)
+                              : megatron_bytes(job.precision).gradients;
+}
+
 // Megatron's gradient bucket: max(40M, 1M * dp) elements of the gradient buffer.
 double bucket_elements(int dp) { return std::max(40e6, 1e6 * dp); }
 
@@ -74,7 +83,17 @@ struct DistributedFusedAdamBytes {
 // Apex's bucket_cap_mb as NeMo's launcher sets it (125 MB; Apex's own default is 100).
 constexpr double kDistributedAdamBucketBytes = 125e6;
 
-std::optional<std::string> megatron_refusal(const Job&, const Strategy& s) {
+std::optional<std::string> megatron_refusal(const Job& job, const Strategy& s) {
+  if (job.reduce_precision) {
+    const Precision reduce = *job.reduce_precision;
+    const bool bf16_job = job.precision == Precision::kBf16 || job.precision == Precision::kFp8;
+    if (reduce != Precision::kFp32 && !(reduce == Precision::kBf16 && bf16_job)) {
+      return std::string(
+                 "Megatron-LM reduces gradients in fp32, or with --grad-reduce-in-bf16 "
+                 "in bf16 for bf16 and fp8 jobs: reduce_dtype ") +
+             profiles::to_string(reduce) + " needs fp32 or bf16 (bf16 jobs), or runtime nemo";
+    }
+  }
   if (s.zero > 1) {
     return "Megatron-LM shards the optimizer states only (its distributed optimizer is ZeRO-1); "
            "zero=" +
@@ -92,7 +111,7 @@ RuntimeMemory megatron_memory(const Job& job, const Strategy& s, const RankMemor
   const MegatronBytes b = megatron_bytes(job.precision);
   RuntimeMemory out;
   out.states.parameter_bytes = in.num_parameters * b.parameters;
-  out.states.gradient_bytes = in.num_parameters * b.gradients;
+  out.states.gradient_bytes = in.num_parameters * megatron_gradient_bytes(job);
   out.states.optimizer_bytes = in.num_parameters * b.optimizer / (s.zero >= 1 ? s.dp : 1);
   // Gradient buckets are views of the contiguous main-grad buffer and the parameter all-gather
   // writes into the contiguous parameter buffer: no copies. The fused multi-tensor Adam needs no
@@ -187,13 +206,12 @@ RuntimeRules megatron_runtime_rules() {
   r.refusal = megatron_refusal;
   r.memory = megatron_memory;
   r.exposure = [](const Job& job, const Strategy& s, const DataParallelInput& in) {
-    return overlapped_exposure(megatron_bytes(job.precision).gradients, s, in);  // main grads
+    return overlapped_exposure(megatron_gradient_bytes(job), s, in);  // the main-grad buffer
   };
   r.loss_backward_bytes_per_logit = 0;
   r.runs_job_loss = false;
-  r.reduce_bytes_per_parameter = [](const Job& job) {
-    return megatron_bytes(job.precision).gradients;
-  };
+  r.reduce_bytes_per_parameter = megatron_gradient_bytes;
+  r.sets_reduce_dtype = true;  // --grad-reduce-in-bf16 (megatron_refusal: bf16 or fp32 only)
   // Megatron-LM fuses the QKV product, bias-GeLU, bias-dropout-add and the masked softmax.
   r.fusions = KernelFusions::megatron();
   r.overlaps_tp_communication = true;  // --tp-comm-overlap (TransformerEngine's userbuffers)

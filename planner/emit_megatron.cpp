@@ -125,8 +125,14 @@ void training_args(const Plan& plan, std::vector<std::string>* args) {
     args->push_back("--recompute-num-layers " + num(std::max(1, s.recompute_layers)));
   }
   if (s.zero == 1) args->emplace_back("--use-distributed-optimizer");
-  if (s.dp > 1) args->emplace_back("--overlap-grad-reduce");
-  if (s.dp > 1 && s.zero == 1) args->emplace_back("--overlap-param-gather");
+  // Gradients are reduced over the dp x cp ranks that share weights (gradient_view).
+  const int data_ranks = costmodel::gradient_view(s).dp;
+  if (data_ranks > 1) args->emplace_back("--overlap-grad-reduce");
+  if (data_ranks > 1 && s.zero == 1) args->emplace_back("--overlap-param-gather");
+  // The gradient buffer in bf16, as the plan's reduce_dtype predicts it.
+  if (plan.job.reduce_precision == Precision::kBf16) {
+    args->emplace_back("--grad-reduce-in-bf16");
+  }
   if (plan.job.precision == Precision::kBf16) args->emplace_back("--bf16");
   if (plan.job.precision == Precision::kFp16) args->emplace_back("--fp16");
   if (plan.job.precision == Precision::kFp8) {

@@ -77,6 +77,29 @@ TEST_CASE("megatron: fp32 main grads, and the distributed optimizer shards 12 by
   CHECK(z1.states.gradient_bytes == 805519360);
   CHECK(z1.states.optimizer_bytes == 302069760);  // 12 * 201,379,840 / 8
   CHECK(z1.buffer_bytes == 0);                    // buckets are views of the main-grad buffer
+  // --grad-reduce-in-bf16 (reduce_dtype bf16): a bf16 gradient buffer, 2 B, reduced so; the
+  // fp32 main weights and moments stay: 4 + 12 / 8 = 5.5 B per parameter.
+  Job bf16_reduce = bf16_job(Runtime::kMegatron);
+  bf16_reduce.reduce_precision = Precision::kBf16;
+  const RuntimeRules megatron = megatron_runtime_rules();
+  const RuntimeMemory half = megatron.memory(bf16_reduce, dp8(1), layers_on_rank(1));
+  CHECK(half.states.gradient_bytes == 402759680);  // 2 * 201,379,840
+  CHECK(half.states.total() == Approx(5.5 * kLayer));
+  CHECK(megatron.reduce_bytes_per_parameter(bf16_reduce) == 2);
+  CHECK(megatron.reduce_bytes_per_parameter(bf16_job(Runtime::kMegatron)) == 4);
+  // Its reduce-scatter of N = 1e9 bf16 gradients at 1 GB/s (2 s) hides under the last 2 s
+  // backward but for the last 40M-element bucket (0.08 s); fp32's 4 s leave 2 s.
+  const DataParallelInput in = linear_links(1e9, 1e8, 2);
+  CHECK(megatron.exposure(bf16_reduce, dp8(1), in).gradient_s == Approx(0.08));
+  CHECK(megatron.exposure(bf16_job(Runtime::kMegatron), dp8(1), in).gradient_s == Approx(2));
+  CHECK_FALSE(runtime_refusal(bf16_reduce, dp8(1)));
+  // fp16 gradients, or bf16 ones for an fp32 job, have no Megatron-LM flag.
+  Job fp16_reduce = bf16_reduce;
+  fp16_reduce.reduce_precision = Precision::kFp16;
+  CHECK_THAT(*runtime_refusal(fp16_reduce, dp8(1)), Catch::Contains("--grad-reduce-in-bf16"));
+  Job fp32_job = bf16_reduce;
+  fp32_job.precision = Precision::kFp32;
+  CHECK(runtime_refusal(fp32_job, dp8(1)).has_value());
 }
 
 TEST_CASE("nemo: the gradients in grad_sync_dtype, and DistributedFusedAdam shards them too",
@@ -435,12 +458,12 @@ TEST_CASE("fsdp reduces gradients in the job's reduce_dtype", "[runtime][overlap
   CHECK_FALSE(runtime_refusal(job, s).has_value());
   job.runtime = Runtime::kDeepspeed;  // reduces in the job's width, bf16
   CHECK_FALSE(runtime_refusal(job, s).has_value());
-  for (Runtime r : {Runtime::kLoom, Runtime::kMegatron}) {  // fp32 gradients
-    job.runtime = r;
-    const auto why = runtime_refusal(job, s);
-    REQUIRE(why.has_value());
-    CHECK_THAT(*why, Catch::Matchers::Contains("reduces gradients in 4-byte elements"));
-  }
+  job.runtime = Runtime::kLoom;  // fp32 gradients
+  const auto why = runtime_refusal(job, s);
+  REQUIRE(why.has_value());
+  CHECK_THAT(*why, Catch::Matchers::Contains("reduces gradients in 4-byte elements"));
+  job.runtime = Runtime::kMegatron;  // --grad-reduce-in-bf16
+  CHECK_FALSE(runtime_refusal(job, s).has_value());
   job.reduce_precision = Precision::kFp32;
   CHECK_FALSE(runtime_refusal(job, s).has_value());
 }

@@ -102,6 +102,24 @@ TEST_CASE("Emit megatron: no CUDA_DEVICE_MAX_CONNECTIONS nor tp overlap without 
   CHECK_THAT(text, !Contains("rdzv"));
 }
 
+TEST_CASE("Emit megatron: a bf16 gradient buffer, and dp counts cp's ranks", "[emit]") {
+  planner::Plan plan = gpt2_plan(1, costmodel::Recompute::kNone);
+  CHECK_THAT(planner::emit_plan(plan, costmodel::Runtime::kMegatron),
+             !Contains("--grad-reduce-in-bf16"));
+  plan.job.reduce_precision = profiles::Precision::kBf16;
+  CHECK_THAT(planner::emit_plan(plan, costmodel::Runtime::kMegatron),
+             Contains("--grad-reduce-in-bf16"));
+  // dp 1 beside cp 2: the gradients are still reduced (and the optimizer sharded) over 2 ranks.
+  plan.strategy.dp = 1;
+  plan.strategy.cp = 2;
+  plan.strategy.num_micro_batches = 32;
+  plan.strategy.attention = costmodel::Attention::kFlash;
+  plan.cluster = profiles::load_cluster("dgx-a100-80g");
+  const std::string text = planner::emit_plan(plan, costmodel::Runtime::kMegatron);
+  CHECK_THAT(text, Contains("--context-parallel-size 2"));
+  CHECK_THAT(text, Contains("--overlap-grad-reduce") && Contains("--overlap-param-gather"));
+}
+
 TEST_CASE("Emit megatron: interleaving and full recomputation", "[emit]") {
   planner::Plan plan = gpt2_plan(0, costmodel::Recompute::kFull);
   plan.strategy.schedule = costmodel::Schedule::kInterleaved;

@@ -276,8 +276,8 @@ TEST_CASE("loom plan --reduce-dtype: FSDP's reduction width, named and kept", "[
   INFO("stderr: " << validated.err);
   CHECK(validated.exit_code == 0);
   CHECK_THAT(validated.out, Contains("compared with runtime loom's prediction"));
-  require_error(
-      box.loom(gpt2 + "--runtime loom --reduce-dtype bf16"),
-      "loom plan: error: gpt2 on dgx-a100-80g: runtime loom reduces gradients in "
-      "4-byte elements: reduce_dtype bf16 needs runtime fsdp or nemo (or no reduce_dtype)");
+  require_error(box.loom(gpt2 + "--runtime loom --reduce-dtype bf16"),
+                "loom plan: error: gpt2 on dgx-a100-80g: runtime loom reduces gradients in "
+                "4-byte elements: reduce_dtype bf16 needs runtime fsdp, nemo or megatron (or no "
+                "reduce_dtype)");
 }
