@@ -246,6 +246,12 @@ costmodel::Job make_job(const PlanArgs& a, const profiles::Cluster& cluster, std
   job.global_batch = a.global_batch;
   job.seq_len = a.seq_len;
   if (a.runtime) job.runtime = *costmodel::parse_runtime(*a.runtime);
+  if (a.cp && *a.cp > 1 && !costmodel::runtime_rules(job.runtime).context_parallel) {
+    throw InputError("--cp", "",
+                     "context parallelism is Megatron-Core's: --cp " + std::to_string(*a.cp) +
+                         " needs --runtime megatron or nemo (runtime " +
+                         costmodel::to_string(job.runtime) + " plans cp 1)");
+  }
   if (a.loss) job.loss = *costmodel::parse_loss(*a.loss);
   if (a.compile) job.compile = *a.compile == "on";
   // On by default where the runtime's engine can overlap (TransformerEngine's userbuffers), as

@@ -103,3 +103,18 @@ TEST_CASE("loom train refuses a context-parallel plan in one line", "[tools][tra
   CHECK_THAT(r.err, Contains("$.strategy.cp") && Contains("--cp 1") && Contains("found cp 2"));
   CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
 }
+
+TEST_CASE("loom plan --cp names the runtimes that run it", "[tools][cli][cp]") {
+  const Folder f("test-cp-plan");
+  const CliResult r =
+      run(f, "plan --model gpt2 --cluster dgx-a100-80g --global-batch 8 --seq-len 1024 --cp 2");
+  CHECK(r.exit_code == 2);
+  CHECK(r.err ==
+        "loom plan: error: --cp: context parallelism is Megatron-Core's: --cp 2 needs --runtime "
+        "megatron or nemo (runtime loom plans cp 1)\n");
+  const CliResult megatron = run(f,
+                                 "plan --model gpt2 --cluster dgx-a100-80g --gpus 8 "
+                                 "--global-batch 8 --seq-len 1024 --cp 2 --runtime megatron");
+  CHECK(megatron.exit_code == 0);
+  CHECK_THAT(megatron.out, Contains(" cp=2"));
+}
