@@ -1,8 +1,8 @@
-// The planner's search: every dp x tp x pp factorisation of the devices, ZeRO stage, micro-batch
-// size, schedule (with virtual stages), sequence parallelism (both ways whenever tp > 1 on GPUs;
-// off on CPUs unless pinned) and recomputation, each dimension optionally pinned; every candidate
-// is estimated analytically, the ones that fit are ranked by step time. The attention kernels are
-// not searched: unpinned, GPU plans run `flash` (what Loom's executor runs on CUDA:
+// The planner's search: every dp x tp x pp (x cp) factorisation of the devices, ZeRO stage,
+// micro-batch size, schedule (with virtual stages), sequence parallelism (both ways whenever tp > 1
+// on GPUs; off on CPUs unless pinned) and recomputation, each dimension optionally pinned; every
+// candidate is estimated analytically, the ones that fit are ranked by step time. The attention
+// kernels are not searched: unpinned, GPU plans run `flash` (what Loom's executor runs on CUDA:
 // scaled_dot_product_attention) and CPU plans `math` (the CPU build's LibTorch has no fused
 // attention). Deterministic: the same input gives the same plans in the same order.
 #pragma once

@@ -1,8 +1,9 @@
 // The search space: every strategy the search tries for a model on a cluster and a job, before
 // recomputation (which the search walks itself, pruning by memory). The dimensions the user
 // pinned (SearchOptions) hold one value; the others take every value that can work: tp over the
-// divisors of the devices within a node that divide the heads and the MLP, pp up to the layer
-// count, dp from the rest, ZeRO 0-3 when dp > 1, every micro-batch dividing a rank's samples,
+// divisors of the devices within a node that divide the heads and the MLP, cp where the runtime
+// runs it (context_parallel_choices in space.cpp), pp up to the layer count, dp from the rest,
+// ZeRO 0-3 when dp > 1, every micro-batch dividing a rank's samples,
 // the schedules with their virtual stages, and sequence parallelism where it applies. On one CPU
 // node (SearchOptions::fewer_cpu_ranks) also every divisor of its cores as the world size.
 #pragma once
