@@ -49,18 +49,17 @@ std::vector<bool> sequence_parallel_choices(const SearchOptions& o, bool gpu, in
   return {false};
 }
 
-// Context parallelism to try beside `tp` on `devices`: as pinned; else, where the job's runtime
-// runs it, every cp dividing the devices left that cuts the sequence into 2 cp equal chunks of
-// at least kMinContextParallelTokens / 2 tokens; else 1.
+// Context parallelism to try beside `tp` on `devices`: as pinned; else 1 and, where the job's
+// runtime runs it, every cp dividing the devices left that leaves each rank at least
+// kMinContextParallelTokens tokens (check_strategy refuses those that do not cut the sequence
+// into 2 cp equal chunks).
 std::vector<int> context_parallel_choices(const SearchOptions& o, const costmodel::Job& job,
                                           std::int64_t devices_left) {
   if (o.cp) return {*o.cp};
-  if (!costmodel::runtime_rules(job.runtime).context_parallel) return {1};
-  std::vector<int> out;
+  std::vector<int> out = {1};
+  if (!costmodel::runtime_rules(job.runtime).context_parallel) return out;
   for (int cp : divisors(devices_left)) {
-    if (job.seq_len % (2 * std::int64_t{cp}) != 0) continue;
-    if (cp > 1 && job.seq_len / cp < kMinContextParallelTokens) break;
-    out.push_back(cp);
+    if (cp > 1 && job.seq_len / cp >= kMinContextParallelTokens) out.push_back(cp);
   }
   return out;
 }

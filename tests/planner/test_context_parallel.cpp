@@ -147,6 +147,10 @@ TEST_CASE("the search tries cp where the runtime runs it, and Megatron-LM gets i
   Job loom = job;
   loom.runtime = Runtime::kLoom;
   for (const planner::Plan& p : planner::search(cost, loom, o).plans) CHECK(p.strategy.cp == 1);
+  // A sequence that 2 cp chunks cannot cut still plans, at cp 1.
+  const planner::SearchResult odd = planner::search(cost, megatron_job(128, 2049), o);
+  REQUIRE_FALSE(odd.plans.empty());
+  for (const planner::Plan& p : odd.plans) CHECK(p.strategy.cp == 1);
   // Pinned: every plan splits its sequences over 4 ranks.
   o.cp = 4;
   const planner::SearchResult pinned = planner::search(cost, job, o);
