@@ -139,6 +139,8 @@ MemoryBreakdown CostModel::stage_memory_from(double backward_temporary, const Jo
   in.num_layers = load.num_layers;
   const ParameterCounts counts = count_parameters(model_);
   in.layer_num_parameters = static_cast<double>(counts.transformer_layer.per_rank(s.tp));
+  in.linear_weight_parameters =
+      load.num_layers * static_cast<double>(layer_linear_weight_parameters(model_)) / s.tp;
   in.largest_tensor_num_parameters =
       static_cast<double>(std::max(model_.vocab, model_.ffn_hidden)) * hidden / s.tp;
   if (pipeline_rank == 0 && load.activation_bytes > 0) {

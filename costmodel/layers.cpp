@@ -233,6 +233,15 @@ double hardware_flops_per_step(const ModelSpec& m, std::int64_t batch, std::int6
   return flops;
 }
 
+bool model_dropout(const ModelSpec& m) { return !m.gated_mlp; }
+
+std::int64_t layer_linear_weight_parameters(const ModelSpec& m) {
+  const std::int64_t h = m.hidden;
+  const std::int64_t f = m.ffn_hidden;
+  const std::int64_t kv = h * m.key_value_heads() / m.heads;
+  return h * (h + 2 * kv) + h * h + (m.gated_mlp ? 3 : 2) * h * f;
+}
+
 namespace {
 
 // An activation shape's sizes as doubles, per tensor-parallel degree t.
@@ -285,13 +294,18 @@ double transformer_layer_activation_bytes(const ActivationShape& x, int tp, bool
   // (e sbh), output-projection input (e sbh), output dropout mask (sbh); and the a s^2 b terms:
   // softmax output (e; 4 under autocast, which runs softmax in fp32), its dropout mask (1),
   // dropout output (e).
-  double attention = e * sbh * outside + (e + e * kv + e * kv + e) * sbh / t + sbh * outside;
+  const double mask = x.dropout ? 1 : 0;
+  const double linear_input = x.fp8_linear_inputs ? 1 : e;  // QKV's, FC1's and FC2's
+  const double projection_copy = x.fp8_linear_inputs ? 1 : 0;
+  double attention = linear_input * sbh * outside +
+                     (e + e * kv + e * kv + e + projection_copy) * sbh / t + mask * sbh * outside;
   double scores = ((x.autocast ? 4 : e) + 1 + e) * a * s * s * b / t;
   // MLP: input (e sbh), the two ffn-wide tensors around GeLU (2e sbf), the five around an eager
-  // gelu_new's chain (5e sbf) or the three around a gated unit's SiLU and product (3e sbf),
-  // dropout mask (sbh).
+  // gelu_new's chain (5e sbf) or the three around a gated unit's SiLU and product (3e sbf), the
+  // last of them FC2's input; dropout mask (sbh).
   const double ffn_tensors = x.gated_mlp ? 3 : x.activation_chain ? 5 : 2;
-  double mlp = e * sbh * outside + ffn_tensors * e * s * b * f / t + sbh * outside;
+  double mlp = linear_input * sbh * outside +
+               ((ffn_tensors - 1) * e + linear_input) * s * b * f / t + mask * sbh * outside;
   // Two LayerNorm inputs.
   double norms = 2 * residual * sbh * outside;
   double total = attention + mlp + norms;

@@ -114,6 +114,14 @@ struct ActivationShape {
   // is cast back to 16 bits for the product with V).
   bool autocast = false;
   SelectivePolicy selective = SelectivePolicy::kAttentionCore;  // what Recompute::kSelective keeps
+  // Whether the model trains with dropout: its masks (one byte per element) are kept. Blocks with
+  // a gated MLP have none (model_dropout()).
+  bool dropout = true;
+  // TransformerEngine's fp8 linear layers (Precision::kFp8) keep their inputs for the weight
+  // gradient as fp8, one byte per element: QKV's and FC1's (the norms' outputs), FC2's (the
+  // activation's output, which nothing else keeps) and the output projection's, beside the
+  // attention kernel's own 16-bit copy of it.
+  bool fp8_linear_inputs = false;
 };
 
 // Bytes one transformer layer keeps for its backward pass, per tensor-parallel rank.
@@ -129,7 +137,9 @@ struct ActivationShape {
 // of the 1st, 3rd, ... products (layer_products()) and, without scores, the fused attention
 // kernel's output and log-sum-exp.
 // Grouped-query attention narrows the kept K and V; a gated MLP keeps a third ffn-wide tensor,
-// an eager gelu_new three more (5e sbf/t where GeLU keeps 2e sbf/t).
+// an eager gelu_new three more (5e sbf/t where GeLU keeps 2e sbf/t). Without dropout the two
+// masks (sbh) go; with fp8 linear inputs QKV's and FC1's inputs take 1 byte instead of e, FC2's
+// input 1 byte instead of e (sbf/t), and the output projection keeps 1 byte (sbh/t) more.
 double transformer_layer_activation_bytes(const ActivationShape& shape, int tp,
                                           bool sequence_parallel, Recompute recompute,
                                           bool attention_scores = true);
@@ -150,5 +160,15 @@ double layer_backward_temporary_bytes(const ActivationShape& shape, int tp, bool
                                       Recompute recompute, bool attention_scores);
 
 int element_bytes(Precision precision);
+
+// Whether the model's layers apply dropout in training: blocks with a gated MLP are the Llama
+// family's, whose Hugging Face decoder layers have no dropout modules (attention_dropout 0 by
+// default), as the time model's Llama blocks have none (compute.cpp); BERT, RoBERTa and GPT-2
+// blocks do.
+bool model_dropout(const profiles::ModelSpec& model);
+
+// The elements of one transformer layer's linear weights (Q, K, V, the output projection and the
+// MLP's two or three), before tensor parallelism: what fp8 training casts to fp8.
+std::int64_t layer_linear_weight_parameters(const profiles::ModelSpec& model);
 
 }  // namespace loom::costmodel

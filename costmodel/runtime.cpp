@@ -11,6 +11,7 @@ Job executor_job(Job job) {
   job.half_model = false;
   job.optimizer_kernels = OptimizerKernels::kFused;
   job.reduce_precision.reset();
+  job.optimizer_precision.reset();
   job.tp_comm_overlap = false;
   return job;
 }
@@ -132,6 +133,12 @@ std::optional<std::string> runtime_refusal(const Job& job, const Strategy& strat
              profiles::to_string(*job.reduce_precision) +
              " needs runtime fsdp, nemo or megatron (or no reduce_dtype)";
     }
+  }
+  if (job.optimizer_precision && *job.optimizer_precision != Precision::kFp32 &&
+      !rules.sets_optimizer_dtype) {
+    return "runtime " + std::string(rules.name) + " keeps fp32 optimizer states: optimizer_dtype " +
+           profiles::to_string(*job.optimizer_precision) +
+           " needs runtime nemo (Apex DistributedFusedAdam's dtype, zero 2)";
   }
   if (auto why = rules.refusal(job, strategy)) {
     return "runtime " + std::string(rules.name) + ": " + *why;

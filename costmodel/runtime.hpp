@@ -41,6 +41,8 @@ struct RankMemoryInput {
   // The word table on this rank (after tp) when it holds the embedding and keeps activations,
   // else 0: its backward makes a dense gradient of the whole table.
   double embedding_table_num_parameters = 0;
+  // The transformer layers' linear weights on this rank (after tp): what fp8 training casts.
+  double linear_weight_parameters = 0;
   double activation_bytes = 0;        // kept at the peak: every micro-batch in flight
   double chunk_activation_bytes = 0;  // one micro-batch of one model chunk
   // What one layer's backward pass allocates beyond the activations kept for it: a recomputed
@@ -115,6 +117,10 @@ struct RuntimeRules {
   // MixedPrecision.reduce_dtype, NeMo's optim.grad_sync_dtype); the other runtimes refuse a
   // reduce_dtype other than their own.
   bool sets_reduce_dtype = false;
+  // Whether the job's optimizer_dtype (Job::optimizer_precision) sets the optimizer states' width
+  // (NeMo's optim.dtype, Apex DistributedFusedAdam's dtype); the other runtimes refuse one other
+  // than fp32.
+  bool sets_optimizer_dtype = false;
   // The kernels the runtime fuses (Megatron: QKV, bias-GeLU, bias-dropout-add, masked softmax);
   // the default is eager PyTorch's, as Loom's executor runs them.
   KernelFusions fusions = {};

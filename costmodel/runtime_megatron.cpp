@@ -71,7 +71,8 @@ MegatronBytes nemo_bytes(const Job& job) {
 
 // Apex's DistributedFusedAdam per parameter: the bf16 weights (views of the contiguous parameter
 // buffer) and the contiguous gradient buffer (grad_sync_dtype) on every rank; over the
-// data-parallel group, each rank's shard of the reduced gradients (grads_shard, grad_sync_dtype),
+// data-parallel group, each rank's shard of the reduced gradients (grads_shard, grad_sync_dtype;
+// the buffer itself when the group is one rank),
 // of the 16-bit remainders that make the bf16 weights fp32 master weights
 // (store_param_remainders), and of Adam's two fp32 moments.
 struct DistributedFusedAdamBytes {
@@ -107,10 +108,19 @@ std::optional<std::string> megatron_refusal(const Job& job, const Strategy& s) {
   return std::nullopt;
 }
 
+// fp8 jobs: TransformerEngine's fp8 copy of each linear weight and of its transpose (1 + 1 B per
+// element), made by a step's first micro-batch and kept for the others (the workspaces
+// TransformerEngineBaseModule keeps when is_first_microbatch is passed;
+// RuntimeRules::caches_fp8_weights). Megatron-Core's output layer is not a TransformerEngine
+// layer and stays in 16 bits.
+double fp8_weight_copy_bytes(const Job& job, const RankMemoryInput& in) {
+  return job.precision == Precision::kFp8 ? 2 * in.linear_weight_parameters : 0;
+}
+
 RuntimeMemory megatron_memory(const Job& job, const Strategy& s, const RankMemoryInput& in) {
   const MegatronBytes b = megatron_bytes(job.precision);
   RuntimeMemory out;
-  out.states.parameter_bytes = in.num_parameters * b.parameters;
+  out.states.parameter_bytes = in.num_parameters * b.parameters + fp8_weight_copy_bytes(job, in);
   out.states.gradient_bytes = in.num_parameters * megatron_gradient_bytes(job);
   out.states.optimizer_bytes = in.num_parameters * b.optimizer / (s.zero >= 1 ? s.dp : 1);
   // Gradient buckets are views of the contiguous main-grad buffer and the parameter all-gather
@@ -136,8 +146,14 @@ RuntimeMemory nemo_memory(const Job& job, const Strategy& s, const RankMemoryInp
   }
   DistributedFusedAdamBytes b;
   b.gradients = nemo_gradient_bytes(job);
-  out.states.parameter_bytes = n * b.parameters;
-  out.states.gradient_bytes = n * (b.gradients + b.gradients / s.dp);
+  // optim.dtype bf16: the moments in bf16 and no remainders, the bf16 weights being the master
+  // weights (store_params and store_param_remainders off when the optimizer's dtype is the
+  // model's: setup_optimization in NeMo's megatron_base_model.py).
+  if (job.optimizer_precision == Precision::kBf16) b.sharded_optimizer = 2 + 2;
+  out.states.parameter_bytes = n * b.parameters + fp8_weight_copy_bytes(job, in);
+  // A data-parallel group of one reduces nothing: the shard is the buffer itself
+  // (_start_bucket_grad_sync: distributed_size == 1 makes sync_grads_shard the bucket).
+  out.states.gradient_bytes = n * (b.gradients + (s.dp > 1 ? b.gradients / s.dp : 0));
   out.states.optimizer_bytes = n * b.sharded_optimizer / s.dp;
   return out;
 }
@@ -185,7 +201,12 @@ DataParallelExposure nemo_exposure(const Job& job, const Strategy& s, const Data
   return out;
 }
 
-std::optional<std::string> nemo_refusal(const Job&, const Strategy& s) {
+std::optional<std::string> nemo_refusal(const Job& job, const Strategy& s) {
+  if (job.optimizer_precision && *job.optimizer_precision != Precision::kFp32 && s.zero != 2) {
+    return std::string("optimizer_dtype ") + profiles::to_string(*job.optimizer_precision) +
+           " is Apex DistributedFusedAdam's dtype: it needs zero=2 (Megatron-Core's optimizers "
+           "keep fp32 states)";
+  }
   if (s.zero > 2) {
     return "NeMo shards optimizer states (zero 1, Megatron-Core's distributed optimizer) and "
            "gradients (zero 2, Apex's DistributedFusedAdam), not weights: zero=3 needs "
@@ -228,7 +249,8 @@ RuntimeRules nemo_runtime_rules() {
   r.memory = nemo_memory;
   r.exposure = nemo_exposure;
   r.reduce_bytes_per_parameter = nemo_gradient_bytes;
-  r.sets_reduce_dtype = true;  // optim.grad_sync_dtype
+  r.sets_reduce_dtype = true;     // optim.grad_sync_dtype
+  r.sets_optimizer_dtype = true;  // optim.dtype (zero 2: nemo_refusal)
   return r;
 }
 

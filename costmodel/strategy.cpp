@@ -335,6 +335,9 @@ nlohmann::json job_to_json(const Job& j) {
   if (j.compile) out["compile"] = true;
   if (j.half_model) out["half_model"] = true;
   if (j.reduce_precision) out["reduce_dtype"] = profiles::to_string(*j.reduce_precision);
+  if (j.optimizer_precision) {
+    out["optimizer_dtype"] = profiles::to_string(*j.optimizer_precision);
+  }
   if (j.tp_comm_overlap) out["tp_comm_overlap"] = true;
   return out;
 }
@@ -362,6 +365,10 @@ Job job_from_json(const nlohmann::json& value, const std::string& source, const 
   if (r.has("reduce_dtype")) {
     j.reduce_precision =
         profiles::parse_precision(r.choice("reduce_dtype", {"fp32", "bf16", "fp16"}));
+  }
+  if (r.has("optimizer_dtype")) {
+    j.optimizer_precision =
+        profiles::parse_precision(r.choice("optimizer_dtype", {"fp32", "bf16"}));
   }
   r.finish();
   return j;

@@ -101,6 +101,11 @@ struct Job {
   // DeepSpeed's communication_data_type); unset = the runtime's own (RuntimeRules::
   // reduce_bytes_per_parameter). JSON "reduce_dtype": "fp32" | "bf16" | "fp16", absent = unset.
   std::optional<Precision> reduce_precision = std::nullopt;
+  // The dtype of the optimizer's states (Apex DistributedFusedAdam's dtype, NeMo's optim.dtype):
+  // unset = fp32 master weights and moments. bf16 keeps both moments in bf16 and no master
+  // weights (the bf16 weights are updated in place): runtime nemo at zero 2
+  // (RuntimeRules::sets_optimizer_dtype). JSON "optimizer_dtype": "fp32" | "bf16", absent = unset.
+  std::optional<Precision> optimizer_precision = std::nullopt;
   // TransformerEngine's userbuffers overlap of the tensor-parallel collectives with the linear
   // layers' products (Megatron-LM's --tp-comm-overlap, NeMo's ub_tp_comm_overlap): runtimes that
   // run TransformerEngine (RuntimeRules::overlaps_tp_communication); acts on plans with tp > 1

@@ -180,16 +180,20 @@ ActivationShape activation_shape(const TermsInput& in, std::int64_t micro_batch,
   a.selective = runtime_rules(in.job.runtime).selective;
   a.activation_chain =
       in.m.activation == profiles::Activation::kGeluNew && !kernel_fusions(in.job).activation;
+  a.dropout = model_dropout(in.m);
+  // Every engine Loom plans fp8 for runs TransformerEngine's linear layers.
+  a.fp8_linear_inputs = in.job.precision == Precision::kFp8;
   return a;
 }
 
 // What the embeddings keep: an encoder's LayerNorm input (fp32 under autocast) and dropout mask;
-// a decoder's dropout mask.
+// a decoder's dropout mask (none in the Llama family).
 double embedding_activation_bytes(const TermsInput& in, std::int64_t micro_batch,
                                   std::int64_t seq_len, int tp) {
   const double x = static_cast<double>(micro_batch) * static_cast<double>(seq_len) * in.h;
   const double norm_input = in.autocast ? 4 : in.e;
-  return (in.m.family == Family::kEncoder ? (norm_input + 1) * x : x) /
+  const double mask = model_dropout(in.m) ? 1 : 0;
+  return (in.m.family == Family::kEncoder ? (norm_input + mask) * x : mask * x) /
          (in.s.sequence_parallel ? tp : 1);
 }
 

@@ -358,12 +358,19 @@ std::optional<std::string> row_job_strategy(const Fields& row, RowMapping* out) 
     out->assumptions.push_back("attention kernel \"" + attention + "\": math assumed");
   }
   s.sequence_parallel = row.flag("sequence_parallel");
+  const std::string framework = row.text("framework").value_or("");
+  // torchtitan's tensor parallelism is sequence parallel: its plan shards the norms' inputs and
+  // outputs over the sequence (SequenceParallel on attention_norm, ffn_norm and norm, Shard(1)
+  // between the blocks; apply_tp in torchtitan/parallelisms/parallelize_llama.py).
+  if (s.tp > 1 && !row.has("sequence_parallel") && contains(framework, "torchtitan")) {
+    s.sequence_parallel = true;
+    out->assumptions.push_back("sequence parallel (torchtitan's tensor-parallel plan)");
+  }
   costmodel::Job& job = out->job;
   job.global_batch = global;
   job.seq_len = row.object("model").required_integer("seq_len", 1);
   job.precision = *precision;
   job.runtime = row_runtime(row, &out->assumptions);
-  const std::string framework = row.text("framework").value_or("");
   // llm-foundry's MPT models train with its fused cross-entropy (loss_fn: fused_crossentropy,
   // flash-attn's kernel), which writes the logits' gradient in place.
   if (contains(framework, "llm-foundry")) {
@@ -379,6 +386,13 @@ std::optional<std::string> row_job_strategy(const Fields& row, RowMapping* out) 
   if (job.runtime == costmodel::Runtime::kNemo) {
     job.reduce_precision = costmodel::Precision::kBf16;
     out->assumptions.push_back("gradients reduced in bf16 (NeMo's grad_sync_dtype)");
+    // Nemotron-4 340B's configuration keeps the optimizer states in bf16 (optim.dtype bf16 in
+    // launcher_scripts/conf/training/nemotron/nemotron_340b.yaml of NeMo-Framework-Launcher
+    // 24.07); the others keep fp32.
+    if (out->model.name == "Nemotron-340B" && s.zero == 2) {
+      job.optimizer_precision = costmodel::Precision::kBf16;
+      out->assumptions.push_back("optimizer states in bf16 (the launcher's optim.dtype)");
+    }
     // The performance configurations set ub_tp_comm_overlap (the file's conditions).
     job.tp_comm_overlap = true;
     if (s.tp > 1 && s.sequence_parallel) {

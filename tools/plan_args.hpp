@@ -26,7 +26,7 @@ struct PlanArgs {
   std::optional<int> tp, pp, dp, cp, zero, virtual_stages, recompute_layers;
   std::optional<std::int64_t> micro_batch, micro_batch_per_device;
   std::optional<std::string> schedule, recompute, stages, sp, attention, runtime, loss, compile,
-      reduce_dtype, optimizer_kernels, tp_comm_overlap;
+      reduce_dtype, optimizer_dtype, optimizer_kernels, tp_comm_overlap;
   double memory_margin = 0.9;
   int top = 5;
   std::string output;

@@ -140,6 +140,9 @@ void print_header(std::ostream& out, const planner::Plan& plan, const PlanTextOp
       << (plan.job.reduce_precision ? std::string(", gradients reduced in ") +
                                           profiles::to_string(*plan.job.reduce_precision)
                                     : "")
+      << (plan.job.optimizer_precision ? std::string(", optimizer states in ") +
+                                             profiles::to_string(*plan.job.optimizer_precision)
+                                       : "")
       << "\n"
       << "calibration " << planner::calibration_text(plan.calibration) << "\n"
       << "strategy " << strategy_text(plan.strategy) << "\n\n";
@@ -261,6 +264,7 @@ costmodel::Job make_job(const PlanArgs& a, const profiles::Cluster& cluster, std
                             ? *a.tp_comm_overlap == "on"
                             : costmodel::runtime_rules(job.runtime).overlaps_tp_communication;
   if (a.reduce_dtype) job.reduce_precision = profiles::parse_precision(*a.reduce_dtype);
+  if (a.optimizer_dtype) job.optimizer_precision = profiles::parse_precision(*a.optimizer_dtype);
   if (a.optimizer_kernels) {
     job.optimizer_kernels = *costmodel::parse_optimizer_kernels(*a.optimizer_kernels);
   }
@@ -621,6 +625,11 @@ void add_plan_options(CLI::App* cmd, PlanArgs* args) {
                   "MixedPrecision.reduce_dtype, NeMo's optim.grad_sync_dtype; runtimes fsdp and "
                   "nemo, default fp32)")
       ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
+  cmd->add_option("--optimizer-dtype", args->optimizer_dtype,
+                  "fp32 | bf16: the optimizer states' dtype (NeMo's optim.dtype: bf16 keeps the "
+                  "moments in bf16 and no fp32 master weights; runtime nemo with --zero 2, "
+                  "default fp32)")
+      ->check(CLI::IsMember({"fp32", "bf16"}));
   cmd->add_option("--optimizer-kernels", args->optimizer_kernels,
                   "fused | foreach | per_tensor: how AdamW issues its step (default fused; "
                   "foreach is torch.optim.AdamW's default, per_tensor its foreach=False loop; "

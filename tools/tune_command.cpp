@@ -210,6 +210,12 @@ int run_tune(const TuneArgs& a) {
                      "fused or none, found " +
                          *a.plan.optimizer_kernels);
   }
+  if (a.plan.optimizer_dtype && *a.plan.optimizer_dtype != "fp32") {
+    throw InputError("--optimizer-dtype", "",
+                     "loom tune measures Loom's executor, whose AdamW keeps fp32 states: fp32 or "
+                     "none, found " +
+                         *a.plan.optimizer_dtype);
+  }
   const PlanSearch search = search_plans(a.plan);
   const std::vector<planner::Plan>& plans = search.result.plans;
   // The points the profile lacks, as loom plan says them: the candidates' measurements settle

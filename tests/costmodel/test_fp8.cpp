@@ -6,6 +6,7 @@
 #include <string>
 
 #include "costmodel/compute.hpp"
+#include "costmodel/estimate.hpp"
 #include "costmodel/layers.hpp"
 #include "costmodel/runtime.hpp"
 #include "costmodel/strategy.hpp"
@@ -148,4 +149,28 @@ TEST_CASE("TransformerEngine's weight casts are paid once a step where the engin
   CHECK(runtime_rules(Runtime::kMegatron).caches_fp8_weights);
   CHECK(runtime_rules(Runtime::kNemo).caches_fp8_weights);
   CHECK_FALSE(runtime_rules(Runtime::kFsdp).caches_fp8_weights);
+}
+
+TEST_CASE("an fp8 plan under Megatron-LM holds the weights' fp8 copies and fp8 linear inputs",
+          "[fp8][memory]") {
+  // GPT-2 (12 layers, h 768) on one DGX H100, dp 8, no pipeline: the fp8 plan's weights are the
+  // bf16 plan's plus 1 + 1 B for each of 12 x 12 h^2 linear weights.
+  const profiles::ModelSpec gpt2 = profiles::load_model("gpt2");
+  const CostModel cost(gpt2, profiles::load_cluster("dgx-h100"));
+  Strategy s;
+  s.dp = 8;
+  s.zero = 1;
+  s.micro_batch = 4;
+  s.num_micro_batches = 2;
+  Job bf16{64, 1024, Precision::kBf16, "adamw"};
+  bf16.runtime = Runtime::kMegatron;
+  Job fp8 = bf16;
+  fp8.precision = Precision::kFp8;
+  const MemoryBreakdown a = cost.estimate(fp8, s, even_partition(gpt2, 1)).memory_by_stage.at(0);
+  const MemoryBreakdown b = cost.estimate(bf16, s, even_partition(gpt2, 1)).memory_by_stage.at(0);
+  CHECK(layer_linear_weight_parameters(gpt2) == 12LL * 768 * 768);
+  CHECK(a.parameter_bytes - b.parameter_bytes == 2.0 * 12 * 12 * 768 * 768);
+  // Per layer and sample (s 1024, h 768, no tp): QKV's and FC1's inputs 1 B instead of 2, FC2's
+  // 1 B instead of 2 over 4h, the projection's 1 B more: (-1 - 1 - 4 + 1) sbh.
+  CHECK(b.activation_bytes - a.activation_bytes == Approx(5.0 * 12 * 4 * 1024 * 768));
 }

@@ -137,3 +137,37 @@ TEST_CASE("grouped-query attention and gated MLPs in FLOPs and activations", "[l
   CHECK(transformer_layer_activation_bytes(x, 1, false, Recompute::kNone, false) ==
         Approx(want).epsilon(1e-12));
 }
+
+TEST_CASE("Llama keeps no dropout masks, and fp8 linear layers keep fp8 inputs", "[layers][fp8]") {
+  // Llama 2 70B at s 4096, b 1, tp 4 with sequence parallelism and selective recomputation
+  // (flash), as NeMo ran it. In units of sbh/t = 4096 x 8192 / 4 bytes:
+  //   bf16, with masks: 2 (QKV in) + 2 + 2 x 2/8 (Q, K, V) + 2 (attention out) + 1 (mask)
+  //     + 2 (MLP in) + 3 x 2 x 3.5 (gate, up, FC2 in) + 1 (mask) + 4 (norms) = 35.5
+  //   without masks (the Llama family): 33.5
+  //   fp8 linear inputs: 1 (QKV in) + 2.5 + 2 + 1 (projection's fp8 copy) + 1 (MLP in)
+  //     + (2 x 2 + 1) x 3.5 + 4 = 29
+  const profiles::ModelSpec m = profiles::load_model("llama2-70b");
+  CHECK_FALSE(model_dropout(m));
+  CHECK(model_dropout(profiles::load_model("bert-base")));
+  const double unit = 4096.0 * 8192 / 4;
+  ActivationShape x{4096, 1, 8192, 64, 28672, 2, 8, true};
+  CHECK(transformer_layer_activation_bytes(x, 4, true, Recompute::kSelective, false) ==
+        Approx(35.5 * unit).epsilon(1e-12));
+  x.dropout = false;
+  CHECK(transformer_layer_activation_bytes(x, 4, true, Recompute::kSelective, false) ==
+        Approx(33.5 * unit).epsilon(1e-12));
+  x.fp8_linear_inputs = true;
+  CHECK(transformer_layer_activation_bytes(x, 4, true, Recompute::kSelective, false) ==
+        Approx(29 * unit).epsilon(1e-12));
+  // A GeLU MLP keeps FC1's output in 16 bits and FC2's input in fp8: (2 + 1) sbf/t where bf16
+  // keeps 4; full recomputation keeps only the layer's input, whatever the products' inputs.
+  ActivationShape gpt{2048, 1, 12288, 96, 4 * 12288, 2};
+  gpt.fp8_linear_inputs = true;
+  const double g = 2048.0 * 12288 / 8;  // sbh/t
+  CHECK(transformer_layer_activation_bytes(gpt, 8, true, Recompute::kSelective) ==
+        Approx((34 - 1 + 1 - 1 - 4) * g).epsilon(1e-12));
+  CHECK(transformer_layer_activation_bytes(gpt, 8, true, Recompute::kFull) == Approx(2 * g));
+  // The linear weights fp8 training casts: Q (8192^2), K and V (8192 x 1024 each), the output
+  // projection (8192^2) and the MLP's three (8192 x 28672).
+  CHECK(layer_linear_weight_parameters(m) == 8192LL * 10240 + 8192LL * 8192 + 3LL * 8192 * 28672);
+}

@@ -126,6 +126,13 @@ TEST_CASE("nemo: the gradients in grad_sync_dtype, and DistributedFusedAdam shar
   const RankMemoryInput one = layers_on_rank(1);
   CHECK(nemo_runtime_rules().memory(bf16_sync, dp8(2), one).states.total() == Approx(5.5 * kLayer));
   CHECK(nemo_runtime_rules().memory(bf16_sync, dp8(1), one).states.gradient_bytes == 402759680);
+  // One data-parallel rank: the reduced shard is the buffer itself (2 B, not 2 + 2), and the
+  // remainders and moments are whole (10 B): 2 + 2 + 10 = 14 B.
+  Strategy alone = dp8(2);
+  alone.dp = 1;
+  const RuntimeMemory z2_alone = nemo_runtime_rules().memory(bf16_sync, alone, one);
+  CHECK(z2_alone.states.gradient_bytes == 402759680);  // 2 * 201,379,840
+  CHECK(z2_alone.states.total() == Approx(14 * kLayer));
   // Exposure (N = 1e9 parameters, forward window 1 s, backward 2 s, 1 GB/s), bf16 gradients:
   // their reduce-scatter (2 s) under the last backward, max(2 - 2, the last 125 MB bucket's
   // 0.125 s) = 0.125; the bf16 weights' all-gather (2 s) under the next forward: max(2 - 1,

@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <string>
 
 #include "planner/published_rows.hpp"
@@ -88,6 +89,18 @@ TEST_CASE("an MPT row maps to a tied decoder under FSDP on DGX A100 40GB", "[pub
             "llm-foundry's fused cross-entropy (loss_fn fused_crossentropy)",
             "gradients reduced in bf16 (MosaicML Composer + PyTorch FSDP (llm-foundry)'s mixed "
             "precision)"});
+}
+
+TEST_CASE("torchtitan's tensor parallelism is sequence parallel", "[published]") {
+  const RowMapping m = mapped("torchtitan.json", "torchtitan-hist-h100-l31-405b-fsdp16-tp8-bf16");
+  CHECK(m.strategy.tp == 8);
+  CHECK(m.strategy.sequence_parallel);
+  // Its activations, 126 layers' inputs under full recomputation, fit the 94 GiB part: 2 x 8192
+  // x 16384 x 2 B / 8 each, where without sequence parallelism they alone took 63 GiB.
+  const char* id = "torchtitan-hist-h100-l31-405b-fsdp16-tp8-bf16";
+  const RowResult r = predict_row(published_row("torchtitan.json", id), "torchtitan.json", id);
+  CHECK(r.predicted_fits);
+  CHECK(r.prediction.memory_by_stage.at(0).activation_bytes < 12.0 * kGib);
 }
 
 TEST_CASE("FSDP rows reduce gradients as their framework's mixed precision does", "[published]") {
@@ -371,13 +384,42 @@ TEST_CASE("NeMo's rows run Apex's DistributedFusedAdam and fit an 80 GB H100", "
   CHECK(m.strategy.recompute == Recompute::kSelective);
   CHECK(m.strategy.virtual_stages == 20);
   CHECK(m.strategy.sequence_parallel);
+  CHECK_FALSE(m.job.optimizer_precision);
+  // Nemotron-4 340B's configuration keeps the optimizer states in bf16 (optim.dtype).
+  CHECK(mapped("nemo_2407.json", "pretrain-nemotron-340b-128g").job.optimizer_precision ==
+        Precision::kBf16);
   // GPT-3 20B and 175B on 512 GPUs ran on 80 GB H100s; under Megatron-Core's distributed
   // optimizer (6 + 12/dp bytes per parameter) Loom put them at 84.1 and 90.6 GiB, refused.
+  // With DistributedFusedAdam's sharded gradients they fit, beside TransformerEngine's fp8
+  // weight copies (2 B per linear weight: 76.5 GiB for GPT-3 20B at tp 2).
   for (const char* id : {"pretrain-gpt3-20b-64g", "pretrain-gpt3-175b-512g"}) {
     const RowResult r = predict_row(published_row("nemo_2407.json", id), "nemo_2407.json", id);
     CHECK(r.predicted_fits);
-    CHECK(r.predicted_memory_gib < 0.9 * 80);  // within loom plan's default margin
+    CHECK(r.predicted_memory_gib < 80);
   }
+}
+
+TEST_CASE("every published row that ran is predicted to fit its device", "[published]") {
+  // At --memory-margin 1. The one exception, named so that this test fails when it changes:
+  // Llama 2 70B SFT on 16 GPUs at dp 1 keeps 16 B per parameter of model states whatever is
+  // sharded (bf16 weights, their fp8 copies, bf16 gradients, fp32 remainders and moments) for
+  // 4.3 billion parameters on pipeline stage 0, beside four micro-batches of activations.
+  const std::set<std::string> expected_not_to_fit = {"sft-llama2-70b-16g"};
+  std::set<std::string> not_to_fit;
+  int ran = 0;
+  for (const char* file : {"deepspeed_autotuning.json", "dle_bert_squad.json", "fsdp_blog.json",
+                           "mpt_llm_foundry.json", "nemo_2407.json", "torchtitan.json"}) {
+    const std::string path = std::string(LOOM_SOURCE_DIR) + "/bench/published/" + file;
+    const nlohmann::json doc =
+        loom::profiles::parse_json_text(loom::profiles::read_text_file(path), path);
+    for (const RowResult& r : predict_file(doc, file)) {
+      if (r.not_expressible || r.oom || r.doubtful) continue;
+      ++ran;
+      if (!r.predicted_fits) not_to_fit.insert(r.id);
+    }
+  }
+  CHECK(ran > 300);
+  CHECK(not_to_fit == expected_not_to_fit);
 }
 
 TEST_CASE("a row publishing only model TFLOP/s is predicted in NeMo's count", "[published]") {

@@ -281,3 +281,30 @@ TEST_CASE("loom plan --reduce-dtype: FSDP's reduction width, named and kept", "[
                 "4-byte elements: reduce_dtype bf16 needs runtime fsdp, nemo or megatron (or no "
                 "reduce_dtype)");
 }
+
+TEST_CASE("loom plan --optimizer-dtype: NeMo's bf16 optimizer states, named and kept",
+          "[tools][cli]") {
+  Sandbox box;
+  const std::string llama =
+      "plan --model llama2-7b --cluster dgx-h100 --gpus 8 --global-batch 64 --seq-len 4096 "
+      "--dp 8 --tp 1 --pp 1 --cp 1 --precision bf16 --runtime nemo ";
+  const CliResult bf16 = box.loom(llama + "--zero 2 --optimizer-dtype bf16 -o nemo.json");
+  INFO("stderr: " << bf16.err);
+  REQUIRE(bf16.exit_code == 0);
+  CHECK_THAT(line_starting(bf16.out, "runtime "), Contains(", optimizer states in bf16"));
+  const nlohmann::json plan = nlohmann::json::parse(box.read("nemo.json"));
+  CHECK(plan["job"]["optimizer_dtype"] == "bf16");
+  // The moments shrink from 8 to 4 bytes and the 2-byte remainders go: 6 B per parameter over
+  // dp 8 less than the fp32 plan's (the bf16 weights, 2 B, count the parameters).
+  const CliResult fp32 = box.loom(llama + "--zero 2 -o fp32.json");
+  REQUIRE(fp32.exit_code == 0);
+  const nlohmann::json& half = plan["predicted"]["memory_bytes_by_stage"][0];
+  const nlohmann::json other = nlohmann::json::parse(box.read("fp32.json"));
+  const nlohmann::json& full = other["predicted"]["memory_bytes_by_stage"][0];
+  CHECK(full["optimizer"].get<double>() - half["optimizer"].get<double>() ==
+        Approx(6.0 / 8 * half["parameters"].get<double>() / 2).epsilon(1e-9));
+  require_error(box.loom(llama + "--zero 1 --optimizer-dtype bf16"),
+                "loom plan: error: llama2-7b on dgx-h100: runtime nemo: optimizer_dtype bf16 is "
+                "Apex DistributedFusedAdam's dtype: it needs zero=2 (Megatron-Core's optimizers "
+                "keep fp32 states)");
+}
