@@ -70,12 +70,6 @@ CostModel CostModel::with_model(profiles::ModelSpec model) const {
   return out;
 }
 
-int threads_per_rank(const profiles::Cluster& cluster, int world) {
-  if (cluster.device.kind != profiles::DeviceKind::kCpu) return 1;
-  const auto per_node = std::min<std::int64_t>(std::max(world, 1), cluster.devices_per_node);
-  return static_cast<int>(std::max<std::int64_t>(1, cluster.devices_per_node / per_node));
-}
-
 int devices_in_use(const profiles::Cluster& cluster, int world) {
   return world * threads_per_rank(cluster, world);
 }
@@ -106,29 +100,22 @@ std::vector<std::string> CostModel::calibration_notes(const Job& job, const Stra
   return out;
 }
 
-SequenceCosts CostModel::sequence_costs(const Job& job, const Strategy& strategy) const {
-  return compute_terms(model_, options_, links_, cluster_, calibration_.get(), job, strategy).costs;
-}
-
 StepTerms CostModel::step_terms(const Job& job, const Strategy& strategy) const {
   return step_terms_of(
       compute_terms(model_, options_, links_, cluster_, calibration_.get(), job, strategy));
 }
 
+SequenceCosts CostModel::sequence_costs(const Job& job, const Strategy& strategy) const {
+  return step_terms(job, strategy).costs;
+}
+
 MemoryBreakdown CostModel::stage_memory(const Job& job, const Strategy& s, int pipeline_rank,
                                         const StageLoad& load) const {
-  const Terms t = compute_terms(model_, options_, links_, cluster_, calibration_.get(), job, s);
-  return stage_memory_from(t.backward_temporary, job, s, pipeline_rank, load);
+  return stage_memory(step_terms(job, s), job, s, pipeline_rank, load);
 }
 
-double CostModel::backward_temporary_bytes(const Job& job, const Strategy& s) const {
-  return compute_terms(model_, options_, links_, cluster_, calibration_.get(), job, s)
-      .backward_temporary;
-}
-
-MemoryBreakdown CostModel::stage_memory_from(double backward_temporary, const Job& job,
-                                             const Strategy& s, int pipeline_rank,
-                                             const StageLoad& load) const {
+MemoryBreakdown CostModel::stage_memory(const StepTerms& terms, const Job& job, const Strategy& s,
+                                        int pipeline_rank, const StageLoad& load) const {
   MemoryBreakdown mem;
   mem.activation_bytes = load.activation_bytes *
                          activation_micro_batches_in_flight(s.schedule, s.pp, pipeline_rank,
@@ -152,7 +139,7 @@ MemoryBreakdown CostModel::stage_memory_from(double backward_temporary, const Jo
                 pipeline_rank == s.pp - 1 ? static_cast<double>(counts.head.per_rank(s.tp)) : 0.0});
   in.activation_bytes = mem.activation_bytes;
   in.chunk_activation_bytes = load.activation_bytes / s.virtual_stages;
-  in.backward_temporary_bytes = backward_temporary;
+  in.backward_temporary_bytes = terms.backward_temporary_bytes;
   if (s.recompute == Recompute::kFull) {
     in.recomputing_layers = load.num_layers * recompute_share(s, model_.layers);
   }
@@ -182,20 +169,34 @@ MemoryBreakdown CostModel::stage_memory_from(double backward_temporary, const Jo
 
 Prediction CostModel::estimate(const Job& job, const Strategy& s,
                                const std::vector<StageRange>& stages) const {
+  check_estimate(job, s, stages);
+  return predict(step_terms(job, s), job, s, stages);
+}
+
+Prediction CostModel::estimate(const StepTerms& terms, const Job& job, const Strategy& s,
+                               const std::vector<StageRange>& stages) const {
+  check_estimate(job, s, stages);
+  return predict(terms, job, s, stages);
+}
+
+void CostModel::check_estimate(const Job& job, const Strategy& s,
+                               const std::vector<StageRange>& stages) const {
   if (auto why = check_strategy(model_, cluster_.device_count(), job, s)) {
     throw std::invalid_argument(*why);
   }
   if (auto why = check_partition(model_, s, stages)) throw std::invalid_argument(*why);
+}
 
+Prediction CostModel::predict(const StepTerms& terms, const Job& job, const Strategy& s,
+                              const std::vector<StageRange>& stages) const {
   const profiles::ModelSpec& m = model_;
   const int world = s.world_size();
   const double seq = static_cast<double>(job.seq_len);
   const ZeroPolicy zero = zero_policy(s.zero);
   const Strategy g = gradient_view(s);  // the groups gradients are reduced and sharded over
-  const Terms terms = compute_terms(m, options_, links_, cluster_, calibration_.get(), job, s);
   const double p2p = terms.p2p_s;
 
-  const std::vector<ChunkCost> lowered = lower_chunks(m, s, step_terms_of(terms), stages);
+  const std::vector<ChunkCost> lowered = lower_chunks(m, s, terms, stages);
   const std::vector<StageLoad> load = stage_loads(lowered, s.pp);
   std::vector<StageTime> compute(s.pp), with_tp(s.pp), with_pp(s.pp);
   for (const ChunkCost& k : lowered) {
@@ -234,7 +235,7 @@ Prediction CostModel::estimate(const Job& job, const Strategy& s,
   for (int r = 0; r < s.pp; ++r) {
     const StageLoad& l = load[static_cast<std::size_t>(r)];
     MemoryBreakdown& mem = out.memory_by_stage[static_cast<std::size_t>(r)];
-    mem = stage_memory_from(terms.backward_temporary, job, s, r, l);
+    mem = stage_memory(terms, job, s, r, l);
 
     double dp_exposed = 0;
     double zero_exposed = 0;
@@ -265,7 +266,8 @@ Prediction CostModel::estimate(const Job& job, const Strategy& s,
     }
     // AdamW over this rank's optimizer shard (costmodel/optimizer.hpp).
     double shard = l.num_parameters / (zero.shards_optimizer_states ? g.dp : 1);
-    double optimizer_s = optimizer_step_s(terms.optimizer, shard, l.num_tensors);
+    double optimizer_s = optimizer_step_s(
+        {terms.optimizer_s_per_parameter, terms.optimizer_s_per_tensor}, shard, l.num_tensors);
     out.optimizer_s = std::max(out.optimizer_s, optimizer_s);
     out.exposed_communication_s.dp = std::max(out.exposed_communication_s.dp, dp_exposed);
     out.exposed_communication_s.zero = std::max(out.exposed_communication_s.zero, zero_exposed);

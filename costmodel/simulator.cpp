@@ -239,7 +239,7 @@ SimulationResult simulate(const CostModel& cost, const Job& job, const Strategy&
   std::vector<MemoryBreakdown> memory(static_cast<std::size_t>(s.pp));
   for (int r = 0; r < s.pp; ++r) {
     const StageLoad& l = load[static_cast<std::size_t>(r)];
-    memory[static_cast<std::size_t>(r)] = cost.stage_memory(job, s, r, l);
+    memory[static_cast<std::size_t>(r)] = cost.stage_memory(terms, job, s, r, l);
     double shard = l.num_parameters / (spec.zero.shards_optimizer_states ? g.dp : 1);
     spec.optimizer_s.push_back(optimizer_step_s(
         {terms.optimizer_s_per_parameter, terms.optimizer_s_per_tensor}, shard, l.num_tensors));

@@ -516,6 +516,12 @@ Terms compute_terms(const profiles::ModelSpec& m, const CostOptions& options,
   return t;
 }
 
+int threads_per_rank(const profiles::Cluster& cluster, int world) {
+  if (cluster.device.kind != profiles::DeviceKind::kCpu) return 1;
+  const auto per_node = std::min<std::int64_t>(std::max(world, 1), cluster.devices_per_node);
+  return static_cast<int>(std::max<std::int64_t>(1, cluster.devices_per_node / per_node));
+}
+
 StepTerms step_terms_of(const Terms& t) {
   StepTerms out;
   out.costs = t.costs;

@@ -17,11 +17,10 @@ namespace {
 // The layer sequence's per-micro-batch costs as prefix sums, and the greedy that fills stages.
 class Partitioner {
  public:
-  Partitioner(const costmodel::CostModel& cost, const costmodel::Job& job,
-              const costmodel::Strategy& s, double limit)
-      : cost_(cost), job_(job), s_(s), limit_(limit) {
-    const costmodel::SequenceCosts c = cost.sequence_costs(job, s);
-    backward_temporary_ = cost.backward_temporary_bytes(job, s);
+  Partitioner(const costmodel::CostModel& cost, const costmodel::StepTerms& terms,
+              const costmodel::Job& job, const costmodel::Strategy& s, double limit)
+      : cost_(cost), terms_(terms), job_(job), s_(s), limit_(limit) {
+    const costmodel::SequenceCosts& c = terms.costs;
     const profiles::ModelSpec& m = cost.model();
     auto add = [&](const costmodel::EntryCost& e, bool layer) {
       time_.push_back(time_.back() + e.forward_s + e.backward_s);
@@ -53,7 +52,7 @@ class Partitioner {
       load.num_parameters += costmodel::tied_head_copy_parameters(cost_.model(), s_.tp, stage);
     }
     load.largest_chunk_num_parameters = load.num_parameters;
-    return cost_.stage_memory_from(backward_temporary_, job_, s_, stage, load).total() <= limit_;
+    return cost_.stage_memory(terms_, job_, s_, stage, load).total() <= limit_;
   }
 
   // Fills stages from the last backwards, each as long as `bottleneck_s` and memory allow while
@@ -75,10 +74,10 @@ class Partitioner {
 
  private:
   const costmodel::CostModel& cost_;
+  const costmodel::StepTerms& terms_;
   const costmodel::Job& job_;
   const costmodel::Strategy& s_;
   double limit_;
-  double backward_temporary_ = 0;
   // Prefix sums over the layer sequence: element i covers entries [0, i).
   std::vector<double> time_{0}, parameters_{0}, activations_{0}, layers_{0};
   double largest_entry_s_ = 0;
@@ -93,7 +92,18 @@ std::optional<std::vector<StageRange>> balanced_partition(const costmodel::CostM
   if (s.pp == 1 || s.schedule == costmodel::Schedule::kInterleaved) {
     return costmodel::even_partition(cost.model(), s.pp * s.virtual_stages);
   }
-  const Partitioner p(cost, job, s, memory_limit_bytes);
+  return balanced_partition(cost, cost.step_terms(job, s), job, s, memory_limit_bytes);
+}
+
+std::optional<std::vector<StageRange>> balanced_partition(const costmodel::CostModel& cost,
+                                                          const costmodel::StepTerms& terms,
+                                                          const costmodel::Job& job,
+                                                          const costmodel::Strategy& s,
+                                                          double memory_limit_bytes) {
+  if (s.pp == 1 || s.schedule == costmodel::Schedule::kInterleaved) {
+    return costmodel::even_partition(cost.model(), s.pp * s.virtual_stages);
+  }
+  const Partitioner p(cost, terms, job, s, memory_limit_bytes);
   double hi = p.total_time_s() * (1 + 1e-12);
   auto best = p.greedy(hi);
   if (!best) return std::nullopt;  // memory rules out every split

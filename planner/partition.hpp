@@ -23,6 +23,10 @@ namespace loom::planner {
 std::optional<std::vector<costmodel::StageRange>> balanced_partition(
     const costmodel::CostModel& cost, const costmodel::Job& job,
     const costmodel::Strategy& strategy, double memory_limit_bytes);
+// The same from the strategy's terms (cost.step_terms(job, strategy)).
+std::optional<std::vector<costmodel::StageRange>> balanced_partition(
+    const costmodel::CostModel& cost, const costmodel::StepTerms& terms, const costmodel::Job& job,
+    const costmodel::Strategy& strategy, double memory_limit_bytes);
 
 // Parses "0-0,1-13" (inclusive ranges of the layer sequence, one per stage) as given to
 // `loom plan --stages`. Throws InputError naming `source` on bad syntax.

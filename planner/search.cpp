@@ -189,9 +189,10 @@ void rebalance(ShapeCosts& costs, const costmodel::Job& job, double limit,
     if (s.pp == 1 || s.schedule == Schedule::kInterleaved) continue;
     if (std::isfinite(best) && c.step_time_s > 1.3 * best) continue;
     const costmodel::CostModel& shaped = costs.of(s);
-    auto balanced = balanced_partition(shaped, job, s, limit);
+    const costmodel::StepTerms terms = shaped.step_terms(job, s);
+    auto balanced = balanced_partition(shaped, terms, job, s, limit);
     if (!balanced || *balanced == c.stages) continue;
-    const costmodel::Prediction p = shaped.estimate(job, s, *balanced);
+    const costmodel::Prediction p = shaped.estimate(terms, job, s, *balanced);
     ++*evaluated;
     const bool fits = p.peak_memory_bytes <= limit;
     if ((fits && !c.fits) || (fits == c.fits && p.step_time_s < c.step_time_s)) {
@@ -203,11 +204,12 @@ void rebalance(ShapeCosts& costs, const costmodel::Job& job, double limit,
   }
 }
 
-// One estimate of `s` on `stages`, numbered `order`.
-Candidate estimated(const costmodel::CostModel& shaped, const costmodel::Job& job,
-                    const Strategy& s, const std::vector<costmodel::StageRange>& stages,
-                    double limit, std::int64_t order) {
-  const costmodel::Prediction p = shaped.estimate(job, s, stages);
+// One estimate of `s` on `stages` from its terms, numbered `order`.
+Candidate estimated(const costmodel::CostModel& shaped, const costmodel::StepTerms& terms,
+                    const costmodel::Job& job, const Strategy& s,
+                    const std::vector<costmodel::StageRange>& stages, double limit,
+                    std::int64_t order) {
+  const costmodel::Prediction p = shaped.estimate(terms, job, s, stages);
   Candidate c;
   c.strategy = s;
   c.stages = stages;
@@ -219,6 +221,13 @@ Candidate estimated(const costmodel::CostModel& shaped, const costmodel::Job& jo
   c.fits = p.peak_memory_bytes <= limit;
   c.order = order;
   return c;
+}
+
+// The same, computing the terms of `s`.
+Candidate estimated(const costmodel::CostModel& shaped, const costmodel::Job& job,
+                    const Strategy& s, const std::vector<costmodel::StageRange>& stages,
+                    double limit, std::int64_t order) {
+  return estimated(shaped, shaped.step_terms(job, s), job, s, stages, limit, order);
 }
 
 // `full` recomputes every layer and fits where recomputing none needs `none_peak_bytes`, more
@@ -356,7 +365,8 @@ SearchResult search(const costmodel::CostModel& cost, const costmodel::Job& job,
       const Recompute rc = recomputes[k];
       s.recompute = rc;
       s.recompute_layers = rc == Recompute::kFull ? o.recompute_layers : 0;
-      Candidate c = estimated(shaped, job, s, stages, limit, result.evaluated++);
+      const costmodel::StepTerms terms = shaped.step_terms(job, s);
+      Candidate c = estimated(shaped, terms, job, s, stages, limit, result.evaluated++);
       if (rc == Recompute::kNone) none_peak_bytes = c.peak_memory_bytes;
       // Unpinned, full recomputation is of only as many layers as the plan needs to fit, where
       // nothing lighter fits.
@@ -379,7 +389,9 @@ SearchResult search(const costmodel::CostModel& cost, const costmodel::Job& job,
       // below may still find one that its even split misses).
       if (rc == recomputes.back() && !c.fits) {
         const bool rebalanced = !o.stages && s.pp > 1 && s.schedule != Schedule::kInterleaved;
-        if (!rebalanced || !balanced_partition(shaped, job, s, limit)) too_big.insert(key);
+        if (!rebalanced || !balanced_partition(shaped, terms, job, s, limit)) {
+          too_big.insert(key);
+        }
       }
     }
   }
