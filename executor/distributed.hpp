@@ -116,6 +116,9 @@ c10::intrusive_ptr<c10d::Store> connect_store(const RankEnvironment& environment
 // An in-memory store for ranks that are threads of one process (tests).
 c10::intrusive_ptr<c10d::Store> make_local_store();
 
+// `e`'s message without c10's backtrace (c10::Error::what_without_backtrace), as errors quote it.
+std::string error_text(const std::exception& e);
+
 // An operation started by a group (a point-to-point send, an asynchronous all-reduce): wait()
 // blocks until it is done or throws CollectiveError after the group's timeout. Waiting twice is
 // allowed; an unwaited handle is waited for in the destructor (errors then swallowed).

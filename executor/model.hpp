@@ -152,6 +152,16 @@ void check_encoder(const profiles::ModelSpec& spec);
 // InputError when the spec is not a BERT/RoBERTa encoder (check_encoder).
 std::vector<ParameterInfo> parameter_table(const profiles::ModelSpec& spec);
 
+// Rank `rank`'s part of `n` indices split over `size` ranks (a vocab-parallel word table's rows):
+// ceil(n / size) per rank starting at rank * part, of which the first `length` are real (the rest
+// pad the last ranks when size does not divide n).
+struct SplitRange {
+  std::int64_t start = 0;
+  std::int64_t length = 0;
+  std::int64_t part = 0;
+};
+SplitRange split_range(std::int64_t n, int rank, int size);
+
 // Padding token id: 0 for BERT, 1 for RoBERTa.
 std::int64_t pad_token_id(profiles::ModelType type);
 // LayerNorm epsilon: 1e-12 for BERT, 1e-5 for RoBERTa.
