@@ -78,7 +78,27 @@ class CliSandbox {
     return r;
   }
 
+  // As loom(), with loom's stderr written into a pipe (which cat copies into CliResult::err):
+  // what a user piping the output sees.
+  CliResult loom_piped(const std::string& args, const std::string& env = "") const {
+    const std::filesystem::path out = dir_ / "stdout.txt";
+    const std::filesystem::path err = dir_ / "stderr.txt";
+    const std::filesystem::path code = dir_ / "code.txt";
+    const std::string command =
+        "cd " + shell_quoted(work().string()) + " && ( " + env + " " + shell_quoted(LOOM_BINARY) +
+        " " + args + " </dev/null 2>&1 >" + shell_quoted(out.string()) + "; echo $? >" +
+        shell_quoted(code.string()) + " ) | cat >" + shell_quoted(err.string());
+    CliResult r;
+    if (std::system(command.c_str()) != 0) return r;
+    r.exit_code = std::stoi(read_all(code));
+    r.out = read_all(out);
+    r.err = read_all(err);
+    return r;
+  }
+
+  // Writes `text` to `name` under work(), creating its folder.
   void write(const std::string& name, const std::string& text) const {
+    std::filesystem::create_directories((work() / name).parent_path());
     std::ofstream(work() / name, std::ios::binary) << text;
   }
   std::string read(const std::string& name) const { return read_all(work() / name); }

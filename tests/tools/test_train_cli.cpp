@@ -4,9 +4,6 @@
 //
 // Every command runs in a fresh temporary folder, removed at the end. The model is tiny (1 layer,
 // hidden 16), so each training command takes well under a second.
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <catch2/catch.hpp>
 #include <cstdlib>
 #include <filesystem>
@@ -18,166 +15,20 @@
 #include <string>
 #include <vector>
 
+#include "tests/tools/train_sandbox.hpp"
+
 namespace fs = std::filesystem;
 using Catch::Contains;
 using Catch::StartsWith;
-
-namespace {
-
-struct TrainRun {
-  int exit_code = -1;
-  std::string out;
-  std::string err;
-};
-
-std::string file_text(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream out;
-  out << in.rdbuf();
-  return out.str();
-}
-
-std::string shell_word(const std::string& s) {
-  std::string out = "'";
-  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return out + "'";
-}
-
-// The first line of a metrics file, parsed.
-nlohmann::json first_line(const fs::path& path) {
-  const std::string text = file_text(path);
-  return nlohmann::json::parse(text.substr(0, text.find('\n')));
-}
-
-std::size_t newlines(const std::string& text) {
-  std::size_t n = 0;
-  for (char c : text) n += c == '\n' ? 1 : 0;
-  return n;
-}
-
-// The tiny model of these tests: its vocabulary (100) holds the synthetic one (63 tokens).
-constexpr const char* kModelJson = R"({
-  "format": "loom-model/1", "name": "micro-bert", "family": "encoder", "model_type": "bert",
-  "layers": 1, "hidden": 16, "heads": 2, "ffn_hidden": 32, "vocab": 100, "max_positions": 64,
-  "type_vocab": 2, "num_labels": 2})";
-
-// A temporary folder holding model.json, cluster-1.json (local-cpu with one device: one rank)
-// and cluster-2.json (two devices); commands run in work().
-class TrainSandbox {
- public:
-  TrainSandbox() {
-    static int counter = 0;
-    dir_ = fs::temp_directory_path() /
-           ("loom-test-train-" + std::to_string(::getpid()) + "-" + std::to_string(counter++));
-    fs::remove_all(dir_);
-    fs::create_directories(dir_ / "work");
-    write("model.json", kModelJson);
-    nlohmann::json cluster = nlohmann::json::parse(
-        file_text(fs::path(LOOM_SOURCE_DIR) / "profiles/clusters/local-cpu.json"));
-    cluster["name"] = "cpu-1";
-    cluster["devices_per_node"] = 1;
-    write("cluster-1.json", cluster.dump(2));
-    cluster["name"] = "cpu-2";
-    cluster["devices_per_node"] = 2;
-    write("cluster-2.json", cluster.dump(2));
-  }
-  ~TrainSandbox() {
-    std::error_code ec;
-    fs::remove_all(dir_, ec);
-  }
-  TrainSandbox(const TrainSandbox&) = delete;
-  TrainSandbox& operator=(const TrainSandbox&) = delete;
-
-  fs::path work() const { return dir_ / "work"; }
-
-  // Runs `ENV loom ARGS` in work() with no launcher variables of the calling environment; `env`
-  // is a list of NAME=VALUE words (may be empty).
-  TrainRun loom(const std::string& args, const std::string& env = "") const {
-    const fs::path out = dir_ / "stdout.txt";
-    const fs::path err = dir_ / "stderr.txt";
-    const std::string command =
-        "cd " + shell_word(work().string()) +
-        " && env -u RANK -u WORLD_SIZE -u LOCAL_RANK -u SLURM_PROCID -u SLURM_NTASKS "
-        "-u SLURM_LOCALID " +
-        env + " " + shell_word(LOOM_BINARY) + " " + args + " </dev/null >" +
-        shell_word(out.string()) + " 2>" + shell_word(err.string());
-    const int status = std::system(command.c_str());
-    TrainRun r;
-    r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    r.out = file_text(out);
-    r.err = file_text(err);
-    return r;
-  }
-
-  // As loom(), with loom's stderr written into a pipe (which cat copies into TrainRun::err).
-  TrainRun loom_piped(const std::string& args) const {
-    const fs::path out = dir_ / "stdout.txt";
-    const fs::path err = dir_ / "stderr.txt";
-    const fs::path code = dir_ / "code.txt";
-    const std::string command =
-        "cd " + shell_word(work().string()) +
-        " && ( env -u RANK -u WORLD_SIZE -u LOCAL_RANK -u SLURM_PROCID -u SLURM_NTASKS "
-        "-u SLURM_LOCALID " +
-        shell_word(LOOM_BINARY) + " " + args + " </dev/null 2>&1 >" + shell_word(out.string()) +
-        "; echo $? >" + shell_word(code.string()) + " ) | cat >" + shell_word(err.string());
-    REQUIRE(std::system(command.c_str()) == 0);
-    TrainRun r;
-    r.exit_code = std::stoi(file_text(code));
-    r.out = file_text(out);
-    r.err = file_text(err);
-    return r;
-  }
-
-  void write(const std::string& name, const std::string& text) const {
-    fs::create_directories((work() / name).parent_path());
-    std::ofstream(work() / name, std::ios::binary) << text;
-  }
-
-  // `loom plan` of the tiny model for one rank (global batch 8 in 2 micro-batches of 4, seq 32)
-  // into plan.json; `extra` adds flags (for example another cluster).
-  void plan(const std::string& extra = "--cluster cluster-1.json",
-            const std::string& output = "plan.json") const {
-    const TrainRun r =
-        loom("plan --model model.json " + extra +
-             " --global-batch 8 --seq-len 32 --precision fp32 --micro-batch 4 -o " + output);
-    INFO("loom plan: " << r.err);
-    REQUIRE(r.exit_code == 0);
-    REQUIRE(fs::exists(work() / output));
-  }
-
- private:
-  fs::path dir_;
-};
-
-nlohmann::json parse_summary(const TrainRun& r) {
-  INFO("stdout: " << r.out);
-  INFO("stderr: " << r.err);
-  REQUIRE(r.exit_code == 0);
-  nlohmann::json summary;
-  REQUIRE_NOTHROW(summary = nlohmann::json::parse(r.out));
-  return summary;
-}
-
-std::vector<double> losses_of(const nlohmann::json& summary) {
-  return summary.at("losses").get<std::vector<double>>();
-}
-
-// Bad input: exit code 2, nothing on stdout, one line `loom train: error: ...` on stderr.
-void require_train_error(const TrainRun& r) {
-  INFO("stdout: " << r.out);
-  INFO("stderr: " << r.err);
-  CHECK(r.exit_code == 2);
-  CHECK(r.out.empty());
-  CHECK(newlines(r.err) == 1);
-  CHECK_THAT(r.err, StartsWith("loom train: error: "));
-}
-
-// `train plan.json --data synthetic:400 FLAGS`.
-std::string train_args(const std::string& flags) {
-  return "train plan.json --data synthetic:400 " + flags;
-}
-
-}  // namespace
+using loom::test::first_line;
+using loom::test::line_count;
+using loom::test::losses_of;
+using loom::test::parse_summary;
+using loom::test::read_all;
+using loom::test::require_train_error;
+using loom::test::train_args;
+using loom::test::TrainSandbox;
+using TrainRun = loom::test::CliResult;
 
 TEST_CASE("loom train runs a one-rank plan and writes the metrics of docs/formats.md",
           "[tools][cli][train]") {
@@ -186,7 +37,7 @@ TEST_CASE("loom train runs a one-rank plan and writes the metrics of docs/format
   const TrainRun r = box.loom(train_args("--steps 5 --warmup-steps 0 --metrics m.jsonl --json"));
   const nlohmann::json summary = parse_summary(r);
   // Five steps: a log line for each (about 20 per run at most) and one for the evaluation.
-  CHECK(newlines(r.err) == 6);
+  CHECK(line_count(r.err) == 6);
   CHECK_THAT(r.err, StartsWith("step 1/5, epoch 0.02: loss "));
   CHECK(summary.at("steps") == 5);
   CHECK(losses_of(summary).size() == 5);
@@ -487,7 +338,7 @@ TEST_CASE("loom train --dump-batches writes each micro-batch, loom logits scores
   CHECK(summary.at("steps") == 3);
   // 3 steps of 2 micro-batches of 4 sequences of 32 tokens, in training order.
   std::vector<nlohmann::json> lines;
-  std::istringstream in(file_text(box.work() / "batches.jsonl"));
+  std::istringstream in(read_all(box.work() / "batches.jsonl"));
   for (std::string line; std::getline(in, line);) lines.push_back(nlohmann::json::parse(line));
   REQUIRE(lines.size() == 6);
   for (std::size_t i = 0; i < lines.size(); ++i) {
@@ -533,7 +384,7 @@ TEST_CASE("loom train --dump-batches writes each micro-batch, loom logits scores
   REQUIRE(r.exit_code == 0);
   r = box.loom("logits --init hf --ids cut.json");
   REQUIRE(r.exit_code == 0);
-  const nlohmann::json a = nlohmann::json::parse(file_text(box.work() / "padded-logits.json"));
+  const nlohmann::json a = nlohmann::json::parse(read_all(box.work() / "padded-logits.json"));
   const nlohmann::json b = nlohmann::json::parse(r.out);
   CHECK(a.at("format") == "loom-logits/1");
   CHECK(a.at("precision") == "fp32");
@@ -692,7 +543,7 @@ TEST_CASE("loom train writes log lines to stderr under a pipe, stdout stays JSON
   const std::vector<double> losses = losses_of(summary);
   REQUIRE(losses.size() == 40);
   std::vector<nlohmann::json> evals;
-  std::istringstream metrics(file_text(box.work() / "m.jsonl"));
+  std::istringstream metrics(read_all(box.work() / "m.jsonl"));
   for (std::string line; std::getline(metrics, line);) {
     const nlohmann::json j = nlohmann::json::parse(line);
     if (j.contains("eval")) evals.push_back(j);
@@ -739,5 +590,5 @@ TEST_CASE("loom train writes log lines to stderr under a pipe, stdout stays JSON
   // The default: about 20 lines per run, here one every 45 / 20 = 2 steps, and the evaluation.
   const TrainRun epoch = box.loom_piped(train_args("--json"));
   parse_summary(epoch);
-  CHECK(newlines(epoch.err) == 24);  // steps 2, 4, ..., 44, the last (45) and the evaluation
+  CHECK(line_count(epoch.err) == 24);  // steps 2, 4, ..., 44, the last (45) and the evaluation
 }

@@ -8,65 +8,16 @@
 #include <string>
 #include <vector>
 
-#include "tests/tools/cli_sandbox.hpp"
+#include "tests/tools/train_sandbox.hpp"
 
 namespace fs = std::filesystem;
 using Catch::Contains;
 using Catch::StartsWith;
+using loom::test::first_line;
+using loom::test::require_train_error;
+using loom::test::train_args;
+using loom::test::TrainSandbox;
 using TrainRun = loom::test::CliResult;
-
-namespace {
-
-// A tiny model (its vocabulary of 100 holds the synthetic one) and a one-core CPU cluster.
-class TrainSandbox : public loom::test::CliSandbox {
- public:
-  TrainSandbox() : CliSandbox("test-train-defaults") {
-    write("model.json", R"({
-      "format": "loom-model/1", "name": "micro-bert", "family": "encoder", "model_type": "bert",
-      "layers": 1, "hidden": 16, "heads": 2, "ffn_hidden": 32, "vocab": 100, "max_positions": 64,
-      "type_vocab": 2, "num_labels": 2})");
-    nlohmann::json cluster = nlohmann::json::parse(
-        loom::test::read_all(fs::path(LOOM_SOURCE_DIR) / "profiles/clusters/local-cpu.json"));
-    cluster["name"] = "cpu-1";
-    cluster["devices_per_node"] = 1;
-    write("cluster-1.json", cluster.dump(2));
-  }
-  // Writes `text` to `name` under work(), creating its folder.
-  void put(const std::string& name, const std::string& text) const {
-    fs::create_directories((work() / name).parent_path());
-    std::ofstream(work() / name, std::ios::binary) << text;
-  }
-  // The tiny model for one rank: global batch 8 in micro-batches of 4, seq 32, into plan.json.
-  void plan() const {
-    const TrainRun r = loom(
-        "plan --model model.json --cluster cluster-1.json --global-batch 8 --seq-len 32 "
-        "--precision fp32 --micro-batch 4 -o plan.json");
-    INFO("loom plan: " << r.err);
-    REQUIRE(r.exit_code == 0);
-  }
-};
-
-// Bad input: exit code 2, nothing on stdout, one line `loom train: error: ...` on stderr.
-void require_train_error(const TrainRun& r) {
-  INFO("stdout: " << r.out);
-  INFO("stderr: " << r.err);
-  CHECK(r.exit_code == 2);
-  CHECK(r.out.empty());
-  CHECK(loom::test::line_count(r.err) == 1);
-  CHECK_THAT(r.err, StartsWith("loom train: error: "));
-}
-
-std::string train_args(const std::string& flags) {
-  return "train plan.json --data synthetic:400 " + flags;
-}
-
-// The first line of a metrics file, parsed.
-nlohmann::json first_line(const fs::path& path) {
-  const std::string text = loom::test::read_all(path);
-  return nlohmann::json::parse(text.substr(0, text.find('\n')));
-}
-
-}  // namespace
 
 TEST_CASE("loom train --resume needs no --init or --tokenizer again and says where it went on",
           "[tools][cli][train]") {
@@ -78,7 +29,7 @@ TEST_CASE("loom train --resume needs no --init or --tokenizer again and says whe
   for (const char* word : {"good", "bad", "film", "a", "great", "awful", "plot"}) {
     vocab += std::string(word) + "\n";
   }
-  box.put("tok/vocab.txt", vocab);
+  box.write("tok/vocab.txt", vocab);
   std::string csv = "text,label\n";
   for (int i = 0; i < 12; ++i) csv += "a good film,1\na bad plot,0\n";
   box.write("reviews.csv", csv);
@@ -103,7 +54,7 @@ TEST_CASE("loom train warns when most tokens are unknown to the vocabulary",
           "[tools][cli][train]") {
   TrainSandbox box;
   box.plan();
-  box.put("tok/vocab.txt", "[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\ngood\nbad\n");
+  box.write("tok/vocab.txt", "[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\ngood\nbad\n");
   std::string csv = "text,label\n";
   for (int i = 0; i < 12; ++i) csv += "a good film,1\na bad plot,0\n";
   box.write("reviews.csv", csv);
