@@ -148,7 +148,7 @@ MemoryBreakdown CostModel::stage_memory(const StepTerms& terms, const Job& job, 
   const RuntimeRules rules = runtime_rules(job.runtime);
   // The last pipeline rank holds the head; a language-model head's loss spans the vocabulary.
   if (pipeline_rank == s.pp - 1 && !model_.num_labels && job.loss == Loss::kEager) {
-    const std::int64_t local_seq = job.seq_len / s.cp;  // a rank's tokens of each sample
+    const std::int64_t local_seq = rank_tokens(job, s);
     in.loss_backward_bytes = rules.loss_backward_bytes_per_logit *
                              static_cast<double>(s.micro_batch) * static_cast<double>(local_seq) *
                              static_cast<double>(model_.vocab) / s.tp;

@@ -106,9 +106,9 @@ std::optional<std::string> check_context_parallel(const Job& job, const Strategy
     return "context parallelism (cp=" + num(s.cp) +
            ") runs the fused attention kernel block by block: it needs attention=flash";
   }
-  if (s.sequence_parallel && (job.seq_len / s.cp) % s.tp != 0) {
+  if (s.sequence_parallel && rank_tokens(job, s) % s.tp != 0) {
     return "sequence parallelism needs tp=" + num(s.tp) + " to divide each cp rank's " +
-           num(job.seq_len / s.cp) + " tokens";
+           num(rank_tokens(job, s)) + " tokens";
   }
   return std::nullopt;
 }

@@ -150,6 +150,12 @@ struct Strategy {
 // compute stay the strategy's own.
 Strategy gradient_view(const Strategy& strategy);
 
+// The tokens of each sample one rank holds: the sequence split over the cp ranks (check_strategy
+// requires seq_len to be a multiple of 2 cp).
+inline std::int64_t rank_tokens(const Job& job, const Strategy& strategy) {
+  return job.seq_len / strategy.cp;
+}
+
 // An inclusive range of the layer sequence held by one pipeline stage (model chunk). With the
 // interleaved schedule there are pp * virtual_stages ranges; range c runs on pipeline rank c % pp.
 // The share of a chunk's transformer layers that recompute: 0 without recomputation, 1 when every

@@ -477,7 +477,7 @@ Terms compute_terms(const profiles::ModelSpec& m, const CostOptions& options,
     return t;
   }
   // A rank's tokens of each sample: 1/cp of the sequence (check_strategy: cp divides it).
-  const std::int64_t local_seq = job.seq_len / s.cp;
+  const std::int64_t local_seq = rank_tokens(job, s);
   const TermsInput in{m,
                       options,
                       links,

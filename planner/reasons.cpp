@@ -238,7 +238,7 @@ std::vector<std::string> plan_reasons(const Plan& plan, const costmodel::CostMod
   if (s.tp > 1) {
     // Megatron's f and g: two all-reduces of b*s*h forward and two backward per layer (two more
     // with full recomputation), each moving 2 (n-1)/n of the buffer per rank.
-    const std::int64_t tokens = plan.job.seq_len / s.cp;  // a rank's share with cp
+    const std::int64_t tokens = costmodel::rank_tokens(plan.job, s);
     const double act = static_cast<double>(s.micro_batch * tokens * plan.model.hidden) *
                        costmodel::element_bytes(plan.job.precision);
     const double per_layer = (s.recompute == costmodel::Recompute::kFull ? 6 : 4) * act;
