@@ -191,7 +191,6 @@ Prediction CostModel::predict(const StepTerms& terms, const Job& job, const Stra
                               const std::vector<StageRange>& stages) const {
   const profiles::ModelSpec& m = model_;
   const int world = s.world_size();
-  const double seq = static_cast<double>(job.seq_len);
   const ZeroPolicy zero = zero_policy(s.zero);
   const Strategy g = gradient_view(s);  // the groups gradients are reduced and sharded over
   const double p2p = terms.p2p_s;
@@ -280,16 +279,21 @@ Prediction CostModel::predict(const StepTerms& terms, const Job& job, const Stra
   }
 
   out.step_time_s = pipe_all + tail + terms.step_sync_s;
-  out.samples_per_s = static_cast<double>(job.global_batch) / out.step_time_s;
-  out.tokens_per_s = out.samples_per_s * seq;
-  const double per_gpu = out.step_time_s * devices_in_use(cluster_, world) * 1e12;
-  out.model_tflops_per_gpu = model_flops_per_step(m, job.global_batch, job.seq_len) / per_gpu;
-  out.hardware_tflops_per_gpu =
-      hardware_flops_per_step(m, job.global_batch, job.seq_len, s.recompute, s.attention,
-                              runtime.selective, recompute_share(s, m.layers)) /
-      per_gpu;
-  out.mfu = out.model_tflops_per_gpu / cluster_.device.peak_tflops.of(job.precision);
+  set_throughput(m, cluster_, job, s, &out);
   return out;
+}
+
+void set_throughput(const profiles::ModelSpec& m, const profiles::Cluster& cluster, const Job& job,
+                    const Strategy& s, Prediction* p) {
+  p->samples_per_s = static_cast<double>(job.global_batch) / p->step_time_s;
+  p->tokens_per_s = p->samples_per_s * static_cast<double>(job.seq_len);
+  const double per_gpu = p->step_time_s * devices_in_use(cluster, s.world_size()) * 1e12;
+  p->model_tflops_per_gpu = model_flops_per_step(m, job.global_batch, job.seq_len) / per_gpu;
+  p->hardware_tflops_per_gpu =
+      hardware_flops_per_step(m, job.global_batch, job.seq_len, s.recompute, s.attention,
+                              runtime_rules(job.runtime).selective, recompute_share(s, m.layers)) /
+      per_gpu;
+  p->mfu = p->model_tflops_per_gpu / cluster.device.peak_tflops.of(job.precision);
 }
 
 }  // namespace loom::costmodel

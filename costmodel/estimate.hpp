@@ -33,6 +33,11 @@ double zero_staging_bytes_per_parameter(const Strategy& strategy);
 // credited with two cores' work per core.
 int devices_in_use(const profiles::Cluster& cluster, int world);
 
+// The rates of a step of `p->step_time_s`: samples and tokens per second, model and hardware
+// TFLOP/s per device in use, MFU. One home for the estimate and the simulator.
+void set_throughput(const profiles::ModelSpec& model, const profiles::Cluster& cluster,
+                    const Job& job, const Strategy& strategy, Prediction* p);
+
 class CostModel {
  public:
   // Builds the topology of `cluster` and maps rank r to device r (node-major), Megatron's order.

@@ -72,9 +72,8 @@ MegatronBytes nemo_bytes(const Job& job) {
 // Apex's DistributedFusedAdam per parameter: the bf16 weights (views of the contiguous parameter
 // buffer) and the contiguous gradient buffer (grad_sync_dtype) on every rank; over the
 // data-parallel group, each rank's shard of the reduced gradients (grads_shard, grad_sync_dtype;
-// the buffer itself when the group is one rank),
-// of the 16-bit remainders that make the bf16 weights fp32 master weights
-// (store_param_remainders), and of Adam's two fp32 moments.
+// the buffer itself when the group is one rank), of the 16-bit remainders that make the bf16
+// weights fp32 master weights (store_param_remainders), and of Adam's two fp32 moments.
 struct DistributedFusedAdamBytes {
   double parameters = 2;
   double gradients = 4;  // the buffer and the shard, each in grad_sync_dtype

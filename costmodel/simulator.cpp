@@ -280,16 +280,7 @@ SimulationResult simulate(const CostModel& cost, const Job& job, const Strategy&
     p.peak_memory_bytes = std::max(p.peak_memory_bytes, t.peak_memory_bytes);
     p.optimizer_s = std::max(p.optimizer_s, t.optimizer_s);
   }
-  const double seq = static_cast<double>(job.seq_len);
-  p.samples_per_s = static_cast<double>(job.global_batch) / p.step_time_s;
-  p.tokens_per_s = p.samples_per_s * seq;
-  const double per_gpu = p.step_time_s * devices_in_use(cost.cluster(), world) * 1e12;
-  p.model_tflops_per_gpu = model_flops_per_step(m, job.global_batch, job.seq_len) / per_gpu;
-  p.hardware_tflops_per_gpu =
-      hardware_flops_per_step(m, job.global_batch, job.seq_len, s.recompute, s.attention,
-                              runtime_rules(job.runtime).selective, recompute_share(s, m.layers)) /
-      per_gpu;
-  p.mfu = p.model_tflops_per_gpu / cost.cluster().device.peak_tflops.of(job.precision);
+  set_throughput(m, cost.cluster(), job, s, &p);
   return out;
 }
 
