@@ -60,6 +60,16 @@ struct RankMemoryInput {
   double backward_working_bytes() const {
     return std::max(num_layers > 0 ? backward_temporary_bytes : 0.0, loss_backward_bytes);
   }
+  // The word embedding's backward pass (on the rank holding the table) makes a dense gradient
+  // of the whole table (its vocabulary shard under tp), `bytes_per_element` each, before adding
+  // it to the parameter's: at the end of a micro-batch's backward, when that micro-batch's chunk
+  // has freed its activations and the others in flight keep theirs. What it needs beyond the
+  // kept activations; 0 on a rank without the table.
+  double dense_embedding_gradient_bytes(double bytes_per_element) const {
+    if (embedding_table_num_parameters <= 0) return 0;
+    return bytes_per_element * embedding_table_num_parameters -
+           std::min(chunk_activation_bytes, activation_bytes);
+  }
 };
 
 // Model states and working memory of one rank under a runtime.

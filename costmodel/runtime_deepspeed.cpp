@@ -1,10 +1,12 @@
 // DeepSpeed's ZeRO (runtime/zero/stage_1_and_2.py, stage3.py; runtime/pipe/engine.py) with the
-// configuration `loom plan --emit deepspeed` writes: its defaults, contiguous_gradients on,
-// overlap_comm on at stage 3 only (DeepSpeed's default). Sources in docs/runtimes.md.
+// configuration `loom plan --emit deepspeed` writes (runtime_zero.hpp's DeepSpeedZero: its
+// defaults, contiguous_gradients on, overlap_comm on at stage 3 only). Sources in
+// docs/runtimes.md.
 #include <algorithm>
 
 #include "costmodel/layers.hpp"
 #include "costmodel/runtime.hpp"
+#include "costmodel/runtime_zero.hpp"
 
 namespace loom::costmodel {
 namespace {
@@ -14,13 +16,18 @@ constexpr double kReduceBucketElements = 5e8;      // reduce_bucket_size
 constexpr double kPrefetchBucketElements = 5e7;    // stage3_prefetch_bucket_size
 constexpr double kMaxLiveParameterElements = 1e9;  // stage3_max_live_parameters
 
+// The stage of `s` (check_strategy() keeps it within 0..3).
+DeepSpeedZero zero_of(const Strategy& s) {
+  return deepspeed_zero(s.zero).value_or(DeepSpeedZero{});
+}
+
 std::optional<std::string> deepspeed_refusal(const Job& job, const Strategy& s) {
   if (job.precision == Precision::kFp8) {
     return std::string(
         "DeepSpeed's engine has no fp8 training of its own (use bf16, or runtime megatron or "
         "fsdp, which run TransformerEngine's fp8)");
   }
-  if (s.pp > 1 && s.zero >= 2) {
+  if (s.pp > 1 && !zero_of(s).runs_with_pipeline) {
     return "DeepSpeed's pipeline engine refuses ZeRO-2 and ZeRO-3 (they are incompatible with its "
            "pipeline parallelism); use zero 0 or 1 with pp=" +
            std::to_string(s.pp);
@@ -33,6 +40,7 @@ std::optional<std::string> deepspeed_refusal(const Job& job, const Strategy& s) 
 }
 
 RuntimeMemory deepspeed_memory(const Job& job, const Strategy& s, const RankMemoryInput& in) {
+  const DeepSpeedZero zero = zero_of(s);
   RuntimeMemory out;
   // The ZeRO paper's accounting is DeepSpeed's: low-precision weights and gradients, fp32 master
   // weights and Adam moments in the optimizer states (K = 12), sharded by stage.
@@ -41,15 +49,15 @@ RuntimeMemory deepspeed_memory(const Job& job, const Strategy& s, const RankMemo
   const double recompute = in.backward_working_bytes();
   double persistent = 0;
   double transient = 0;
-  if (s.zero >= 1) {
+  if (zero.partitions_optimizer_states) {
     // contiguous_gradients: the gradients of the bucket being reduced are copied into one
-    // buffer of reduce_bucket_size elements (two with overlap_comm, on by default at stage 3).
-    const double buffers = s.zero == 3 ? 2 : 1;
+    // buffer of reduce_bucket_size elements (two with overlap_comm).
+    const double buffers = zero.overlap_comm ? 2 : 1;
     persistent += buffers * e * std::min(kReduceBucketElements, in.num_parameters);
     // The optimizer step gives the fp32 partition of the master weights an fp32 gradient.
     transient = 4 * in.num_parameters / s.dp;
   }
-  if (s.zero == 3) {
+  if (zero.partitions_parameters) {
     // Live gathered parameters: the module running plus the prefetched bucket, at most
     // stage3_max_live_parameters; and the module's full gradient before it is reduced.
     const double live =
@@ -57,13 +65,8 @@ RuntimeMemory deepspeed_memory(const Job& job, const Strategy& s, const RankMemo
                   in.num_parameters});
     persistent += e * live + e * std::min(in.layer_num_parameters, in.num_parameters);
   }
-  double embedding_grad_extra = 0;
-  if (in.embedding_table_num_parameters > 0) {
-    embedding_grad_extra = e * in.embedding_table_num_parameters -
-                           std::min(in.chunk_activation_bytes, in.activation_bytes);
-  }
   out.buffer_bytes = persistent + std::max({0.0, recompute, transient - in.activation_bytes,
-                                            embedding_grad_extra});
+                                            in.dense_embedding_gradient_bytes(e)});
   return out;
 }
 
@@ -78,27 +81,23 @@ DataParallelExposure deepspeed_exposure(const Job&, const Strategy& s,
   const double grads = in.num_parameters * in.element_bytes;
   const double layer = std::min(in.layer_num_parameters, in.num_parameters) * in.element_bytes;
   const double mb = static_cast<double>(in.num_micro_batches);
+  const DeepSpeedZero zero = zero_of(s);
   DataParallelExposure out;
-  switch (s.zero) {
-    case 0:
-      out.gradient_s = in.time_s(Collective::kAllReduce, grads);
-      break;
-    case 1:
-    case 2:
-      out.gradient_s = (s.zero == 2 ? mb : 1) * in.time_s(Collective::kReduceScatter, grads);
-      out.parameter_s = in.time_s(Collective::kAllGather, grads);
-      break;
-    default: {
-      const double gather = in.time_s(Collective::kAllGather, grads);
-      const double reduce = in.time_s(Collective::kReduceScatter, grads);
-      out.parameter_s = mb * exposed_after_window_s(gather, in.forward_window_s,
-                                                    in.time_s(Collective::kAllGather, layer),
-                                                    in.overlap_slowdown);
-      out.gradient_s = mb * exposed_after_window_s(gather + reduce, in.backward_window_s,
-                                                   in.time_s(Collective::kReduceScatter, layer),
-                                                   in.overlap_slowdown);
-      break;
-    }
+  if (zero.partitions_parameters) {
+    const double gather = in.time_s(Collective::kAllGather, grads);
+    const double reduce = in.time_s(Collective::kReduceScatter, grads);
+    out.parameter_s =
+        mb * exposed_after_window_s(gather, in.forward_window_s,
+                                    in.time_s(Collective::kAllGather, layer), in.overlap_slowdown);
+    out.gradient_s = mb * exposed_after_window_s(gather + reduce, in.backward_window_s,
+                                                 in.time_s(Collective::kReduceScatter, layer),
+                                                 in.overlap_slowdown);
+  } else if (zero.partitions_optimizer_states) {
+    out.gradient_s =
+        (zero.reduces_every_micro_batch ? mb : 1) * in.time_s(Collective::kReduceScatter, grads);
+    out.parameter_s = in.time_s(Collective::kAllGather, grads);
+  } else {
+    out.gradient_s = in.time_s(Collective::kAllReduce, grads);
   }
   return out;
 }
@@ -118,8 +117,9 @@ DataParallelExposure deepspeed_exposure(const Job&, const Strategy& s,
 LayerTime deepspeed_host_per_tensor(const Job&, const Strategy& s) {
   constexpr double kZero2BackwardS = 0.15e-3;
   constexpr double kZero3S = 1.2e-3;
-  if (s.zero == 2) return {0, kZero2BackwardS, 0};
-  if (s.zero == 3) return {kZero3S / 3, 2 * kZero3S / 3, 0};
+  const DeepSpeedZero zero = zero_of(s);
+  if (zero.partitions_parameters) return {kZero3S / 3, 2 * kZero3S / 3, 0};
+  if (zero.partitions_gradients) return {0, kZero2BackwardS, 0};
   return {};
 }
 
@@ -128,7 +128,7 @@ LayerTime deepspeed_host_per_tensor(const Job&, const Strategy& s) {
 // no AdamW and, at ZeRO 1 and 2, no all-gather of updated weights. The gradients were reduced in
 // the backward pass; ZeRO-3's parameter gathers run in the passes and stay.
 double deepspeed_overflow_skipped_s(const Strategy& s, double optimizer_s, double parameter_s) {
-  return optimizer_s + (s.zero == 1 || s.zero == 2 ? parameter_s : 0);
+  return optimizer_s + (zero_of(s).gathers_updated_weights ? parameter_s : 0);
 }
 
 }  // namespace

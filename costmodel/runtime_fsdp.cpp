@@ -1,13 +1,14 @@
 // PyTorch FSDP (torch.distributed.fsdp, FSDP1 and FSDP2's fully_shard) with one unit per
 // transformer block, forward and backward prefetch, and the mixed precision `loom plan --emit
 // fsdp` writes (param_dtype = the job's, reduce_dtype = the job's reduce_dtype, fp32 unless it
-// says otherwise): zero 0 = NO_SHARD, 2 = SHARD_GRAD_OP, 3 = FULL_SHARD. Sources in
-// docs/runtimes.md.
+// says otherwise): zero 0 = NO_SHARD, 2 = SHARD_GRAD_OP, 3 = FULL_SHARD (runtime_zero.hpp).
+// Sources in docs/runtimes.md.
 #include <algorithm>
 
 #include "costmodel/layers.hpp"
 #include "costmodel/optimizer.hpp"
 #include "costmodel/runtime.hpp"
+#include "costmodel/runtime_zero.hpp"
 
 namespace loom::costmodel {
 namespace {
@@ -20,8 +21,14 @@ double reduce_bytes(const Job& job) {
   return job.reduce_precision ? element_bytes(*job.reduce_precision) : 4.0;
 }
 
+// The sharding strategy of `s`; zero 1, which FSDP has not, is refused (fsdp_refusal) and
+// otherwise treated as NO_SHARD.
+FsdpSharding sharding_of(const Strategy& s) {
+  return fsdp_sharding(s.zero).value_or(FsdpSharding::kNoShard);
+}
+
 std::optional<std::string> fsdp_refusal(const Job&, const Strategy& s) {
-  if (s.zero == 1) {
+  if (!fsdp_sharding(s.zero)) {
     return "PyTorch FSDP has no optimizer-only sharding (ZeRO-1): zero 0 = NO_SHARD, 2 = "
            "SHARD_GRAD_OP, 3 = FULL_SHARD";
   }
@@ -32,7 +39,8 @@ RuntimeMemory fsdp_memory(const Job& job, const Strategy& s, const RankMemoryInp
   // The sharded flat parameters stay fp32 and are the optimizer's weights (no separate master
   // copy); their gradients are fp32; AdamW keeps two fp32 moments. Sharded by dp with
   // SHARD_GRAD_OP and FULL_SHARD, whole with NO_SHARD.
-  const double shards = s.zero >= 2 ? s.dp : 1;
+  const FsdpSharding sharding = sharding_of(s);
+  const double shards = shards_states(sharding) ? s.dp : 1;
   RuntimeMemory out;
   out.states.parameter_bytes = 4 * in.num_parameters / shards;
   out.states.gradient_bytes = 4 * in.num_parameters / shards;
@@ -42,29 +50,25 @@ RuntimeMemory fsdp_memory(const Job& job, const Strategy& s, const RankMemoryInp
   // The root unit (embeddings, final norm, head) stays gathered from forward to backward.
   const double root = std::max(0.0, in.num_parameters - in.num_layers * layer);
   double gathered = 0;
-  if (s.zero == 2) {
+  if (sharding == FsdpSharding::kShardGradOp) {
     // SHARD_GRAD_OP keeps every block unsharded from its forward until its backward.
     gathered = e * in.num_parameters;
-  } else if (s.zero == 3 || e < 4) {
+  } else if (sharding == FsdpSharding::kFullShard || e < 4) {
     // FULL_SHARD: the running block and the prefetched one, unsharded in param_dtype; NO_SHARD
     // with mixed precision: the low-precision copies of the same two blocks.
     gathered = e * (root + std::min(2 * layer, in.num_parameters - root));
   }
   // One block's unsharded gradient in reduce_dtype before its reduce-scatter (NO_SHARD: a
   // DDP-style bucket).
-  const double gradient_working = s.zero >= 2 ? reduce_bytes(job) * layer : kDdpBucketBytes;
+  const double gradient_working =
+      shards_states(sharding) ? reduce_bytes(job) * layer : kDdpBucketBytes;
   const double recompute = in.backward_working_bytes();
   // The optimizer step's temporaries, by its kernels (costmodel/optimizer.hpp).
   const double optimizer_working = optimizer_temporary_bytes(
       job.optimizer_kernels, in.num_parameters / shards, in.largest_tensor_num_parameters / shards);
-  double embedding_grad_extra = 0;
-  if (in.embedding_table_num_parameters > 0) {
-    embedding_grad_extra = e * in.embedding_table_num_parameters -
-                           std::min(in.chunk_activation_bytes, in.activation_bytes);
-  }
-  out.buffer_bytes =
-      gathered + gradient_working +
-      std::max({0.0, recompute, optimizer_working - in.activation_bytes, embedding_grad_extra});
+  out.buffer_bytes = gathered + gradient_working +
+                     std::max({0.0, recompute, optimizer_working - in.activation_bytes,
+                               in.dense_embedding_gradient_bytes(e)});
   return out;
 }
 
@@ -77,8 +81,9 @@ DataParallelExposure fsdp_exposure(const Job& job, const Strategy& s, const Data
   const double layer = std::min(in.layer_num_parameters, in.num_parameters);
   const double grads = reduce_bytes(job) * in.num_parameters;
   const double mb = static_cast<double>(in.num_micro_batches);
+  const FsdpSharding sharding = sharding_of(s);
   DataParallelExposure out;
-  if (s.zero < 2) {
+  if (!shards_states(sharding)) {
     out.gradient_s = exposed_after_window_s(
         in.time_s(Collective::kAllReduce, grads), in.backward_window_s,
         in.time_s(Collective::kAllReduce, std::min(kDdpBucketBytes, grads)), in.overlap_slowdown);
@@ -90,7 +95,7 @@ DataParallelExposure fsdp_exposure(const Job& job, const Strategy& s, const Data
   const double last_reduce = in.time_s(Collective::kReduceScatter, reduce_bytes(job) * layer);
   out.parameter_s =
       mb * exposed_after_window_s(gather, in.forward_window_s, first_gather, in.overlap_slowdown);
-  const double backward_comm = reduce + (s.zero == 3 ? gather : 0);
+  const double backward_comm = reduce + (sharding == FsdpSharding::kFullShard ? gather : 0);
   out.gradient_s = mb * exposed_after_window_s(backward_comm, in.backward_window_s, last_reduce,
                                                in.overlap_slowdown);
   return out;

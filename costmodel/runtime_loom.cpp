@@ -70,16 +70,12 @@ RuntimeMemory loom_memory(const Job& job, const Strategy& s, const RankMemoryInp
       persistent += gathered;
     }
   }
-  // The word embedding's backward (on the rank holding it, pipeline rank 0) makes a dense fp32
-  // gradient of the whole table (of its vocabulary shard under tp) before adding it to the
-  // parameter's: at the end of a micro-batch's backward, while the other micro-batches in flight
-  // keep their activations (a GPipe stage 0 holds all but one). Under ZeRO-3 the embeddings'
-  // gathered block (the table) is held then instead of the two layers counted above.
-  double embedding_grad_extra = 0;
-  if (in.embedding_table_num_parameters > 0) {
-    embedding_grad_extra = 4.0 * in.embedding_table_num_parameters -
-                           std::min(in.chunk_activation_bytes, in.activation_bytes);
-    if (gathered > 0) embedding_grad_extra += 4.0 * in.embedding_table_num_parameters - gathered;
+  // The word embedding's dense fp32 gradient (a GPipe stage 0 holds all but one micro-batch's
+  // activations then). Under ZeRO-3 the embeddings' gathered block (the table) is held then
+  // instead of the two layers counted above.
+  double embedding_grad_extra = in.dense_embedding_gradient_bytes(4.0);
+  if (in.embedding_table_num_parameters > 0 && gathered > 0) {
+    embedding_grad_extra += 4.0 * in.embedding_table_num_parameters - gathered;
   }
   // Autocast's 16-bit copies of the transformer layers' weights: cached through the forward
   // pass (whose end holds every layer's) and kept by autograd for the backward. A layer that
@@ -169,7 +165,8 @@ RuntimeRules loom_runtime_rules() {
           "Loom's executor runs the eager loss (use loss eager, or runtime fsdp or "
           "deepspeed for a fused one)");
     }
-    if (job.optimizer_kernels != OptimizerKernels::kFused && s.zero > 0) {
+    if (job.optimizer_kernels != OptimizerKernels::kFused &&
+        zero_policy(s.zero).shards_optimizer_states) {
       return std::string(
           "optimizer_kernels other than fused describe plain data parallelism's optimizer (zero "
           "0); Loom's ZeRO stages step flat shards with one fused kernel");

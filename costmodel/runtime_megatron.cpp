@@ -16,6 +16,7 @@
 #include <algorithm>
 
 #include "costmodel/runtime.hpp"
+#include "costmodel/runtime_zero.hpp"
 
 namespace loom::costmodel {
 namespace {
@@ -83,6 +84,12 @@ struct DistributedFusedAdamBytes {
 // Apex's bucket_cap_mb as NeMo's launcher sets it (125 MB; Apex's own default is 100).
 constexpr double kDistributedAdamBucketBytes = 125e6;
 
+// The optimizer of `s` (runtime_zero.hpp). Zero 3, which neither engine runs, is refused
+// (megatron_refusal, nemo_refusal) and otherwise treated as the most sharded one.
+MegatronOptimizer optimizer_of(const Strategy& s) {
+  return megatron_optimizer(s.zero).value_or(MegatronOptimizer::kDistributedFusedAdam);
+}
+
 std::optional<std::string> megatron_refusal(const Job& job, const Strategy& s) {
   if (job.reduce_precision) {
     const Precision reduce = *job.reduce_precision;
@@ -94,7 +101,7 @@ std::optional<std::string> megatron_refusal(const Job& job, const Strategy& s) {
              profiles::to_string(reduce) + " needs fp32 or bf16 (bf16 jobs), or runtime nemo";
     }
   }
-  if (s.zero > 1) {
+  if (optimizer_of(s) == MegatronOptimizer::kDistributedFusedAdam) {
     return "Megatron-LM shards the optimizer states only (its distributed optimizer is ZeRO-1); "
            "zero=" +
            std::to_string(s.zero) +
@@ -121,25 +128,21 @@ RuntimeMemory megatron_memory(const Job& job, const Strategy& s, const RankMemor
   RuntimeMemory out;
   out.states.parameter_bytes = in.num_parameters * b.parameters + fp8_weight_copy_bytes(job, in);
   out.states.gradient_bytes = in.num_parameters * megatron_gradient_bytes(job);
-  out.states.optimizer_bytes = in.num_parameters * b.optimizer / (s.zero >= 1 ? s.dp : 1);
+  out.states.optimizer_bytes =
+      in.num_parameters * b.optimizer / (shards_optimizer_states(optimizer_of(s)) ? s.dp : 1);
   // Gradient buckets are views of the contiguous main-grad buffer and the parameter all-gather
   // writes into the contiguous parameter buffer: no copies. The fused multi-tensor Adam needs no
   // shard-sized temporary. What remains: one layer's backward temporaries, and the word
   // embedding's dense gradient in the weights' dtype before it is added to the main grad.
   const double recompute = in.backward_working_bytes();
-  double embedding_grad_extra = 0;
-  if (in.embedding_table_num_parameters > 0) {
-    embedding_grad_extra = b.parameters * in.embedding_table_num_parameters -
-                           std::min(in.chunk_activation_bytes, in.activation_bytes);
-  }
-  out.buffer_bytes = std::max({0.0, recompute, embedding_grad_extra});
+  out.buffer_bytes = std::max({0.0, recompute, in.dense_embedding_gradient_bytes(b.parameters)});
   return out;
 }
 
 RuntimeMemory nemo_memory(const Job& job, const Strategy& s, const RankMemoryInput& in) {
   RuntimeMemory out = megatron_memory(job, s, in);
   const double n = in.num_parameters;
-  if (s.zero < 2) {
+  if (optimizer_of(s) != MegatronOptimizer::kDistributedFusedAdam) {
     out.states.gradient_bytes = n * nemo_bytes(job).gradients;
     return out;
   }
@@ -167,10 +170,11 @@ DataParallelExposure overlapped_exposure(double grad_width, const Strategy& s,
   const double grads = in.num_parameters * grad_width;
   const double bucket = std::min(bucket_elements(s.dp) * grad_width, grads);
   DataParallelExposure out;
-  const Collective reduce = s.zero >= 1 ? Collective::kReduceScatter : Collective::kAllReduce;
+  const bool distributed = shards_optimizer_states(optimizer_of(s));
+  const Collective reduce = distributed ? Collective::kReduceScatter : Collective::kAllReduce;
   out.gradient_s = exposed_after_window_s(in.time_s(reduce, grads), in.backward_window_s,
                                           in.time_s(reduce, bucket), in.overlap_slowdown);
-  if (s.zero >= 1) {
+  if (distributed) {
     const double params = in.num_parameters * in.element_bytes;
     const double param_bucket = std::min(bucket_elements(s.dp) * in.element_bytes, params);
     out.parameter_s = exposed_after_window_s(
@@ -185,7 +189,9 @@ DataParallelExposure overlapped_exposure(double grad_width, const Strategy& s,
 // bucket by bucket under the next step's first forward pass (overlap_param_sync). Zero 0 and 1
 // are Megatron-Core's, reducing the gradient buffer.
 DataParallelExposure nemo_exposure(const Job& job, const Strategy& s, const DataParallelInput& in) {
-  if (s.zero < 2) return overlapped_exposure(nemo_bytes(job).gradients, s, in);
+  if (optimizer_of(s) != MegatronOptimizer::kDistributedFusedAdam) {
+    return overlapped_exposure(nemo_bytes(job).gradients, s, in);
+  }
   const double grads = in.num_parameters * nemo_gradient_bytes(job);
   const double bucket = std::min(kDistributedAdamBucketBytes, grads);
   const double params = in.num_parameters * in.element_bytes;
@@ -201,12 +207,14 @@ DataParallelExposure nemo_exposure(const Job& job, const Strategy& s, const Data
 }
 
 std::optional<std::string> nemo_refusal(const Job& job, const Strategy& s) {
-  if (job.optimizer_precision && *job.optimizer_precision != Precision::kFp32 && s.zero != 2) {
+  const std::optional<MegatronOptimizer> optimizer = megatron_optimizer(s.zero);
+  if (job.optimizer_precision && *job.optimizer_precision != Precision::kFp32 &&
+      optimizer != MegatronOptimizer::kDistributedFusedAdam) {
     return std::string("optimizer_dtype ") + profiles::to_string(*job.optimizer_precision) +
            " is Apex DistributedFusedAdam's dtype: it needs zero=2 (Megatron-Core's optimizers "
            "keep fp32 states)";
   }
-  if (s.zero > 2) {
+  if (!optimizer) {
     return "NeMo shards optimizer states (zero 1, Megatron-Core's distributed optimizer) and "
            "gradients (zero 2, Apex's DistributedFusedAdam), not weights: zero=3 needs "
            "--runtime deepspeed or fsdp";

@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "costmodel/runtime_zero.hpp"
 #include "planner/emit_common.hpp"
 
 namespace loom::planner::emit_detail {
@@ -11,17 +12,20 @@ namespace {
 using costmodel::Recompute;
 using profiles::Precision;
 
+// The zero_optimization section: the settings the plan times (costmodel/runtime_zero.hpp's
+// DeepSpeedZero, runtime_deepspeed.cpp).
 nlohmann::ordered_json zero_section(const costmodel::Strategy& s) {
-  nlohmann::ordered_json zero = {{"stage", s.zero}};
-  if (s.zero >= 1) {
+  const costmodel::DeepSpeedZero z =
+      costmodel::deepspeed_zero(s.zero).value_or(costmodel::DeepSpeedZero{});
+  nlohmann::ordered_json zero = {{"stage", z.stage}};
+  if (z.partitions_optimizer_states) {
     zero["contiguous_gradients"] = true;
-    // Stages 2 and 3 reduce each bucket while the backward pass goes on.
-    zero["overlap_comm"] = s.zero >= 2;
+    zero["overlap_comm"] = z.overlap_comm;
     zero["reduce_scatter"] = true;
     zero["reduce_bucket_size"] = 500000000;
   }
-  if (s.zero == 1 || s.zero == 2) zero["allgather_bucket_size"] = 500000000;
-  if (s.zero == 3) {
+  if (z.gathers_updated_weights) zero["allgather_bucket_size"] = 500000000;
+  if (z.partitions_parameters) {
     zero["stage3_prefetch_bucket_size"] = 50000000;
     zero["stage3_max_live_parameters"] = 1000000000;
     zero["stage3_param_persistence_threshold"] = 100000;

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "costmodel/runtime_zero.hpp"
 #include "planner/emit_common.hpp"
 
 namespace loom::planner::emit_detail {
@@ -124,11 +125,13 @@ void training_args(const Plan& plan, std::vector<std::string>* args) {
                                               : "--recompute-method uniform");
     args->push_back("--recompute-num-layers " + num(std::max(1, s.recompute_layers)));
   }
-  if (s.zero == 1) args->emplace_back("--use-distributed-optimizer");
+  const bool distributed =
+      costmodel::megatron_optimizer(s.zero) == costmodel::MegatronOptimizer::kDistributed;
+  if (distributed) args->emplace_back("--use-distributed-optimizer");
   // Gradients are reduced over the dp x cp ranks that share weights (gradient_view).
   const int data_ranks = costmodel::gradient_view(s).dp;
   if (data_ranks > 1) args->emplace_back("--overlap-grad-reduce");
-  if (data_ranks > 1 && s.zero == 1) args->emplace_back("--overlap-param-gather");
+  if (data_ranks > 1 && distributed) args->emplace_back("--overlap-param-gather");
   // The gradient buffer in bf16, as the plan's reduce_dtype predicts it.
   if (plan.job.reduce_precision == Precision::kBf16) {
     args->emplace_back("--grad-reduce-in-bf16");

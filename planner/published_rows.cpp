@@ -8,6 +8,7 @@
 #include <string>
 
 #include "costmodel/layers.hpp"
+#include "costmodel/runtime_zero.hpp"
 #include "planner/calibration_choice.hpp"
 #include "profiles/errors.hpp"
 #include "profiles/loader.hpp"
@@ -389,7 +390,9 @@ std::optional<std::string> row_job_strategy(const Fields& row, RowMapping* out) 
     // Nemotron-4 340B's configuration keeps the optimizer states in bf16 (optim.dtype bf16 in
     // launcher_scripts/conf/training/nemotron/nemotron_340b.yaml of NeMo-Framework-Launcher
     // 24.07); the others keep fp32.
-    if (out->model.name == "Nemotron-340B" && s.zero == 2) {
+    if (out->model.name == "Nemotron-340B" &&
+        costmodel::megatron_optimizer(s.zero) ==
+            costmodel::MegatronOptimizer::kDistributedFusedAdam) {
       job.optimizer_precision = costmodel::Precision::kBf16;
       out->assumptions.push_back("optimizer states in bf16 (the launcher's optim.dtype)");
     }

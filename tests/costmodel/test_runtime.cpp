@@ -171,6 +171,16 @@ TEST_CASE("deepspeed ZeRO-3: live parameters, prefetch and the contiguous bucket
   CHECK(m.buffer_bytes == 2e9 + 502759680 + 402759680 + 402759680);
 }
 
+TEST_CASE("deepspeed ZeRO-2: one contiguous bucket, overlap_comm off as emitted",
+          "[runtime][memory]") {
+  // N = 805,519,360 parameters on the rank. One reduce bucket of min(5e8, N) bf16 elements,
+  // 1,000,000,000 (a second one only with overlap_comm, which the emitted configuration leaves
+  // off at stage 2); the optimizer step's fp32 gradient partition 4 N / 8 = 402,759,680.
+  const RuntimeMemory m = memory_of(Runtime::kDeepspeed, dp8(2), layers_on_rank(4));
+  CHECK(m.states.gradient_bytes == 201379840);  // 2 N / 8
+  CHECK(m.buffer_bytes == 1e9 + 402759680);
+}
+
 TEST_CASE("fsdp: two gathered blocks under FULL_SHARD, all of them under SHARD_GRAD_OP",
           "[runtime][memory]") {
   const RuntimeMemory full = memory_of(Runtime::kFsdp, dp8(3), layers_on_rank(4));

@@ -1,7 +1,9 @@
 // The ZeRO policy table: what each stage shards and when it communicates (zero.hpp).
 #include <catch2/catch.hpp>
 #include <stdexcept>
+#include <string>
 
+#include "costmodel/runtime_zero.hpp"
 #include "costmodel/zero.hpp"
 
 using namespace loom::costmodel;
@@ -31,4 +33,41 @@ TEST_CASE("ZeRO-3 gathers every block twice per micro-batch, two held at once", 
   CHECK(zero3_gathers_per_micro_batch(1) == 2);
   CHECK(zero3_gathers_per_micro_batch(26) == 52);  // BERT-large: embeddings, 24 layers, head
   CHECK(kZero3GatheredUnits == 2);
+}
+
+// What each engine calls a plan's stage (runtime_zero.hpp), which its runtime rules and its
+// emitted configuration both read.
+TEST_CASE("each engine's name for a ZeRO stage", "[zero][runtime]") {
+  CHECK(fsdp_sharding(0) == FsdpSharding::kNoShard);
+  CHECK_FALSE(fsdp_sharding(1));  // FSDP has no optimizer-only sharding
+  CHECK(fsdp_sharding(2) == FsdpSharding::kShardGradOp);
+  CHECK(fsdp_sharding(3) == FsdpSharding::kFullShard);
+  CHECK(std::string(to_string(FsdpSharding::kShardGradOp)) == "SHARD_GRAD_OP");
+  CHECK(std::string(to_string(FsdpSharding::kFullShard)) == "FULL_SHARD");
+  CHECK(std::string(to_string(FsdpSharding::kNoShard)) == "NO_SHARD");
+  CHECK_FALSE(shards_states(FsdpSharding::kNoShard));
+
+  CHECK(megatron_optimizer(0) == MegatronOptimizer::kReplicated);
+  CHECK(megatron_optimizer(1) == MegatronOptimizer::kDistributed);
+  CHECK(megatron_optimizer(2) == MegatronOptimizer::kDistributedFusedAdam);
+  CHECK_FALSE(megatron_optimizer(3));  // neither Megatron-LM nor NeMo shards the weights
+  CHECK_FALSE(shards_optimizer_states(MegatronOptimizer::kReplicated));
+  CHECK(shards_optimizer_states(MegatronOptimizer::kDistributed));
+
+  // DeepSpeed: the ZeRO paper's stages; the pipeline engine takes 0 and 1; overlap_comm on at
+  // stage 3 only (its default); the updated weights gathered at 1 and 2.
+  for (int stage = 0; stage <= 3; ++stage) {
+    const DeepSpeedZero z = *deepspeed_zero(stage);
+    const ZeroPolicy p = zero_policy(stage);
+    CHECK(z.stage == stage);
+    CHECK(z.partitions_optimizer_states == p.shards_optimizer_states);
+    CHECK(z.partitions_gradients == p.shards_gradients);
+    CHECK(z.partitions_parameters == p.shards_parameters);
+    CHECK(z.gathers_updated_weights == p.gathers_after_step);
+    CHECK(z.runs_with_pipeline == (stage <= 1));
+    CHECK(z.overlap_comm == (stage == 3));
+    CHECK(z.reduces_every_micro_batch == (stage == 2));
+  }
+  CHECK_FALSE(deepspeed_zero(4));
+  CHECK_FALSE(fsdp_sharding(-1));
 }
