@@ -10,6 +10,7 @@
 #include <stdexcept>
 #include <system_error>
 
+#include "costmodel/zero.hpp"
 #include "profiles/errors.hpp"
 #include "profiles/loader.hpp"
 
@@ -87,7 +88,7 @@ nlohmann::json layout_json(const TrainOptions& o) {
   for (const costmodel::StageRange& r : stages) {
     layout["stages"].push_back({r.first_layer, r.last_layer});
   }
-  if (o.zero >= 2) layout[kZeroShardsKey] = kZeroShardsBlocks;
+  if (costmodel::zero_policy(o.zero).shards_gradients) layout[kZeroShardsKey] = kZeroShardsBlocks;
   return layout;
 }
 
@@ -110,22 +111,22 @@ CheckpointLayout read_layout(const nlohmann::json& state, const std::string& sou
     throw InputError(source, "$.layout",
                      std::string("dp, tp, pp, zero, virtual_stages and stages (") + e.what() + ")");
   }
-  // ZeRO-2/3 shards cut over the whole flat buffer (the layout of earlier builds, whose
-  // trainer_state.json has no zero_shards) would load silently scrambled into block-by-block
-  // engines: refused. With dp = 1 the two layouts are the same buffer.
-  if (l.zero >= 2 && l.dp > 1 && !block_shards) {
-    throw InputError(source, std::string("$.layout.") + kZeroShardsKey,
-                     std::string("\"") + kZeroShardsBlocks +
-                         "\": ZeRO-2/3 shards taken block by block (a checkpoint without it was "
-                         "written by an earlier Loom that cut them over the whole buffer; resume "
-                         "or export it with that build)");
-  }
   const bool sizes =
       l.dp >= 1 && l.tp >= 1 && l.pp >= 1 && l.virtual_stages >= 1 && l.zero >= 0 && l.zero <= 3;
   if (!sizes || static_cast<int>(l.stages.size()) != l.pp * l.virtual_stages ||
       state.value("world_size", 0) != l.world_size()) {
     throw InputError(source, "$.layout",
                      "a layout of world_size = dp * tp * pp ranks and pp * virtual_stages stages");
+  }
+  // ZeRO-2/3 shards cut over the whole flat buffer (the layout of earlier builds, whose
+  // trainer_state.json has no zero_shards) would load silently scrambled into block-by-block
+  // engines: refused. With dp = 1 the two layouts are the same buffer.
+  if (costmodel::zero_policy(l.zero).shards_gradients && l.dp > 1 && !block_shards) {
+    throw InputError(source, std::string("$.layout.") + kZeroShardsKey,
+                     std::string("\"") + kZeroShardsBlocks +
+                         "\": ZeRO-2/3 shards taken block by block (a checkpoint without it was "
+                         "written by an earlier Loom that cut them over the whole buffer; resume "
+                         "or export it with that build)");
   }
   return l;
 }

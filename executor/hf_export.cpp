@@ -10,7 +10,6 @@
 #include <system_error>
 
 #include "executor/checkpoint.hpp"
-#include "executor/flat_adamw.hpp"
 #include "executor/reshard.hpp"
 #include "executor/safetensors.hpp"
 #include "executor/tokenizer_files.hpp"
@@ -156,16 +155,6 @@ void write_folder_atomically(const fs::path& dir,
   }
 }
 
-// The entries of `table` that global chunk `range` holds, in order.
-std::vector<ParameterInfo> chunk_infos(const std::vector<ParameterInfo>& table,
-                                       const costmodel::StageRange& range) {
-  std::vector<ParameterInfo> out;
-  for (const ParameterInfo& info : table) {
-    if (info.layer >= range.first_layer && info.layer <= range.last_layer) out.push_back(info);
-  }
-  return out;
-}
-
 // The ranks of a many-rank checkpoint as threads: each loads its rank-R.pt into the engine
 // training used and joins the export.
 void export_rank_checkpoint(const fs::path& step, const nlohmann::json& state,
@@ -276,53 +265,6 @@ void write_hf_folder(const fs::path& dir, const HfFolder& folder,
   });
 }
 
-std::vector<std::pair<std::string, torch::Tensor>> gather_full_state(
-    const std::vector<std::unique_ptr<EncoderClassifier>>& chunks,
-    const std::vector<costmodel::StageRange>& stages, FlatParameters& flat,
-    ParallelGroups& groups) {
-  const torch::Device device = chunks.front()->local_parameters().front().second.device();
-  flat.materialize();  // ZeRO-3: the full parameters from the dp shards
-  std::vector<std::vector<std::pair<std::string, torch::Tensor>>> local;
-  for (const auto& chunk : chunks) local.push_back(chunk->full_state());  // tp gathers
-  flat.release();
-  const RankCoordinates c = groups.coordinates();
-  const int pp = groups.pp_size();
-  std::vector<std::pair<std::string, torch::Tensor>> state;
-  // The dp-0, tp-0 rank of each pipeline rank holds its stages in full; pipeline rank 0 of them
-  // (world rank 0) receives the others', one global chunk at a time, in chunk order.
-  if (c.dp == 0 && c.tp == 0) {
-    const std::vector<ParameterInfo> table = parameter_table(chunks.front()->spec());
-    for (int g = 0; g < static_cast<int>(stages.size()); ++g) {
-      const int owner = g % pp;
-      auto& mine = local[static_cast<std::size_t>(g / pp)];
-      if (owner == c.pp && c.pp == 0) {
-        state.insert(state.end(), mine.begin(), mine.end());
-      } else if (owner == c.pp) {
-        std::vector<torch::Tensor> parts;
-        for (const auto& entry : mine) parts.push_back(entry.second.reshape({-1}));
-        const torch::Tensor packed = torch::cat(parts).to(torch::kFloat).to(device);
-        groups.pp_to(0).send(packed, 0, g).wait();
-      } else if (c.pp == 0) {
-        const std::vector<ParameterInfo> infos =
-            chunk_infos(table, stages[static_cast<std::size_t>(g)]);
-        std::int64_t numel = 0;
-        for (const ParameterInfo& info : infos) numel += element_count(info.shape);
-        torch::Tensor packed =
-            torch::empty({numel}, torch::TensorOptions().dtype(torch::kFloat).device(device));
-        groups.pp_from(owner).recv(packed, owner, g);
-        packed = packed.to(torch::kCPU);
-        std::int64_t offset = 0;
-        for (const ParameterInfo& info : infos) {
-          const std::int64_t n = element_count(info.shape);
-          state.emplace_back(info.name, packed.narrow(0, offset, n).view(info.shape).clone());
-          offset += n;
-        }
-      }
-    }
-  }
-  return state;
-}
-
 void export_rank_model(const fs::path& dir, const HfFolder& folder,
                        const std::vector<std::unique_ptr<EncoderClassifier>>& chunks,
                        const std::vector<costmodel::StageRange>& stages, FlatParameters& flat,
@@ -345,24 +287,6 @@ void export_rank_model(const fs::path& dir, const HfFolder& folder,
                                                  ": world rank 0 failed to write it"
                                            : error);
   }
-}
-
-std::vector<std::vector<FlatParameter>> flat_parameters_of(
-    const std::vector<std::unique_ptr<EncoderClassifier>>& chunks, bool first_tp) {
-  std::vector<std::vector<FlatParameter>> out;
-  for (const auto& chunk : chunks) {
-    const std::vector<ParameterInfo> infos = chunk->parameter_infos();
-    std::vector<FlatParameter> parameters;
-    std::size_t i = 0;
-    for (const auto& [name, tensor] : chunk->local_parameters()) {
-      const ParameterInfo& info = infos[i++];
-      const bool replicated = info.split == TensorParallelSplit::kReplicated;
-      parameters.push_back({tensor, weight_decay_applies(name), first_tp || !replicated, info.layer,
-                            !lookup_table(name)});
-    }
-    out.push_back(std::move(parameters));
-  }
-  return out;
 }
 
 void export_checkpoint(const std::string& checkpoint, const fs::path& dir,

@@ -86,25 +86,12 @@ void write_hf_files(const std::filesystem::path& dir, const HfFolder& folder);
 void write_hf_folder(const std::filesystem::path& dir, const HfFolder& folder,
                      const std::vector<std::pair<std::string, torch::Tensor>>& state);
 
-// Many ranks, collective over `groups`: every parameter as a full tensor (fp32, CPU, Hugging
-// Face names and order) on world rank 0, from every rank's `chunks` (this rank's model chunks;
-// global chunk g = k * pp + pp rank holds stages[g]) and `flat` (their flat parameters; ZeRO-3
-// gathers them first and releases them after); empty on the other ranks.
-std::vector<std::pair<std::string, torch::Tensor>> gather_full_state(
-    const std::vector<std::unique_ptr<EncoderClassifier>>& chunks,
-    const std::vector<costmodel::StageRange>& stages, FlatParameters& flat, ParallelGroups& groups);
-
 // Many ranks, collective over `groups`: the full model (gather_full_state) written to `dir` by
 // world rank 0. Throws std::runtime_error on every rank when rank 0's write failed.
 void export_rank_model(const std::filesystem::path& dir, const HfFolder& folder,
                        const std::vector<std::unique_ptr<EncoderClassifier>>& chunks,
                        const std::vector<costmodel::StageRange>& stages, FlatParameters& flat,
                        ParallelGroups& groups);
-
-// The parameters of `chunks` as FlatParameters takes them: decay by name, and tp-replicated
-// parameters counted in the global norm on tp rank 0 only (`first_tp`).
-std::vector<std::vector<FlatParameter>> flat_parameters_of(
-    const std::vector<std::unique_ptr<EncoderClassifier>>& chunks, bool first_tp);
 
 // `loom export`: writes `dir` as a Hugging Face folder from `checkpoint`, a step folder
 // (holding trainer_state.json) or a --checkpoint folder (its latest step). `tokenizer_files`:

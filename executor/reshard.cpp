@@ -5,7 +5,9 @@
 #include <optional>
 #include <thread>
 
-#include "executor/hf_export.hpp"
+#include "costmodel/zero.hpp"
+#include "executor/flat_adamw.hpp"
+#include "executor/safetensors.hpp"
 #include "executor/torch_compat.hpp"
 #include "profiles/errors.hpp"
 #include "profiles/loader.hpp"
@@ -16,6 +18,16 @@ namespace loom::executor {
 namespace fs = std::filesystem;
 
 namespace {
+
+// The entries of `table` that global chunk `range` holds, in order.
+std::vector<ParameterInfo> chunk_infos(const std::vector<ParameterInfo>& table,
+                                       const costmodel::StageRange& range) {
+  std::vector<ParameterInfo> out;
+  for (const ParameterInfo& info : table) {
+    if (info.layer >= range.first_layer && info.layer <= range.last_layer) out.push_back(info);
+  }
+  return out;
+}
 
 // The tensors of `named` by name.
 std::map<std::string, torch::Tensor> by_name(const NamedTensors& named) {
@@ -97,7 +109,14 @@ TrainingState read_one_rank_checkpoint(const fs::path& step, const profiles::Mod
 // The ZeRO stage of an engine whose held parameters have the layout of a stage-`zero` rank's
 // moments: ZeRO-2/3 shard every block (ZeRO-3's parameter shard); ZeRO-0/1 keep one buffer,
 // whole in a ZeRO-0 engine (ZeRO-1's slice of it is cut or gathered around the engine).
-int moment_engine_zero(int zero) { return zero >= 2 ? 3 : 0; }
+int moment_engine_zero(int zero) { return costmodel::zero_policy(zero).shards_gradients ? 3 : 0; }
+
+// Whether a stage-`zero` rank keeps its moments as its contiguous slice of the one buffer
+// (ZeRO-1: the optimizer states sharded, the gradients not).
+bool moments_in_slices(int zero) {
+  const costmodel::ZeroPolicy policy = costmodel::zero_policy(zero);
+  return policy.shards_optimizer_states && !policy.shards_gradients;
+}
 
 // This rank's contiguous slice of a ZeRO-1 buffer, gathered over dp into the whole buffer.
 torch::Tensor gathered_over_dp(const torch::Tensor& slice, ParallelGroups& groups) {
@@ -128,7 +147,7 @@ TrainingState read_many_rank_checkpoint(const fs::path& step, const nlohmann::js
     for (int pass = 0; pass < 3; ++pass) {
       LayoutRank r = build_layout_rank(spec, l, pass == 0 ? l.zero : moment_zero, seed, groups);
       torch::Tensor held = saved[static_cast<std::size_t>(pass)];
-      if (pass > 0 && l.zero == 1) held = gathered_over_dp(held, groups);
+      if (pass > 0 && moments_in_slices(l.zero)) held = gathered_over_dp(held, groups);
       const std::vector<torch::Tensor> slots = {held, held, held, saved[3]};
       if (!loaded_everywhere(groups, [&] {
             r.flat->load_state(
@@ -201,7 +220,7 @@ void load_training_state(const TrainingState& full,
   const int moment_zero = moment_engine_zero(zero);
   auto moment = [&](const NamedTensors& values) {
     torch::Tensor whole = held(values, moment_zero);
-    if (zero != 1) return whole;
+    if (!moments_in_slices(zero)) return whole;
     std::vector<torch::Tensor> pieces;  // one range for ZeRO-1's single buffer
     for (const auto& [start, length] : flat.shard_ranges()) {
       pieces.push_back(whole.narrow(0, start, length));
@@ -333,6 +352,71 @@ void check_rank_files(const fs::path& step, const CheckpointLayout& l) {
                            " ranks this checkpoint was written by");
     }
   }
+}
+
+std::vector<std::pair<std::string, torch::Tensor>> gather_full_state(
+    const std::vector<std::unique_ptr<EncoderClassifier>>& chunks,
+    const std::vector<costmodel::StageRange>& stages, FlatParameters& flat,
+    ParallelGroups& groups) {
+  const torch::Device device = chunks.front()->local_parameters().front().second.device();
+  flat.materialize();  // ZeRO-3: the full parameters from the dp shards
+  std::vector<std::vector<std::pair<std::string, torch::Tensor>>> local;
+  for (const auto& chunk : chunks) local.push_back(chunk->full_state());  // tp gathers
+  flat.release();
+  const RankCoordinates c = groups.coordinates();
+  const int pp = groups.pp_size();
+  std::vector<std::pair<std::string, torch::Tensor>> state;
+  // The dp-0, tp-0 rank of each pipeline rank holds its stages in full; pipeline rank 0 of them
+  // (world rank 0) receives the others', one global chunk at a time, in chunk order.
+  if (c.dp == 0 && c.tp == 0) {
+    const std::vector<ParameterInfo> table = parameter_table(chunks.front()->spec());
+    for (int g = 0; g < static_cast<int>(stages.size()); ++g) {
+      const int owner = g % pp;
+      auto& mine = local[static_cast<std::size_t>(g / pp)];
+      if (owner == c.pp && c.pp == 0) {
+        state.insert(state.end(), mine.begin(), mine.end());
+      } else if (owner == c.pp) {
+        std::vector<torch::Tensor> parts;
+        for (const auto& entry : mine) parts.push_back(entry.second.reshape({-1}));
+        const torch::Tensor packed = torch::cat(parts).to(torch::kFloat).to(device);
+        groups.pp_to(0).send(packed, 0, g).wait();
+      } else if (c.pp == 0) {
+        const std::vector<ParameterInfo> infos =
+            chunk_infos(table, stages[static_cast<std::size_t>(g)]);
+        std::int64_t numel = 0;
+        for (const ParameterInfo& info : infos) numel += element_count(info.shape);
+        torch::Tensor packed =
+            torch::empty({numel}, torch::TensorOptions().dtype(torch::kFloat).device(device));
+        groups.pp_from(owner).recv(packed, owner, g);
+        packed = packed.to(torch::kCPU);
+        std::int64_t offset = 0;
+        for (const ParameterInfo& info : infos) {
+          const std::int64_t n = element_count(info.shape);
+          state.emplace_back(info.name, packed.narrow(0, offset, n).view(info.shape).clone());
+          offset += n;
+        }
+      }
+    }
+  }
+  return state;
+}
+
+std::vector<std::vector<FlatParameter>> flat_parameters_of(
+    const std::vector<std::unique_ptr<EncoderClassifier>>& chunks, bool first_tp) {
+  std::vector<std::vector<FlatParameter>> out;
+  for (const auto& chunk : chunks) {
+    const std::vector<ParameterInfo> infos = chunk->parameter_infos();
+    std::vector<FlatParameter> parameters;
+    std::size_t i = 0;
+    for (const auto& [name, tensor] : chunk->local_parameters()) {
+      const ParameterInfo& info = infos[i++];
+      const bool replicated = info.split == TensorParallelSplit::kReplicated;
+      parameters.push_back({tensor, weight_decay_applies(name), first_tp || !replicated, info.layer,
+                            !lookup_table(name)});
+    }
+    out.push_back(std::move(parameters));
+  }
+  return out;
 }
 
 }  // namespace loom::executor

@@ -118,4 +118,17 @@ bool loaded_everywhere(ParallelGroups& groups, const std::function<void()>& load
 // InputError naming the first rank-R.pt of `layout` missing from `step`.
 void check_rank_files(const std::filesystem::path& step, const CheckpointLayout& layout);
 
+// Many ranks, collective over `groups`: every parameter as a full tensor (fp32, CPU, Hugging
+// Face names and order) on world rank 0, from every rank's `chunks` (this rank's model chunks;
+// global chunk g = k * pp + pp rank holds stages[g]) and `flat` (their flat parameters; ZeRO-3
+// gathers them first and releases them after); empty on the other ranks.
+std::vector<std::pair<std::string, torch::Tensor>> gather_full_state(
+    const std::vector<std::unique_ptr<EncoderClassifier>>& chunks,
+    const std::vector<costmodel::StageRange>& stages, FlatParameters& flat, ParallelGroups& groups);
+
+// The parameters of `chunks` as FlatParameters takes them: decay by name, and tp-replicated
+// parameters counted in the global norm on tp rank 0 only (`first_tp`).
+std::vector<std::vector<FlatParameter>> flat_parameters_of(
+    const std::vector<std::unique_ptr<EncoderClassifier>>& chunks, bool first_tp);
+
 }  // namespace loom::executor

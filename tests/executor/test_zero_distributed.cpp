@@ -14,8 +14,8 @@
 #include "costmodel/zero.hpp"
 #include "executor/distributed.hpp"
 #include "executor/flat_parameters.hpp"
-#include "executor/hf_export.hpp"
 #include "executor/model.hpp"
+#include "executor/reshard.hpp"
 #include "tests/executor/thread_ranks.hpp"
 
 using loom::executor::EncoderClassifier;
