@@ -29,7 +29,7 @@ test: build
 	@$(MAKE) --no-print-directory tidy
 	@$(MAKE) --no-print-directory check-size
 
-# The fast loop after a change: the LibTorch-free half (profiles, costmodel, planner and the
+# The fast loop after a change: the LibTorch-free half (profiles, costmodel, planner, lab and the
 # planning commands) built in $(LITE) and its library tests, then the size check; no LibTorch, no
 # clang-tidy, and not test_tools (its end-to-end runs need loom-torch). make test is the whole check.
 LITE ?= build-lite
@@ -74,7 +74,7 @@ format:
 # loom-torch are left out.
 TIDY_SKIP := tools/(train|profile|logits|demo|export)_command\.cpp
 tidy: configure
-	@git ls-files 'profiles/*.cpp' 'costmodel/*.cpp' 'planner/*.cpp' 'tools/*.cpp' | \
+	@git ls-files 'profiles/*.cpp' 'costmodel/*.cpp' 'planner/*.cpp' 'lab/*.cpp' 'tools/*.cpp' | \
 	  grep -Ev '^$(TIDY_SKIP)$$' | \
 	  xargs -P $(JOBS) -n 1 tools/tidy-one.sh $(BUILD)
 

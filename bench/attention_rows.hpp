@@ -1,7 +1,7 @@
 // Fused-attention kernel times measured by bench/gpu_layers.py (groups "attention" and
 // "encoder" of its JSON), in the cost model's terms, and a least-squares fit of the kernel's
 // constants (costmodel::FusedAttentionFit) to them. bench_attention prints the check and the fit;
-// tests/planner/test_attention_rows.cpp holds the model to the measured rows. Both time a row
+// tests/lab/test_attention_rows.cpp holds the model to the measured rows. Both time a row
 // with costmodel::fused_attention_time_s, so the formula has one home.
 //
 // A row's kernel runs one thread block per 128 queries of each (sample, head), each walking the
@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "costmodel/gemm.hpp"
-#include "planner/published_rows.hpp"
+#include "lab/published_rows.hpp"
 
 namespace loom::bench {
 

@@ -19,8 +19,8 @@
 #include <string>
 #include <vector>
 
-#include "planner/fit.hpp"
-#include "planner/published_rows.hpp"
+#include "lab/fit.hpp"
+#include "lab/published_rows.hpp"
 #include "profiles/errors.hpp"
 #include "profiles/json_reader.hpp"
 #include "profiles/loader.hpp"

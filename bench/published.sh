@@ -9,7 +9,7 @@
 # first with the shipped calibration of each row's runtime (profiles/calibrations); then
 # leave-one-out: the usable rows of each cluster and runtime (all files together) fitted from the
 # hardware values as `loom calibrate --runtime` fits them, each row predicted by the fit of the
-# others (planner/fit.hpp), the error to expect on runs the calibration has not seen; then
+# others (lab/fit.hpp), the error to expect on runs the calibration has not seen; then
 # leave-one-source-out: each file predicted with a calibration of its runtime fitted to the other
 # files' rows only (the hardware alone where no other file has rows of that runtime on that
 # cluster), the error to expect on a source no calibration has seen; and last on the hardware

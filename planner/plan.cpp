@@ -290,7 +290,7 @@ Plan plan_from_json(const nlohmann::json& value, const std::string& source) {
       plan.why.push_back(why[i].get<std::string>());
     }
   }
-  if (r.has("tuned")) r.object("tuned");  // loom tune's record (planner/tune.hpp); not run
+  if (r.has("tuned")) r.object("tuned");  // loom tune's record (lab/tune.hpp); not run
   if (r.has("cost_model")) plan.cost_options = cost_options_from_json(r.object("cost_model"));
   plan.calibration = r.optional_string("calibration").value_or("");
   if (r.has("profile")) {

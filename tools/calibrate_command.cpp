@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "costmodel/runtime.hpp"
-#include "planner/fit.hpp"
+#include "lab/fit.hpp"
 #include "profiles/errors.hpp"
 #include "profiles/loader.hpp"
 #include "tools/commands.hpp"

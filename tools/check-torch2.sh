@@ -166,7 +166,7 @@ PY
   lib=$cuda/usr/lib/x86_64-linux-gnu
   in_root sh -c "cd /tmp/loom-cuda && c++ -o loom-torch executor_*.o tools_*.o \
     /loom/$build/tools/libloom_commands.a \
-    /loom/$build/planner/libloom_planner.a /loom/$build/costmodel/libloom_costmodel.a \
+    /loom/$build/lab/libloom_lab.a /loom/$build/planner/libloom_planner.a /loom/$build/costmodel/libloom_costmodel.a \
     /loom/$build/executor/libloom_executor_io.a /loom/$build/profiles/libloom_profiles.a \
     \$(sed -n 's/^UTF8PROC_LIBRARY:FILEPATH=//p' /loom/$build/CMakeCache.txt) \
     -Wl,--no-as-needed $lib/libtorch.so $lib/libtorch_cpu.so $lib/libtorch_cuda.so \

@@ -1,6 +1,6 @@
 // loom tune: plans as `loom plan` does, runs the top K plans here through `loom validate` (child
 // processes of this binary), re-ranks them by measured step time and writes the measured best as
-// the plan, with the regret the prediction alone would have had (planner/tune.hpp, docs/tune.md).
+// the plan, with the regret the prediction alone would have had (lab/tune.hpp, docs/tune.md).
 //
 // Planning loads no LibTorch: each measurement is `loom validate`, which runs `loom train` (in
 // loom-torch) for the plan's ranks.
@@ -20,7 +20,7 @@
 #include <string>
 #include <vector>
 
-#include "planner/tune.hpp"
+#include "lab/tune.hpp"
 #include "profiles/errors.hpp"
 #include "profiles/json_reader.hpp"
 #include "profiles/loader.hpp"
@@ -81,8 +81,8 @@ std::string failure_line(const fs::path& path, int status) {
 }
 
 // Runs `loom validate` on candidate `rank`'s plan (written to dir) and reads its JSON.
-planner::TuneMeasurement measure(const planner::Plan& plan, int rank,
-                                 const planner::TuneSteps& steps, const fs::path& dir) {
+tune::TuneMeasurement measure(const planner::Plan& plan, int rank, const tune::TuneSteps& steps,
+                              const fs::path& dir) {
   const std::string name = "candidate-" + std::to_string(rank);
   const fs::path plan_path = dir / (name + ".json");
   profiles::write_file_atomically(plan_path.string(), planner::plan_to_json(plan).dump(2) + "\n");
@@ -97,7 +97,7 @@ planner::TuneMeasurement measure(const planner::Plan& plan, int rank,
   const fs::path out = dir / (name + ".validate.json");
   const fs::path err = dir / (name + ".validate.log");
   const int status = run_child(argv, out, err);
-  planner::TuneMeasurement m;
+  tune::TuneMeasurement m;
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
     m.failure = failure_line(err, status);
     return m;
@@ -141,21 +141,20 @@ std::string percent(double fraction) {
   return text;
 }
 
-void print_result(std::ostream& out, const planner::TuneResult& result,
-                  const planner::TuneSteps& steps) {
+void print_result(std::ostream& out, const tune::TuneResult& result, const tune::TuneSteps& steps) {
   char line[512];
   std::snprintf(line, sizeof line, "%-9s %-9s %-44s %11s %11s %9s\n", "measured", "predicted",
                 "strategy", "predicted", "measured", "error");
   out << line;
   // Measured order first, then the failures in predicted order.
-  std::vector<const planner::TuneCandidate*> order;
-  for (const planner::TuneCandidate& c : result.candidates) order.push_back(&c);
+  std::vector<const tune::TuneCandidate*> order;
+  for (const tune::TuneCandidate& c : result.candidates) order.push_back(&c);
   std::stable_sort(order.begin(), order.end(), [](const auto* a, const auto* b) {
     const int ra = a->measured_rank.value_or(1 << 30);
     const int rb = b->measured_rank.value_or(1 << 30);
     return ra < rb;
   });
-  for (const planner::TuneCandidate* c : order) {
+  for (const tune::TuneCandidate* c : order) {
     const std::string rank = c->measured_rank ? std::to_string(*c->measured_rank) : "-";
     char predicted[32];
     std::snprintf(predicted, sizeof predicted, "%.4f s", c->plan.predicted.step_time_s);
@@ -178,8 +177,8 @@ void print_result(std::ostream& out, const planner::TuneResult& result,
                 static_cast<long long>(steps.warmup_steps) + 1,
                 static_cast<long long>(steps.steps));
   out << line;
-  const planner::TuneCandidate& best = result.candidates.at(result.best);
-  const planner::TuneCandidate& first = result.candidates.front();
+  const tune::TuneCandidate& best = result.candidates.at(result.best);
+  const tune::TuneCandidate& first = result.candidates.front();
   if (result.regret) {
     std::snprintf(line, sizeof line,
                   "regret of the predicted-first plan: %.1f %% (it measured %.4f s, the best "
@@ -196,7 +195,7 @@ void print_result(std::ostream& out, const planner::TuneResult& result,
 }
 
 int run_tune(const TuneArgs& a) {
-  planner::TuneSteps steps;
+  tune::TuneSteps steps;
   steps.steps = a.steps;
   steps.warmup_steps = a.warmup.value_or(std::min<std::int64_t>(2, a.steps - 1));
   if (steps.warmup_steps >= steps.steps) {
@@ -221,13 +220,13 @@ int run_tune(const TuneArgs& a) {
   // The points the profile lacks, as loom plan says them: the candidates' measurements settle
   // the ranking, but the first plan's prediction is the one the regret judges.
   print_extrapolated(std::cerr, plans.front());
-  const std::string setting = planner::tune_setting(plans.front(), steps);
-  planner::TuneLog log;
+  const std::string setting = tune::tune_setting(plans.front(), steps);
+  tune::TuneLog log;
   log.setting = setting;
   if (!a.resume.empty() && fs::exists(a.resume)) {
-    log = planner::tune_log_from_json(
+    log = tune::tune_log_from_json(
         profiles::parse_json_text(profiles::read_text_file(a.resume), a.resume), a.resume);
-    planner::check_tune_setting(log, setting, a.resume);
+    tune::check_tune_setting(log, setting, a.resume);
   }
 
   const WorkFolder work(a.keep, "loom-tune");
@@ -238,18 +237,18 @@ int run_tune(const TuneArgs& a) {
     std::cerr << "measuring #" << rank << " of " << count << ": " << strategy_cell(plan.strategy)
               << " (" << plan.strategy.world_size() << " rank(s), " << steps.steps
               << " steps)...\n";
-    planner::TuneMeasurement m = measure(plan, rank, steps, dir);
+    tune::TuneMeasurement m = measure(plan, rank, steps, dir);
     if (!m.step_time_s) std::cerr << "  failed: " << m.failure << "\n";
     return m;
   };
-  auto save = [&](const planner::TuneLog& so_far) {
+  auto save = [&](const tune::TuneLog& so_far) {
     if (a.resume.empty()) return;
-    profiles::write_file_atomically(a.resume, planner::tune_log_to_json(so_far).dump(2) + "\n");
+    profiles::write_file_atomically(a.resume, tune::tune_log_to_json(so_far).dump(2) + "\n");
   };
-  const planner::TuneResult result = planner::tune(plans, &log, measure_one, save);
+  const tune::TuneResult result = tune::tune(plans, &log, measure_one, save);
   if (!a.plan.output.empty()) {
     profiles::write_file_atomically(a.plan.output,
-                                    planner::tuned_plan_json(result, steps).dump(2) + "\n");
+                                    tune::tuned_plan_json(result, steps).dump(2) + "\n");
   }
   const planner::Plan& first = plans.front();
   std::cout << "model    " << first.model.name << ", global batch " << first.job.global_batch

@@ -1,4 +1,4 @@
-#include "planner/tune.hpp"
+#include "lab/tune.hpp"
 
 #include <algorithm>
 #include <nlohmann/json.hpp>
@@ -7,7 +7,7 @@
 #include "profiles/errors.hpp"
 #include "profiles/json_reader.hpp"
 
-namespace loom::planner {
+namespace loom::tune {
 
 namespace {
 
@@ -194,4 +194,4 @@ nlohmann::json tuned_plan_json(const TuneResult& result, const TuneSteps& steps)
   return out;
 }
 
-}  // namespace loom::planner
+}  // namespace loom::tune

@@ -20,7 +20,9 @@
 
 #include "planner/plan.hpp"
 
-namespace loom::planner {
+namespace loom::tune {
+
+using planner::Plan;
 
 // How candidates are measured: steps run and the first ones left out of the median.
 struct TuneSteps {
@@ -97,4 +99,4 @@ nlohmann::json tuned_to_json(const TuneResult& result, const TuneSteps& steps);
 // The measured best as a loom-plan/1 document carrying the "tuned" record.
 nlohmann::json tuned_plan_json(const TuneResult& result, const TuneSteps& steps);
 
-}  // namespace loom::planner
+}  // namespace loom::tune

@@ -5,7 +5,7 @@
 #include <cstdio>
 #include <cstdlib>
 
-#include "planner/fit.hpp"
+#include "lab/fit.hpp"
 
 namespace loom::fit {
 

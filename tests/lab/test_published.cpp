@@ -8,7 +8,7 @@
 #include <set>
 #include <string>
 
-#include "planner/published_rows.hpp"
+#include "lab/published_rows.hpp"
 #include "profiles/json_reader.hpp"
 #include "profiles/loader.hpp"
 

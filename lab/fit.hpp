@@ -32,7 +32,7 @@
 #include <string>
 #include <vector>
 
-#include "planner/published_rows.hpp"
+#include "lab/published_rows.hpp"
 #include "profiles/cluster.hpp"
 #include "profiles/runtime_calibration.hpp"
 

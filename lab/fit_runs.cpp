@@ -5,7 +5,7 @@
 #include <sstream>
 
 #include "costmodel/runtime.hpp"
-#include "planner/fit.hpp"
+#include "lab/fit.hpp"
 #include "planner/plan.hpp"
 #include "profiles/errors.hpp"
 #include "profiles/json_reader.hpp"

@@ -3,7 +3,7 @@
 #include <stdexcept>
 
 #include "costmodel/cluster_parameters.hpp"
-#include "planner/fit.hpp"
+#include "lab/fit.hpp"
 
 namespace loom::fit {
 

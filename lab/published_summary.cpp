@@ -6,9 +6,9 @@
 #include <stdexcept>
 
 #include "costmodel/runtime.hpp"
+#include "lab/published_rows.hpp"
 #include "planner/mapping.hpp"
 #include "planner/partition.hpp"
-#include "planner/published_rows.hpp"
 #include "planner/search.hpp"
 #include "profiles/errors.hpp"
 #include "profiles/model_spec.hpp"

@@ -1,5 +1,5 @@
 // Mapping a published row to Loom's model, cluster, job and strategy (published_rows.hpp).
-#include "planner/published_rows.hpp"
+#include "lab/published_rows.hpp"
 
 #include <algorithm>
 #include <cctype>

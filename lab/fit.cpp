@@ -1,5 +1,5 @@
 // Robust Levenberg-Marquardt fit of a cluster's free parameters, and leave-one-out (fit.hpp).
-#include "planner/fit.hpp"
+#include "lab/fit.hpp"
 
 #include <algorithm>
 #include <cmath>

@@ -4,13 +4,14 @@
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 
+#include "lab/tune.hpp"
 #include "planner/search.hpp"
-#include "planner/tune.hpp"
 #include "profiles/errors.hpp"
 #include "profiles/loader.hpp"
 
 using namespace loom;
 using namespace loom::planner;
+using namespace loom::tune;
 
 namespace {
 
@@ -54,7 +55,7 @@ TEST_CASE("tune re-ranks by measured time and reports the regret of the predicte
   runs.step_time_s = {{1, 0.100}, {2, 0.080}, {3, 0.120}};
   TuneLog log;
   int saves = 0;
-  const TuneResult r = tune(plans, &log, std::ref(runs), [&](const TuneLog& so_far) {
+  const TuneResult r = tune::tune(plans, &log, std::ref(runs), [&](const TuneLog& so_far) {
     ++saves;
     CHECK(so_far.measurements.size() == static_cast<std::size_t>(saves));
   });
@@ -92,7 +93,7 @@ TEST_CASE("tune: a predicted first measured fastest has no regret", "[tune]") {
   FakeRuns runs;
   runs.step_time_s = {{1, 0.05}, {2, 0.06}, {3, 0.05}};  // a tie keeps the predicted order
   TuneLog log;
-  const TuneResult r = tune(three_plans(), &log, std::ref(runs), nullptr);
+  const TuneResult r = tune::tune(three_plans(), &log, std::ref(runs), nullptr);
   CHECK(r.best == 0);
   CHECK(r.candidates[2].measured_rank == 2);
   CHECK(*r.regret == 0.0);
@@ -102,7 +103,7 @@ TEST_CASE("tune skips a candidate that fails and keeps its reason", "[tune]") {
   FakeRuns runs;
   runs.step_time_s = {{2, 0.09}, {3, 0.07}};  // #1 fails
   TuneLog log;
-  const TuneResult r = tune(three_plans(), &log, std::ref(runs), nullptr);
+  const TuneResult r = tune::tune(three_plans(), &log, std::ref(runs), nullptr);
   CHECK(r.best == 2);
   CHECK_FALSE(r.candidates[0].measured_rank.has_value());
   CHECK(r.candidates[0].measurement.failure == "out of memory");
@@ -116,7 +117,7 @@ TEST_CASE("tune skips a candidate that fails and keeps its reason", "[tune]") {
 
   FakeRuns none;  // every candidate fails: nothing to write
   TuneLog empty;
-  CHECK_THROWS_WITH(tune(three_plans(), &empty, std::ref(none), nullptr),
+  CHECK_THROWS_WITH(tune::tune(three_plans(), &empty, std::ref(none), nullptr),
                     Catch::StartsWith("no candidate ran (#1: out of memory; #2: out of memory"));
 }
 
@@ -130,7 +131,7 @@ TEST_CASE("tune resumes: measured candidates are not run again", "[tune]") {
   nlohmann::json saved;
   // Interrupted after the first two measurements: the file written then is what resumes.
   try {
-    tune(plans, &log, std::ref(first), [&](const TuneLog& so_far) {
+    tune::tune(plans, &log, std::ref(first), [&](const TuneLog& so_far) {
       saved = tune_log_to_json(so_far);
       if (so_far.measurements.size() == 2) throw std::runtime_error("interrupted");
     });
@@ -144,7 +145,7 @@ TEST_CASE("tune resumes: measured candidates are not run again", "[tune]") {
 
   FakeRuns second;
   second.step_time_s = {{1, 1.0}, {2, 1.0}, {3, 0.11}};  // #1 and #2 must come from the file
-  const TuneResult r = tune(plans, &resumed, std::ref(second), nullptr);
+  const TuneResult r = tune::tune(plans, &resumed, std::ref(second), nullptr);
   CHECK(second.measured == std::vector<int>{3});
   CHECK(r.candidates[0].resumed);
   CHECK_FALSE(r.candidates[2].resumed);

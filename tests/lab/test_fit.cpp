@@ -1,4 +1,4 @@
-// Calibration (planner/fit.hpp): the fit recovers parameters from rows the model itself generated
+// Calibration (lab/fit.hpp): the fit recovers parameters from rows the model itself generated
 // with 2 % noise, leave-one-out does not see the left-out row, parameters no row depends on stay,
 // and bad rows of RUNS are skipped one line each.
 #include <algorithm>
@@ -10,7 +10,7 @@
 #include <random>
 #include <string>
 
-#include "planner/fit.hpp"
+#include "lab/fit.hpp"
 #include "profiles/json_reader.hpp"
 #include "profiles/loader.hpp"
 
