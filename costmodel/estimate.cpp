@@ -6,9 +6,9 @@
 #include <numeric>
 #include <stdexcept>
 
-#include "costmodel/calibration.hpp"
 #include "costmodel/layers.hpp"
 #include "costmodel/lowering.hpp"
+#include "costmodel/measured_profile.hpp"
 #include "costmodel/memory.hpp"
 #include "costmodel/optimizer.hpp"
 #include "costmodel/pipeline.hpp"
@@ -53,20 +53,20 @@ CostModel::CostModel(profiles::ModelSpec model, profiles::Cluster cluster, CostO
 
 CostModel CostModel::with_mapping(std::vector<int> device_of_rank) const {
   CostModel out(model_, cluster_, options_, links_.shared_topology(), std::move(device_of_rank));
-  out.calibration_ = calibration_;
+  out.profile_ = profile_;
   return out;
 }
 
-CostModel CostModel::with_calibration(std::shared_ptr<const Calibration> calibration) const {
+CostModel CostModel::with_profile(std::shared_ptr<const MeasuredProfile> measured) const {
   CostModel out(model_, cluster_, options_, links_.shared_topology(), links_.device_of_rank());
-  out.calibration_ = std::move(calibration);
+  out.profile_ = std::move(measured);
   return out;
 }
 
 CostModel CostModel::with_model(profiles::ModelSpec model) const {
   CostModel out(std::move(model), cluster_, options_, links_.shared_topology(),
                 links_.device_of_rank());
-  out.calibration_ = calibration_;
+  out.profile_ = profile_;
   return out;
 }
 
@@ -78,20 +78,20 @@ int CostModel::threads_per_rank(int world) const {
   return costmodel::threads_per_rank(cluster_, world);
 }
 
-std::vector<std::string> CostModel::calibration_notes(const Job& job, const Strategy& s) const {
+std::vector<std::string> CostModel::profile_notes(const Job& job, const Strategy& s) const {
   std::vector<std::string> out;
-  if (!calibration_) return out;
-  const Terms t = compute_terms(model_, options_, links_, cluster_, calibration_.get(), job, s);
+  if (!profile_) return out;
+  const Terms t = compute_terms(model_, options_, links_, cluster_, profile_.get(), job, s);
   const std::string shape =
       " (b=" + std::to_string(s.micro_batch) + " s=" + std::to_string(job.seq_len) +
       " tp=" + std::to_string(s.tp) + " recompute=" + to_string(s.recompute) +
       (cluster_.device.kind == profiles::DeviceKind::kCpu ? " threads=" + std::to_string(t.threads)
                                                           : std::string()) +
       ")";
-  auto line = [&](const char* what, Calibrated how) {
+  auto line = [&](const char* what, Provenance how) {
     std::string text = std::string(what) + ": " + to_string(how);
-    if (how == Calibrated::kScaled) text += " (roofline x measured/roofline of the nearest point)";
-    if (how == Calibrated::kRoofline) text += " (the profile has no such layer)";
+    if (how == Provenance::kScaled) text += " (roofline x measured/roofline of the nearest point)";
+    if (how == Provenance::kRoofline) text += " (the profile has no such layer)";
     out.push_back(text + shape);
   };
   line("embedding", t.how_embedding);
@@ -102,7 +102,7 @@ std::vector<std::string> CostModel::calibration_notes(const Job& job, const Stra
 
 StepTerms CostModel::step_terms(const Job& job, const Strategy& strategy) const {
   return step_terms_of(
-      compute_terms(model_, options_, links_, cluster_, calibration_.get(), job, strategy));
+      compute_terms(model_, options_, links_, cluster_, profile_.get(), job, strategy));
 }
 
 SequenceCosts CostModel::sequence_costs(const Job& job, const Strategy& strategy) const {
@@ -223,7 +223,7 @@ Prediction CostModel::predict(const StepTerms& terms, const Job& job, const Stra
   profiles::PathMetrics dp_link{};
   if (g.dp > 1) dp_link = links_.group(world, g.dp, g.tp);
   auto dp_time = [&](Collective c, double bytes) {
-    const double f = calibration_ ? calibration_->collective_factor(c) : 1.0;
+    const double f = profile_ ? profile_->collective_factor(c) : 1.0;
     return f * collective_time_s(c, bytes, g.dp, dp_link);
   };
   const RuntimeRules runtime = runtime_rules(job.runtime);

@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "costmodel/calibration.hpp"
 #include "costmodel/comm.hpp"
+#include "costmodel/measured_profile.hpp"
 #include "costmodel/strategy.hpp"
 #include "costmodel/terms.hpp"
 #include "profiles/cluster.hpp"
@@ -53,21 +53,22 @@ class CostModel {
 
   // The same model and options over the same topology with another rank-to-device mapping.
   CostModel with_mapping(std::vector<int> device_of_rank) const;
-  // The same with layer figures taken from a measured profile (calibration.hpp); nullptr goes
-  // back to the roofline. Links are calibrated on the cluster instead (calibrated_cluster()).
-  CostModel with_calibration(std::shared_ptr<const Calibration> calibration) const;
-  // The same cluster, options, mapping and calibration for another model (a variant of this one:
-  // the calibration's layer figures are kept).
+  // The same with layer figures taken from a measured profile (measured_profile.hpp); nullptr
+  // goes back to the roofline. The profile's links go into the cluster instead
+  // (cluster_with_profile_links()).
+  CostModel with_profile(std::shared_ptr<const MeasuredProfile> measured) const;
+  // The same cluster, options, mapping and measured profile for another model (a variant of this
+  // one: the profile's layer figures are kept).
   CostModel with_model(profiles::ModelSpec model) const;
-  const Calibration* calibration() const { return calibration_.get(); }
+  const MeasuredProfile* measured_profile() const { return profile_.get(); }
   // Where each entry kind's figures come from for this job and strategy, one line per kind
-  // ("encoder layer: measured (b=4 s=128 tp=1 threads=2)"); empty without a calibration.
-  std::vector<std::string> calibration_notes(const Job& job, const Strategy& strategy) const;
+  // ("encoder layer: measured (b=4 s=128 tp=1 threads=2)"); empty without a measured profile.
+  std::vector<std::string> profile_notes(const Job& job, const Strategy& strategy) const;
   // costmodel::threads_per_rank() of this model's cluster.
   int threads_per_rank(int world) const;
-  // Measured / modelled time of a collective from the calibration's link measurements (1 without).
+  // Measured / modelled time of a collective from the profile's link measurements (1 without).
   double collective_factor(Collective collective) const {
-    return calibration_ ? calibration_->collective_factor(collective) : 1.0;
+    return profile_ ? profile_->collective_factor(collective) : 1.0;
   }
   const std::vector<int>& device_of_rank() const { return links_.device_of_rank(); }
 
@@ -107,7 +108,7 @@ class CostModel {
   profiles::Cluster cluster_;
   CostOptions options_;
   GroupLinks links_;
-  std::shared_ptr<const Calibration> calibration_;
+  std::shared_ptr<const MeasuredProfile> profile_;
 };
 
 }  // namespace loom::costmodel

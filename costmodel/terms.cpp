@@ -3,9 +3,9 @@
 #include <algorithm>
 #include <cmath>
 
-#include "costmodel/calibration.hpp"
 #include "costmodel/context_parallel.hpp"
 #include "costmodel/layers.hpp"
+#include "costmodel/measured_profile.hpp"
 #include "costmodel/memory.hpp"
 #include "costmodel/optimizer.hpp"
 #include "costmodel/runtime.hpp"
@@ -18,31 +18,31 @@ using profiles::Family;
 
 namespace {
 
-struct CalibratedEntry {
-  Calibrated how = Calibrated::kRoofline;
+struct MeasuredEntry {
+  Provenance how = Provenance::kRoofline;
   bool tp_communication = false;  // the time includes the entry's tensor-parallel all-reduces
 };
 
 // Replaces the roofline time and the formula's activation bytes of one entry kind by what the
-// calibration answers (calibration.hpp): measured or interpolated figures as they are; a scaled
+// measured answers (measured.hpp): measured or interpolated figures as they are; a scaled
 // answer multiplies the roofline and formula at the query by measured / modelled at the nearest
 // measured shape.
 template <typename Roofline, typename Formula>
-CalibratedEntry calibrate(const Calibration& calibration, const LayerQuery& query,
-                          const Roofline& roofline, const Formula& formula, LayerTime* time,
-                          double* activation_bytes) {
-  const LayerAnswer a = calibration.layer(query);
+MeasuredEntry measured_entry(const MeasuredProfile& measured, const LayerQuery& query,
+                             const Roofline& roofline, const Formula& formula, LayerTime* time,
+                             double* activation_bytes) {
+  const LayerAnswer a = measured.layer(query);
   switch (a.how) {
-    case Calibrated::kRoofline:
+    case Provenance::kRoofline:
       break;
-    case Calibrated::kMeasured:
-    case Calibrated::kInterpolated:
+    case Provenance::kMeasured:
+    case Provenance::kInterpolated:
       time->forward_s = a.forward_s;
       time->backward_s = a.backward_s;  // recomputation included: the point used it
       time->recompute_s = 0;
       *activation_bytes = a.activation_bytes;
       break;
-    case Calibrated::kScaled: {
+    case Provenance::kScaled: {
       const LayerTime at = roofline(a.at);
       const double fwd = at.forward_s > 0 ? a.forward_s / at.forward_s : 1;
       const double bwd =
@@ -64,7 +64,7 @@ struct TermsInput {
   const CostOptions& options;
   const GroupLinks& links;
   const profiles::Cluster& cluster;
-  const Calibration* calibration;
+  const MeasuredProfile* measured;
   const Job& job;
   const Strategy& s;
   int world = 1;
@@ -78,7 +78,7 @@ struct TermsInput {
   bool autocast = false;  // 16-bit compute on fp32 weights (RuntimeRules::autocast)
   // Measured / modelled time of a collective (1 without a profile's link measurements).
   double factor(Collective c) const {
-    return calibration != nullptr ? calibration->collective_factor(c) : 1.0;
+    return measured != nullptr ? measured->collective_factor(c) : 1.0;
   }
 };
 
@@ -96,8 +96,8 @@ DeviceRates set_rates(const TermsInput& in, Terms& t) {
   // buffers.
   t.optimizer = optimizer_step_rates(
       in.job.optimizer_kernels, rates,
-      in.calibration != nullptr ? in.calibration->optimizer_s_per_parameter(t.threads, in.world > 1)
-                                : std::nullopt);
+      in.measured != nullptr ? in.measured->optimizer_s_per_parameter(t.threads, in.world > 1)
+                             : std::nullopt);
   return core_rates;
 }
 
@@ -226,16 +226,16 @@ EntryActivations activation_terms(const TermsInput& in, Terms& t) {
   return a;
 }
 
-struct EntryCalibrations {
-  CalibratedEntry layer;
-  CalibratedEntry embed;
-  CalibratedEntry head;
+struct EntryMeasurements {
+  MeasuredEntry layer;
+  MeasuredEntry embed;
+  MeasuredEntry head;
 };
 
 // Replaces the roofline times and formula activations of every entry kind by what the
-// calibration answers (calibrate()), and scales a layer's backward temporaries alike.
-EntryCalibrations calibrate_entries(const TermsInput& in, const DeviceRates& core_rates, Terms& t,
-                                    EntryActivations& act) {
+// profile answers (measured_entry()), and scales a layer's backward temporaries alike.
+EntryMeasurements measured_entries(const TermsInput& in, const DeviceRates& core_rates, Terms& t,
+                                   EntryActivations& act) {
   const profiles::ModelSpec& m = in.m;
   const Strategy& s = in.s;
   const double h = in.h;
@@ -257,7 +257,7 @@ EntryCalibrations calibrate_entries(const TermsInput& in, const DeviceRates& cor
   // weights beside its activations: they are part of what its points are compared with, and
   // the runtime's memory rules count them apart (RuntimeRules::memory).
   const double copies =
-      in.autocast && in.calibration->profile().device_kind == profiles::DeviceKind::kGpu
+      in.autocast && in.measured->profile().device_kind == profiles::DeviceKind::kGpu
           ? ek * static_cast<double>(count_parameters(m).transformer_layer.per_rank(s.tp))
           : 0;
   const auto layer_formula = [&](const LayerQuery& q) {
@@ -282,21 +282,21 @@ EntryCalibrations calibrate_entries(const TermsInput& in, const DeviceRates& cor
                to_string(s.recompute),
                t.threads,
                to_string(s.attention)};
-  EntryCalibrations out;
+  EntryMeasurements out;
   q.kind = m.family == Family::kEncoder ? profiles::LayerKind::kEncoderLayer
                                         : profiles::LayerKind::kDecoderLayer;
   act.layer += copies;
-  out.layer = calibrate(
-      *in.calibration, q, [&](const LayerQuery& x) { return roofline(x, transformer_layer_time); },
+  out.layer = measured_entry(
+      *in.measured, q, [&](const LayerQuery& x) { return roofline(x, transformer_layer_time); },
       layer_formula, &t.layer, &act.layer);
   q.kind = profiles::LayerKind::kEmbedding;
   q.attention = "math";
-  out.embed = calibrate(
-      *in.calibration, q, [&](const LayerQuery& x) { return roofline(x, embedding_time); },
+  out.embed = measured_entry(
+      *in.measured, q, [&](const LayerQuery& x) { return roofline(x, embedding_time); },
       embed_formula, &t.embed, &act.embed);
   q.kind = profiles::LayerKind::kHead;
-  out.head = calibrate(
-      *in.calibration, q, [&](const LayerQuery& x) { return roofline(x, head_time); }, head_formula,
+  out.head = measured_entry(
+      *in.measured, q, [&](const LayerQuery& x) { return roofline(x, head_time); }, head_formula,
       &t.head, &act.head);
   act.layer = std::max(0.0, act.layer - copies);
   if (formula_layer_act > 0) t.backward_temporary *= act.layer / formula_layer_act;
@@ -316,7 +316,7 @@ EntryCalibrations calibrate_entries(const TermsInput& in, const DeviceRates& cor
 // for its weight gradient, overlapped with the input gradient's GEMM: not charged. Measured
 // times that already include an entry's tensor-parallel communication (the tp ranks of the
 // profile measured together) get none added.
-void set_tensor_parallel_collectives(const TermsInput& in, const EntryCalibrations& cal,
+void set_tensor_parallel_collectives(const TermsInput& in, const EntryMeasurements& cal,
                                      double act_bytes, Terms& t) {
   const Strategy& s = in.s;
   if (s.tp <= 1) return;
@@ -362,9 +362,9 @@ double tensor_parallel_time_s(const TermsInput& in, const TensorParallelCollecti
   return out;
 }
 
-// Fills the entries' terms and costs: compute from the roofline (or the calibration), tensor-
+// Fills the entries' terms and costs: compute from the roofline (or the measured), tensor-
 // parallel collectives from set_tensor_parallel_collectives().
-void set_entry_costs(const TermsInput& in, const EntryCalibrations& cal,
+void set_entry_costs(const TermsInput& in, const EntryMeasurements& cal,
                      const EntryActivations& act, double act_bytes, Terms& t) {
   const profiles::ModelSpec& m = in.m;
   const Strategy& s = in.s;
@@ -465,14 +465,14 @@ void blend_partial_recompute(const Terms& plain, const Strategy& s, std::int64_t
 
 Terms compute_terms(const profiles::ModelSpec& m, const CostOptions& options,
                     const GroupLinks& links, const profiles::Cluster& cluster,
-                    const Calibration* calibration, const Job& job, const Strategy& s) {
+                    const MeasuredProfile* measured, const Job& job, const Strategy& s) {
   if (recomputes_part(s, m.layers)) {
     Strategy every = s;
     every.recompute_layers = 0;
     Strategy none = every;
     none.recompute = Recompute::kNone;
-    Terms t = compute_terms(m, options, links, cluster, calibration, job, every);
-    blend_partial_recompute(compute_terms(m, options, links, cluster, calibration, job, none), s,
+    Terms t = compute_terms(m, options, links, cluster, measured, job, every);
+    blend_partial_recompute(compute_terms(m, options, links, cluster, measured, job, none), s,
                             m.layers, t);
     return t;
   }
@@ -482,7 +482,7 @@ Terms compute_terms(const profiles::ModelSpec& m, const CostOptions& options,
                       options,
                       links,
                       cluster,
-                      calibration,
+                      measured,
                       job,
                       s,
                       s.world_size(),
@@ -506,8 +506,8 @@ Terms compute_terms(const profiles::ModelSpec& m, const CostOptions& options,
   set_pipeline_transfer(in, act_bytes * state_element_bytes(job) / in.e, t);
   t.step_sync_s = step_sync_s(in);
   EntryActivations act = activation_terms(in, t);
-  EntryCalibrations cal;
-  if (calibration != nullptr) cal = calibrate_entries(in, core_rates, t, act);
+  EntryMeasurements cal;
+  if (measured != nullptr) cal = measured_entries(in, core_rates, t, act);
   t.how_layer = cal.layer.how;
   t.how_embedding = cal.embed.how;
   t.how_head = cal.head.how;

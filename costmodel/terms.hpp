@@ -12,9 +12,9 @@
 #include <string>
 #include <vector>
 
-#include "costmodel/calibration.hpp"
 #include "costmodel/comm.hpp"
 #include "costmodel/compute.hpp"
+#include "costmodel/measured_profile.hpp"
 #include "costmodel/optimizer.hpp"
 #include "costmodel/strategy.hpp"
 #include "profiles/cluster.hpp"
@@ -186,16 +186,16 @@ struct Terms {
   OptimizerStepRates optimizer;          // AdamW step time per parameter and tensor of a shard
   double step_sync_s = 0;                // the step's scalar all-reduces (StepTerms)
   double zero_grad_s_per_parameter = 0;  // StepTerms
-  Calibrated how_layer = Calibrated::kRoofline;
-  Calibrated how_embedding = Calibrated::kRoofline;
-  Calibrated how_head = Calibrated::kRoofline;
+  Provenance how_layer = Provenance::kRoofline;
+  Provenance how_embedding = Provenance::kRoofline;
+  Provenance how_head = Provenance::kRoofline;
 };
 
-// The terms of `job` under `s` on `cluster`, with the calibration's measured layers where it has
+// The terms of `job` under `s` on `cluster`, with the profile's measured layers where it has
 // them (nullptr: the roofline and the formulas alone).
 Terms compute_terms(const profiles::ModelSpec& m, const CostOptions& options,
                     const GroupLinks& links, const profiles::Cluster& cluster,
-                    const Calibration* calibration, const Job& job, const Strategy& s);
+                    const MeasuredProfile* measured, const Job& job, const Strategy& s);
 
 // The simulator's view of `t`.
 StepTerms step_terms_of(const Terms& t);

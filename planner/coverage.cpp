@@ -114,7 +114,7 @@ PlanPoints plan_points(const Plan& plan) {
   out.flat = world > 1;
   // The queries of the cost model's compute terms (costmodel/estimate.cpp): one per entry kind,
   // all at the plan's shape.
-  // WIRE: the same queries as calibrate_entries() in costmodel/estimate.cpp after the merge.
+  // WIRE: the same queries as measured_entries() in costmodel/terms.cpp.
   costmodel::LayerQuery q{profiles::LayerKind::kEmbedding,   s.micro_batch, plan.job.seq_len, s.tp,
                           costmodel::to_string(s.recompute), out.threads};
   out.layers.emplace_back("embedding", q);
@@ -138,21 +138,21 @@ PlanPoints plan_points(const Plan& plan) {
 std::vector<costmodel::Extrapolation> extrapolated_points(const Plan& plan) {
   std::vector<costmodel::Extrapolation> out;
   if (!plan.profile) return out;
-  const costmodel::Calibration calibration(*plan.profile, plan.model);
+  const costmodel::MeasuredProfile measured(*plan.profile, plan.model);
   const PlanPoints points = plan_points(plan);
   bool tp_measured = false;
   for (const auto& [what, query] : points.layers) {
-    if (auto e = calibration.describe_layer(query, what)) out.push_back(*e);
-    const costmodel::LayerAnswer a = calibration.layer(query);
+    if (auto e = measured.describe_layer(query, what)) out.push_back(*e);
+    const costmodel::LayerAnswer a = measured.layer(query);
     if (query.kind != profiles::LayerKind::kEmbedding && query.kind != profiles::LayerKind::kHead) {
-      tp_measured = a.tp_communication && (a.how == costmodel::Calibrated::kMeasured ||
-                                           a.how == costmodel::Calibrated::kInterpolated);
+      tp_measured = a.tp_communication && (a.how == costmodel::Provenance::kMeasured ||
+                                           a.how == costmodel::Provenance::kInterpolated);
     }
   }
-  if (auto e = calibration.describe_optimizer(points.threads, points.flat)) out.push_back(*e);
+  if (auto e = measured.describe_optimizer(points.threads, points.flat)) out.push_back(*e);
   for (const LinkQuery& q : points.links) {
     if (tp_measured && q.group == "tp" && !scalar(q)) continue;
-    if (auto e = calibration.describe_link(q)) out.push_back(*e);
+    if (auto e = measured.describe_link(q)) out.push_back(*e);
   }
   return out;
 }

@@ -105,8 +105,8 @@ Plan evaluate_strategy(const costmodel::CostModel& cost, const costmodel::Job& j
   plan.ranks = placement(strategy, cost.cluster(), cost.device_of_rank());
   plan.predicted = cost.estimate(job, strategy, plan.stages);
   plan.cost_options = cost.options();
-  if (cost.calibration() != nullptr) {
-    plan.profile = std::make_shared<const profiles::Profile>(cost.calibration()->profile());
+  if (cost.measured_profile() != nullptr) {
+    plan.profile = std::make_shared<const profiles::Profile>(cost.measured_profile()->profile());
   }
   return plan;
 }
@@ -323,8 +323,8 @@ std::vector<int> device_of_rank(const Plan& plan) {
 costmodel::CostModel cost_model_of(const Plan& plan) {
   costmodel::CostModel cost(plan.model, plan.cluster, plan.cost_options, device_of_rank(plan));
   if (plan.profile) {
-    cost = cost.with_calibration(
-        std::make_shared<const costmodel::Calibration>(*plan.profile, plan.model));
+    cost = cost.with_profile(
+        std::make_shared<const costmodel::MeasuredProfile>(*plan.profile, plan.model));
   }
   return cost;
 }
@@ -342,8 +342,8 @@ profiles::Profile read_profiles(const std::vector<std::string>& paths,
 void apply_profiles(Plan* plan, const std::vector<std::string>& paths) {
   auto profile = std::make_shared<const profiles::Profile>(
       read_profiles(paths, plan->model, plan->job.precision));
-  plan->cluster =
-      costmodel::calibrated_cluster(plan->cluster, costmodel::fit_links(profile->links), nullptr);
+  plan->cluster = costmodel::cluster_with_profile_links(
+      plan->cluster, costmodel::fit_links(profile->links), nullptr);
   plan->profile = std::move(profile);
 }
 
@@ -353,9 +353,9 @@ costmodel::CostModel calibrated_cost_model(const profiles::ModelSpec& model,
                                            std::vector<std::string>* notes) {
   if (!profile) return costmodel::CostModel(model, cluster);
   const profiles::Cluster calibrated =
-      costmodel::calibrated_cluster(cluster, costmodel::fit_links(profile->links), notes);
+      costmodel::cluster_with_profile_links(cluster, costmodel::fit_links(profile->links), notes);
   const costmodel::CostModel base(model, calibrated);
-  return base.with_calibration(std::make_shared<const costmodel::Calibration>(*profile, model));
+  return base.with_profile(std::make_shared<const costmodel::MeasuredProfile>(*profile, model));
 }
 
 }  // namespace loom::planner

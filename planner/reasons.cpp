@@ -203,7 +203,7 @@ std::vector<std::string> plan_reasons(const Plan& plan, const costmodel::CostMod
                   duration(slowest_stage_s(cost, plan.job, s, even)).c_str(), ranges(even).c_str());
     why.emplace_back(buf);
   }
-  for (const std::string& note : cost.calibration_notes(plan.job, s)) {
+  for (const std::string& note : cost.profile_notes(plan.job, s)) {
     why.push_back("profile: " + note);
   }
   if (auto note = vocabulary_note(plan, cost)) why.push_back(*note);

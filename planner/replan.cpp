@@ -2,7 +2,7 @@
 
 #include <memory>
 
-#include "costmodel/calibration.hpp"
+#include "costmodel/measured_profile.hpp"
 #include "planner/search.hpp"
 
 namespace loom::planner {
@@ -15,8 +15,8 @@ costmodel::SimulationResult simulate_plan(const Plan& plan,
 std::vector<Plan> alternatives_of(const Plan& plan, int top, double memory_margin) {
   costmodel::CostModel cost(plan.model, plan.cluster, plan.cost_options);
   if (plan.profile) {
-    cost = cost.with_calibration(
-        std::make_shared<const costmodel::Calibration>(*plan.profile, plan.model));
+    cost = cost.with_profile(
+        std::make_shared<const costmodel::MeasuredProfile>(*plan.profile, plan.model));
   }
   SearchOptions options;
   options.top = top;

@@ -4,7 +4,7 @@
 // A profile holds measurements, not a model: per layer kind and shape, the forward and backward
 // time of one micro-batch and the bytes it keeps; per collective, the time of one message size
 // over one group. How the cost model uses them (interpolation, link fitting, fallbacks) lives in
-// costmodel/calibration.hpp.
+// costmodel/measured_profile.hpp.
 //
 // Extensions to the spec's example (all optional when reading, always written): "optimizer", a
 // list of {"parameters", "threads", "time_s"} (one AdamW step over that many fp32 parameters); per

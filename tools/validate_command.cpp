@@ -24,7 +24,7 @@
 #include <string>
 #include <vector>
 
-#include "costmodel/calibration.hpp"
+#include "costmodel/measured_profile.hpp"
 #include "costmodel/runtime.hpp"
 #include "costmodel/simulator.hpp"
 #include "executor/dataset.hpp"

@@ -2,7 +2,7 @@
 // otherwise from what the figure is derived, without changing the figure.
 #include <catch2/catch.hpp>
 
-#include "costmodel/calibration.hpp"
+#include "costmodel/measured_profile.hpp"
 #include "profiles/loader.hpp"
 
 using namespace loom;
@@ -42,7 +42,7 @@ TEST_CASE("a point measured as asked needs no line", "[calibration][coverage]") 
   prof.layers = {point(model, LayerKind::kEncoderLayer, 8, 1),
                  point(model, LayerKind::kEmbedding, 8, 1)};
   prof.optimizer = {{1'000'000, 1, 0.004, true}};
-  const Calibration cal(prof, model);
+  const MeasuredProfile cal(prof, model);
   CHECK_FALSE(cal.describe_layer(query(8, 1), "encoder layer"));
   CHECK_FALSE(cal.describe_optimizer(1, true));
   // The embedding is measured without recomputation only: that is its point under any.
@@ -58,7 +58,7 @@ TEST_CASE("a plan's threads the profile lacks are said, with the point they are 
   prof.device_kind = profiles::DeviceKind::kCpu;
   prof.layers = {point(model, LayerKind::kEncoderLayer, 8, 2)};
   prof.optimizer = {{1'000'000, 2, 0.004, false}};
-  const Calibration cal(prof, model);
+  const MeasuredProfile cal(prof, model);
   const auto layer = cal.describe_layer(query(8, 1), "encoder layer");
   REQUIRE(layer);
   CHECK(layer->how == "threads scaled");
@@ -75,7 +75,7 @@ TEST_CASE("a plan's threads the profile lacks are said, with the point they are 
         "optimizer threads=1 flat loop: scaled from threads=2 per-tensor loop (times 2/1)");
   CHECK(cal.describe_optimizer(4, false)->how == "threads scaled");
   // The figures themselves are those of layer() and optimizer_s_per_parameter().
-  CHECK(cal.layer(query(8, 1)).how == Calibrated::kScaled);
+  CHECK(cal.layer(query(8, 1)).how == Provenance::kScaled);
   CHECK(*cal.optimizer_s_per_parameter(1, true) == Approx(0.004 / 1e6 * 2));
 }
 
@@ -88,9 +88,9 @@ TEST_CASE("a GPU profile serves a plan of any CPU threads per rank as measured",
   prof.device_kind = profiles::DeviceKind::kGpu;
   prof.layers = {point(model, LayerKind::kEncoderLayer, 8, 16)};
   prof.optimizer = {{1'000'000, 16, 0.004, false}, {1'000'000, 16, 0.003, true}};
-  const Calibration cal(prof, model);
+  const MeasuredProfile cal(prof, model);
   CHECK_FALSE(cal.describe_layer(query(8, 1), "encoder layer"));
-  CHECK(cal.layer(query(8, 1)).how == Calibrated::kMeasured);
+  CHECK(cal.layer(query(8, 1)).how == Provenance::kMeasured);
   CHECK(cal.layer(query(8, 1)).forward_s == Approx(0.008));
   CHECK_FALSE(cal.describe_optimizer(1, false));
   CHECK(*cal.optimizer_s_per_parameter(1, false) == Approx(0.004 / 1e6));
@@ -109,7 +109,7 @@ TEST_CASE("interpolated micro-batches name the points they come from", "[calibra
   prof.device_kind = profiles::DeviceKind::kCpu;
   prof.layers = {point(model, LayerKind::kEncoderLayer, 4, 1),
                  point(model, LayerKind::kEncoderLayer, 16, 1)};
-  const Calibration cal(prof, model);
+  const MeasuredProfile cal(prof, model);
   CHECK(cal.describe_layer(query(8, 1), "encoder layer")->text() ==
         "encoder layer b=8 s=64 tp=1 recompute=none threads=1: interpolated from micro-batches 4 "
         "and 16");
@@ -131,7 +131,7 @@ TEST_CASE("links: measured sizes need no line, others are fitted, extrapolated o
   for (double bytes : {4096.0, 1048576.0}) {
     prof.links.push_back({"allreduce", 2, bytes, 1e-4 + bytes / 1e9, "intra_node"});
   }
-  const Calibration cal(prof, model);
+  const MeasuredProfile cal(prof, model);
   // loom profile --links rounds a message to whole floats per rank: within 4 bytes per rank.
   CHECK_FALSE(cal.describe_link({"dp", Collective::kAllReduce, 2, 1048574, "intra_node"}));
   const auto inside = cal.describe_link({"dp", Collective::kAllReduce, 2, 65536, "intra_node"});
@@ -159,11 +159,11 @@ TEST_CASE("a transformer layer measured with another attention core is scaled, a
   prof.device_kind = profiles::DeviceKind::kGpu;
   prof.layers = {point(model, LayerKind::kEncoderLayer, 8, 1),
                  point(model, LayerKind::kEmbedding, 8, 1)};
-  const Calibration cal(prof, model);
+  const MeasuredProfile cal(prof, model);
   LayerQuery flash = query(8, 1);
   flash.attention = "flash";
-  CHECK(cal.layer(query(8, 1)).how == Calibrated::kMeasured);
-  CHECK(cal.layer(flash).how == Calibrated::kScaled);
+  CHECK(cal.layer(query(8, 1)).how == Provenance::kMeasured);
+  CHECK(cal.layer(flash).how == Provenance::kScaled);
   CHECK(cal.layer(flash).at.attention == "math");
   const auto line = cal.describe_layer(flash, "encoder layer");
   REQUIRE(line);
@@ -173,9 +173,9 @@ TEST_CASE("a transformer layer measured with another attention core is scaled, a
   LayerQuery embedding = flash;
   embedding.kind = LayerKind::kEmbedding;
   embedding.attention = "math";
-  CHECK(cal.layer(embedding).how == Calibrated::kMeasured);
+  CHECK(cal.layer(embedding).how == Provenance::kMeasured);
   prof.layers[0].attention = "flash";
-  const Calibration fused(prof, model);
-  CHECK(fused.layer(flash).how == Calibrated::kMeasured);
-  CHECK(fused.layer(query(8, 1)).how == Calibrated::kScaled);
+  const MeasuredProfile fused(prof, model);
+  CHECK(fused.layer(flash).how == Provenance::kMeasured);
+  CHECK(fused.layer(query(8, 1)).how == Provenance::kScaled);
 }

@@ -1,4 +1,4 @@
-#include "costmodel/calibration.hpp"
+#include "costmodel/measured_profile.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -12,15 +12,15 @@ namespace loom::costmodel {
 using profiles::LayerKind;
 using profiles::LayerMeasurement;
 
-const char* to_string(Calibrated how) {
+const char* to_string(Provenance how) {
   switch (how) {
-    case Calibrated::kMeasured:
+    case Provenance::kMeasured:
       return "measured";
-    case Calibrated::kInterpolated:
+    case Provenance::kInterpolated:
       return "interpolated";
-    case Calibrated::kScaled:
+    case Provenance::kScaled:
       return "scaled";
-    case Calibrated::kRoofline:
+    case Provenance::kRoofline:
       return "roofline";
   }
   return "roofline";
@@ -64,7 +64,7 @@ double line(double x, double x0, double y0, double x1, double y1) {
 
 }  // namespace
 
-Calibration::Calibration(const profiles::Profile& profile, const profiles::ModelSpec& model)
+MeasuredProfile::MeasuredProfile(const profiles::Profile& profile, const profiles::ModelSpec& model)
     : gpu_(profile.device_kind == profiles::DeviceKind::kGpu), profile_(profile) {
   for (const LayerMeasurement& p : profile.layers) {
     if (p.hidden != model.hidden || p.heads != model.heads || p.ffn_hidden != model.ffn_hidden) {
@@ -101,7 +101,7 @@ Calibration::Calibration(const profiles::Profile& profile, const profiles::Model
   }
 }
 
-double Calibration::collective_factor(Collective collective) const {
+double MeasuredProfile::collective_factor(Collective collective) const {
   return factors_[static_cast<int>(collective)];
 }
 
@@ -124,7 +124,7 @@ const profiles::OptimizerMeasurement* nearest_optimizer(const profiles::Profile&
 
 }  // namespace
 
-std::optional<double> Calibration::optimizer_s_per_parameter(int threads, bool flat) const {
+std::optional<double> MeasuredProfile::optimizer_s_per_parameter(int threads, bool flat) const {
   threads = threads_key(threads);
   const profiles::OptimizerMeasurement* best = nearest_optimizer(profile_, threads, flat);
   if (best == nullptr) return std::nullopt;
@@ -132,15 +132,15 @@ std::optional<double> Calibration::optimizer_s_per_parameter(int threads, bool f
   return gpu_ ? per_parameter : per_parameter * best->threads / threads;
 }
 
-OptimizerAnswer Calibration::optimizer(int threads, bool flat) const {
+OptimizerAnswer MeasuredProfile::optimizer(int threads, bool flat) const {
   threads = threads_key(threads);
   const profiles::OptimizerMeasurement* best = nearest_optimizer(profile_, threads, flat);
   if (best == nullptr) return {};
   const bool same = threads_key(best->threads) == threads && best->flat == flat;
-  return {same ? Calibrated::kMeasured : Calibrated::kScaled, best->threads, best->flat};
+  return {same ? Provenance::kMeasured : Provenance::kScaled, best->threads, best->flat};
 }
 
-LayerAnswer Calibration::layer(const LayerQuery& query) const {
+LayerAnswer MeasuredProfile::layer(const LayerQuery& query) const {
   LayerQuery q = query;
   q.threads = threads_key(query.threads);
   // Recomputation changes transformer layers only: an embedding or head measured without it is
@@ -167,14 +167,14 @@ LayerAnswer Calibration::layer(const LayerQuery& query) const {
   if (!row.empty()) {
     for (const LayerMeasurement* p : row) {
       if (p->micro_batch == q.micro_batch) {
-        out.how = Calibrated::kMeasured;
+        out.how = Provenance::kMeasured;
         out.forward_s = p->forward_s;
         out.backward_s = p->backward_s;
         out.activation_bytes = static_cast<double>(p->activation_bytes);
         return out;
       }
     }
-    out.how = Calibrated::kInterpolated;
+    out.how = Provenance::kInterpolated;
     const double x = static_cast<double>(q.micro_batch);
     if (row.size() == 1) {
       out.from_micro_batches = {row[0]->micro_batch};
@@ -221,7 +221,7 @@ LayerAnswer Calibration::layer(const LayerQuery& query) const {
     if (best == nullptr || distance(p) < distance(*best)) best = &p;
   }
   if (best == nullptr) return out;  // roofline
-  out.how = Calibrated::kScaled;
+  out.how = Provenance::kScaled;
   out.forward_s = best->forward_s;
   out.backward_s = best->backward_s;
   out.activation_bytes = static_cast<double>(best->activation_bytes);
@@ -292,9 +292,9 @@ std::vector<LinkFit> fit_links(const std::vector<profiles::LinkMeasurement>& lin
   return fits;
 }
 
-profiles::Cluster calibrated_cluster(const profiles::Cluster& cluster,
-                                     const std::vector<LinkFit>& fits,
-                                     std::vector<std::string>* notes) {
+profiles::Cluster cluster_with_profile_links(const profiles::Cluster& cluster,
+                                             const std::vector<LinkFit>& fits,
+                                             std::vector<std::string>* notes) {
   profiles::Cluster out = cluster;
   auto describe = [](const LinkFit& f) {
     char text[160];
@@ -356,17 +356,17 @@ std::string loop_text(bool flat) { return flat ? "flat loop" : "per-tensor loop"
 
 }  // namespace
 
-std::optional<Extrapolation> Calibration::describe_layer(const LayerQuery& query,
-                                                         const std::string& what) const {
+std::optional<Extrapolation> MeasuredProfile::describe_layer(const LayerQuery& query,
+                                                             const std::string& what) const {
   LayerQuery q = query;
   q.threads = threads_key(query.threads);
   LayerAnswer a = layer(q);
   a.at.threads = threads_key(a.at.threads);
   Extrapolation e{what, shape_text(q), to_string(a.how), ""};
   switch (a.how) {
-    case Calibrated::kMeasured:
+    case Provenance::kMeasured:
       return std::nullopt;
-    case Calibrated::kInterpolated: {
+    case Provenance::kInterpolated: {
       const std::vector<std::int64_t>& mb = a.from_micro_batches;
       if (mb.size() == 1) {
         e.from = "micro-batch " + std::to_string(mb[0]) + " (in proportion)";
@@ -377,7 +377,7 @@ std::optional<Extrapolation> Calibration::describe_layer(const LayerQuery& query
       }
       break;
     }
-    case Calibrated::kScaled: {
+    case Provenance::kScaled: {
       // Recomputation changes transformer layers only: the embedding or head measured without
       // it is the point itself (the roofline ratio is 1).
       LayerQuery none = q;
@@ -390,21 +390,21 @@ std::optional<Extrapolation> Calibration::describe_layer(const LayerQuery& query
       e.from = shape_text(a.at) + " (times roofline here / roofline there)";
       break;
     }
-    case Calibrated::kRoofline:
+    case Provenance::kRoofline:
       e.from = "the device's rates (the profile has no " + what + " of this model)";
       break;
   }
   return e;
 }
 
-std::optional<Extrapolation> Calibration::describe_optimizer(int threads, bool flat) const {
+std::optional<Extrapolation> MeasuredProfile::describe_optimizer(int threads, bool flat) const {
   const OptimizerAnswer a = optimizer(threads, flat);
   const std::string threads_text = gpu_ ? "" : "threads=" + std::to_string(threads) + " ";
   Extrapolation e{"optimizer", threads_text + loop_text(flat), to_string(a.how), ""};
   switch (a.how) {
-    case Calibrated::kMeasured:
+    case Provenance::kMeasured:
       return std::nullopt;
-    case Calibrated::kScaled:
+    case Provenance::kScaled:
       if (gpu_) {  // only the loop differs
         e.from = loop_text(a.flat);
         break;
@@ -421,7 +421,7 @@ std::optional<Extrapolation> Calibration::describe_optimizer(int threads, bool f
   return e;
 }
 
-std::optional<Extrapolation> Calibration::describe_link(const LinkQuery& q) const {
+std::optional<Extrapolation> MeasuredProfile::describe_link(const LinkQuery& q) const {
   const std::string name = profile_name(q.collective);
   Extrapolation e{
       name + " over " + q.group,

@@ -1,4 +1,4 @@
-// Calibration: what a measured profile (profiles/profile.hpp) changes in the cost model.
+// MeasuredProfile: what a measured profile (profiles/profile.hpp) changes in the cost model.
 //
 // Layers: for each kind (embedding, transformer layer, head) the cost model asks for one
 // micro-batch's forward and backward time and activation bytes at a shape (micro-batch, sequence
@@ -42,8 +42,8 @@
 
 namespace loom::costmodel {
 
-enum class Calibrated { kMeasured, kInterpolated, kScaled, kRoofline };
-const char* to_string(Calibrated how);
+enum class Provenance { kMeasured, kInterpolated, kScaled, kRoofline };
+const char* to_string(Provenance how);
 
 struct LayerQuery {
   profiles::LayerKind kind = profiles::LayerKind::kEncoderLayer;
@@ -58,7 +58,7 @@ struct LayerQuery {
 };
 
 struct LayerAnswer {
-  Calibrated how = Calibrated::kRoofline;
+  Provenance how = Provenance::kRoofline;
   double forward_s = 0;
   double backward_s = 0;  // with the point's recomputation
   double activation_bytes = 0;
@@ -74,7 +74,7 @@ struct LayerAnswer {
 
 // How the optimizer step's time per parameter is found for a rank (optimizer_s_per_parameter()).
 struct OptimizerAnswer {
-  Calibrated how = Calibrated::kRoofline;  // measured, scaled (other threads or loop) or roofline
+  Provenance how = Provenance::kRoofline;  // measured, scaled (other threads or loop) or roofline
   int threads = 0;                         // of the measurement used
   bool flat = false;                       // its loop: the multi-rank (flat buffers) one
 };
@@ -106,11 +106,11 @@ struct LinkQuery {
 // "all_gather", "p2p").
 const char* profile_name(Collective collective);
 
-class Calibration {
+class MeasuredProfile {
  public:
   // Keeps the layer measurements of `model`'s shape (hidden, heads, ffn_hidden; embedding and
   // head also by vocab when recorded); transformer layers of both kinds count as one.
-  Calibration(const profiles::Profile& profile, const profiles::ModelSpec& model);
+  MeasuredProfile(const profiles::Profile& profile, const profiles::ModelSpec& model);
 
   const profiles::Profile& profile() const { return profile_; }
   LayerAnswer layer(const LayerQuery& query) const;
@@ -160,8 +160,8 @@ std::vector<LinkFit> fit_links(const std::vector<profiles::LinkMeasurement>& lin
 
 // The cluster with its link classes replaced by the fits (shorthand clusters; a cluster with
 // explicit links keeps them and the returned note says so). Notes describe what changed.
-profiles::Cluster calibrated_cluster(const profiles::Cluster& cluster,
-                                     const std::vector<LinkFit>& fits,
-                                     std::vector<std::string>* notes);
+profiles::Cluster cluster_with_profile_links(const profiles::Cluster& cluster,
+                                             const std::vector<LinkFit>& fits,
+                                             std::vector<std::string>* notes);
 
 }  // namespace loom::costmodel

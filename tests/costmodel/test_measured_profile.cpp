@@ -1,12 +1,12 @@
-// Calibration: a measured profile replaces the roofline's layer times and the formulas'
+// MeasuredProfile: a measured profile replaces the roofline's layer times and the formulas'
 // activation bytes, and link measurements give the links' latency and bandwidth back.
 #include <catch2/catch.hpp>
 #include <random>
 
-#include "costmodel/calibration.hpp"
 #include "costmodel/comm.hpp"
 #include "costmodel/estimate.hpp"
 #include "costmodel/layers.hpp"
+#include "costmodel/measured_profile.hpp"
 #include "costmodel/optimizer.hpp"
 #include "costmodel/simulator.hpp"
 #include "profiles/loader.hpp"
@@ -51,7 +51,7 @@ TEST_CASE("with a synthetic profile the estimate uses exactly its times", "[cali
                  point(model, LayerKind::kEncoderLayer, 4, 128, 0.010, 0.021, 50'000'000),
                  point(model, LayerKind::kHead, 4, 128, 0.003, 0.005, 7'000)};
   const CostModel roofline(model, profiles::load_cluster("h100-x1"));
-  const CostModel cost = roofline.with_calibration(std::make_shared<Calibration>(prof, model));
+  const CostModel cost = roofline.with_profile(std::make_shared<MeasuredProfile>(prof, model));
   const Strategy s = single(4, 2);
   const Job job{8, 128, Precision::kBf16, "adamw"};
 
@@ -73,7 +73,7 @@ TEST_CASE("with a synthetic profile the estimate uses exactly its times", "[cali
   // Without the profile the roofline gives other figures.
   CHECK(roofline.sequence_costs(job, s).layer.forward_s != Approx(0.010));
 
-  const std::vector<std::string> notes = cost.calibration_notes(job, s);
+  const std::vector<std::string> notes = cost.profile_notes(job, s);
   REQUIRE(notes.size() == 3);
   CHECK_THAT(notes[1], Catch::StartsWith("encoder layer: measured"));
 }
@@ -89,7 +89,7 @@ TEST_CASE("a recomputing plan reads its embedding and head measured without reco
   prof.layers = {point(model, LayerKind::kEmbedding, 4, 128, 0.001, 0.002, 1'000'000), layer,
                  point(model, LayerKind::kHead, 4, 128, 0.003, 0.005, 7'000)};
   const CostModel cost = CostModel(model, profiles::load_cluster("h100-x1"))
-                             .with_calibration(std::make_shared<Calibration>(prof, model));
+                             .with_profile(std::make_shared<MeasuredProfile>(prof, model));
   Strategy s = single(4, 2);
   s.recompute = Recompute::kFull;
   const Job job{8, 128, Precision::kBf16, "adamw"};
@@ -98,7 +98,7 @@ TEST_CASE("a recomputing plan reads its embedding and head measured without reco
   CHECK(c.embedding.backward_s == 0.002);
   CHECK(c.head.forward_s == 0.003);
   CHECK(c.layer.backward_s == 0.031);
-  const std::vector<std::string> notes = cost.calibration_notes(job, s);
+  const std::vector<std::string> notes = cost.profile_notes(job, s);
   REQUIRE(notes.size() == 3);
   CHECK_THAT(notes[0], Catch::StartsWith("embedding: measured"));
   CHECK_THAT(notes[2], Catch::StartsWith("head: measured"));
@@ -120,14 +120,14 @@ TEST_CASE("times measured with the tensor-parallel all-reduces get none added", 
     }
   }
   // Both kinds of point have the same shape: the ones with the all-reduces are preferred.
-  const Calibration calibration(prof, model);
+  const MeasuredProfile calibration(prof, model);
   CHECK(calibration.layer({LayerKind::kEncoderLayer, 4, 128, 2, "none", 1}).tp_communication);
   CHECK_FALSE(calibration.layer({LayerKind::kEncoderLayer, 4, 128, 1, "none", 1}).tp_communication);
   // So are they when the nearest shape is scaled (another sequence length).
   CHECK(calibration.layer({LayerKind::kEncoderLayer, 4, 256, 2, "none", 1}).tp_communication);
 
   const CostModel cost = CostModel(model, profiles::load_cluster("dgx-h100"))
-                             .with_calibration(std::make_shared<Calibration>(prof, model));
+                             .with_profile(std::make_shared<MeasuredProfile>(prof, model));
   Strategy s = single(4, 2);
   s.tp = 2;
   const Job job{8, 128, Precision::kBf16, "adamw"};
@@ -153,7 +153,7 @@ TEST_CASE("times measured with the tensor-parallel all-reduces get none added", 
   // Without the flag the same times get the links' all-reduces on top.
   for (LayerMeasurement& l : prof.layers) l.tp_communication = false;
   const CostModel plain = CostModel(model, profiles::load_cluster("dgx-h100"))
-                              .with_calibration(std::make_shared<Calibration>(prof, model));
+                              .with_profile(std::make_shared<MeasuredProfile>(prof, model));
   CHECK(plain.sequence_costs(job, s).layer.forward_s > 0.010);
   CHECK(plain.estimate(job, s, even_partition(model, 1)).exposed_communication_s.tp > 0);
 }
@@ -163,22 +163,22 @@ TEST_CASE("micro-batches between measured ones are interpolated", "[calibration]
   profiles::Profile prof;
   prof.layers = {point(model, LayerKind::kEncoderLayer, 2, 128, 0.004, 0.008, 200),
                  point(model, LayerKind::kEncoderLayer, 8, 128, 0.010, 0.020, 800)};
-  const Calibration cal(prof, model);
+  const MeasuredProfile cal(prof, model);
   LayerAnswer a = cal.layer({LayerKind::kEncoderLayer, 4, 128, 1, "none", 1});
-  CHECK(a.how == Calibrated::kInterpolated);
+  CHECK(a.how == Provenance::kInterpolated);
   CHECK(a.forward_s == Approx(0.006));
   CHECK(a.backward_s == Approx(0.012));
   CHECK(a.activation_bytes == Approx(400));
   a = cal.layer({LayerKind::kEncoderLayer, 16, 128, 1, "none", 1});  // extrapolated
   CHECK(a.forward_s == Approx(0.018));
   a = cal.layer({LayerKind::kEncoderLayer, 8, 128, 1, "none", 1});
-  CHECK(a.how == Calibrated::kMeasured);
+  CHECK(a.how == Provenance::kMeasured);
   // Another sequence length: scaled from the nearest point; no head measured: roofline.
   a = cal.layer({LayerKind::kEncoderLayer, 8, 256, 1, "none", 1});
-  CHECK(a.how == Calibrated::kScaled);
+  CHECK(a.how == Provenance::kScaled);
   CHECK(a.at.seq_len == 128);
   CHECK(a.at.micro_batch == 8);
-  CHECK(cal.layer({LayerKind::kHead, 8, 128, 1, "none", 1}).how == Calibrated::kRoofline);
+  CHECK(cal.layer({LayerKind::kHead, 8, 128, 1, "none", 1}).how == Provenance::kRoofline);
 }
 
 TEST_CASE("a scaled answer keeps the measured-to-roofline ratio", "[calibration]") {
@@ -192,7 +192,7 @@ TEST_CASE("a scaled answer keeps the measured-to-roofline ratio", "[calibration]
   // Measured 1.5x slower forward and 2x slower backward than the roofline at s=128.
   prof.layers = {point(model, LayerKind::kEncoderLayer, 4, 128, 1.5 * r4.layer.forward_s,
                        2 * r4.layer.backward_s, 50'000'000)};
-  const CostModel cost = roofline.with_calibration(std::make_shared<Calibration>(prof, model));
+  const CostModel cost = roofline.with_profile(std::make_shared<MeasuredProfile>(prof, model));
   const SequenceCosts c = cost.sequence_costs(job256, single(4, 2));
   CHECK(c.layer.forward_s == Approx(1.5 * r256.layer.forward_s));
   CHECK(c.layer.backward_s == Approx(2 * r256.layer.backward_s));
@@ -248,7 +248,8 @@ TEST_CASE("link fitting recovers latency and bandwidth from noisy measurements",
   CHECK(fits[1].bandwidth_gbps == Approx(bandwidth_gbps).epsilon(0.05));
 
   std::vector<std::string> notes;
-  profiles::Cluster c = calibrated_cluster(profiles::load_cluster("local-cpu"), fits, &notes);
+  profiles::Cluster c =
+      cluster_with_profile_links(profiles::load_cluster("local-cpu"), fits, &notes);
   CHECK(c.intra_node.bandwidth_gbps == fits[0].bandwidth_gbps);
   CHECK(c.intra_node.latency_us == fits[0].latency_us);
   REQUIRE(notes.size() == 1);
@@ -385,7 +386,7 @@ TEST_CASE("a measured optimizer step and collective factors replace the modelled
                           2 * collective_time_s(Collective::kAllGather, bytes, 2, link),
                           "intra_node"});
   }
-  const Calibration cal(prof, model);
+  const MeasuredProfile cal(prof, model);
   CHECK(*cal.optimizer_s_per_parameter(2, false) == Approx(2.5e-9));
   CHECK(*cal.optimizer_s_per_parameter(1, false) == Approx(4e-9));
   CHECK(*cal.optimizer_s_per_parameter(4, false) == Approx(2.5e-9 * 2 / 4));  // nearest, scaled
@@ -396,7 +397,7 @@ TEST_CASE("a measured optimizer step and collective factors replace the modelled
   CHECK(cal.collective_factor(Collective::kP2p) == 1);  // not measured
 
   const CostModel cost = CostModel(model, profiles::load_cluster("local-cpu"))
-                             .with_calibration(std::make_shared<Calibration>(prof, model));
+                             .with_profile(std::make_shared<MeasuredProfile>(prof, model));
   const Job job{8, 64, Precision::kFp32, "adamw"};
   const Prediction p = cost.estimate(job, single(8, 1), even_partition(model, 1));
   CHECK(p.optimizer_s == Approx(count_parameters(model).total * 2.5e-9));  // 1 rank: 2 threads
@@ -468,14 +469,14 @@ TEST_CASE("messages measured between computing ranks set p2p's factor and stay o
     prof.links.push_back(
         {"p2p", 2, bytes, collective_time_s(Collective::kP2p, bytes, 2, link), "intra_node"});
   }
-  CHECK(Calibration(prof, model).collective_factor(Collective::kP2p) == Approx(1));
+  CHECK(MeasuredProfile(prof, model).collective_factor(Collective::kP2p) == Approx(1));
   // Loaded messages 3x and 5x the idle link's time: p2p's factor is their median ratio (4), and the
   // fitted link stays the idle one.
   prof.links.push_back({"p2p_loaded", 2, 65536,
                         3 * collective_time_s(Collective::kP2p, 65536, 2, link), "intra_node"});
   prof.links.push_back({"p2p_loaded", 2, 1048576,
                         5 * collective_time_s(Collective::kP2p, 1048576, 2, link), "intra_node"});
-  const Calibration cal(prof, model);
+  const MeasuredProfile cal(prof, model);
   CHECK(cal.collective_factor(Collective::kP2p) == Approx(4));
   CHECK(cal.collective_factor(Collective::kAllReduce) == Approx(1));
   const std::vector<LinkFit> fits = fit_links(prof.links);
