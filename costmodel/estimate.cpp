@@ -223,8 +223,7 @@ Prediction CostModel::predict(const StepTerms& terms, const Job& job, const Stra
   profiles::PathMetrics dp_link{};
   if (g.dp > 1) dp_link = links_.group(world, g.dp, g.tp);
   auto dp_time = [&](Collective c, double bytes) {
-    const double f = profile_ ? profile_->collective_factor(c) : 1.0;
-    return f * collective_time_s(c, bytes, g.dp, dp_link);
+    return collective_factor(c) * collective_time_s(c, bytes, g.dp, dp_link);
   };
   const RuntimeRules runtime = runtime_rules(job.runtime);
   const double layer_parameters =

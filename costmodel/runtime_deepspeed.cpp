@@ -16,18 +16,13 @@ constexpr double kReduceBucketElements = 5e8;      // reduce_bucket_size
 constexpr double kPrefetchBucketElements = 5e7;    // stage3_prefetch_bucket_size
 constexpr double kMaxLiveParameterElements = 1e9;  // stage3_max_live_parameters
 
-// The stage of `s` (check_strategy() keeps it within 0..3).
-DeepSpeedZero zero_of(const Strategy& s) {
-  return deepspeed_zero(s.zero).value_or(DeepSpeedZero{});
-}
-
 std::optional<std::string> deepspeed_refusal(const Job& job, const Strategy& s) {
   if (job.precision == Precision::kFp8) {
     return std::string(
         "DeepSpeed's engine has no fp8 training of its own (use bf16, or runtime megatron or "
         "fsdp, which run TransformerEngine's fp8)");
   }
-  if (s.pp > 1 && !zero_of(s).runs_with_pipeline) {
+  if (s.pp > 1 && !deepspeed_zero_of(s).runs_with_pipeline) {
     return "DeepSpeed's pipeline engine refuses ZeRO-2 and ZeRO-3 (they are incompatible with its "
            "pipeline parallelism); use zero 0 or 1 with pp=" +
            std::to_string(s.pp);
@@ -40,7 +35,7 @@ std::optional<std::string> deepspeed_refusal(const Job& job, const Strategy& s) 
 }
 
 RuntimeMemory deepspeed_memory(const Job& job, const Strategy& s, const RankMemoryInput& in) {
-  const DeepSpeedZero zero = zero_of(s);
+  const DeepSpeedZero zero = deepspeed_zero_of(s);
   RuntimeMemory out;
   // The ZeRO paper's accounting is DeepSpeed's: low-precision weights and gradients, fp32 master
   // weights and Adam moments in the optimizer states (K = 12), sharded by stage.
@@ -49,7 +44,7 @@ RuntimeMemory deepspeed_memory(const Job& job, const Strategy& s, const RankMemo
   const double recompute = in.backward_working_bytes();
   double persistent = 0;
   double transient = 0;
-  if (zero.partitions_optimizer_states) {
+  if (zero.policy.shards_optimizer_states) {
     // contiguous_gradients: the gradients of the bucket being reduced are copied into one
     // buffer of reduce_bucket_size elements (two with overlap_comm).
     const double buffers = zero.overlap_comm ? 2 : 1;
@@ -57,7 +52,7 @@ RuntimeMemory deepspeed_memory(const Job& job, const Strategy& s, const RankMemo
     // The optimizer step gives the fp32 partition of the master weights an fp32 gradient.
     transient = 4 * in.num_parameters / s.dp;
   }
-  if (zero.partitions_parameters) {
+  if (zero.policy.shards_parameters) {
     // Live gathered parameters: the module running plus the prefetched bucket, at most
     // stage3_max_live_parameters; and the module's full gradient before it is reduced.
     const double live =
@@ -81,9 +76,9 @@ DataParallelExposure deepspeed_exposure(const Job&, const Strategy& s,
   const double grads = in.num_parameters * in.element_bytes;
   const double layer = std::min(in.layer_num_parameters, in.num_parameters) * in.element_bytes;
   const double mb = static_cast<double>(in.num_micro_batches);
-  const DeepSpeedZero zero = zero_of(s);
+  const DeepSpeedZero zero = deepspeed_zero_of(s);
   DataParallelExposure out;
-  if (zero.partitions_parameters) {
+  if (zero.policy.shards_parameters) {
     const double gather = in.time_s(Collective::kAllGather, grads);
     const double reduce = in.time_s(Collective::kReduceScatter, grads);
     out.parameter_s =
@@ -92,9 +87,9 @@ DataParallelExposure deepspeed_exposure(const Job&, const Strategy& s,
     out.gradient_s = mb * exposed_after_window_s(gather + reduce, in.backward_window_s,
                                                  in.time_s(Collective::kReduceScatter, layer),
                                                  in.overlap_slowdown);
-  } else if (zero.partitions_optimizer_states) {
-    out.gradient_s =
-        (zero.reduces_every_micro_batch ? mb : 1) * in.time_s(Collective::kReduceScatter, grads);
+  } else if (zero.policy.shards_optimizer_states) {
+    out.gradient_s = (zero.policy.reduces_every_micro_batch ? mb : 1) *
+                     in.time_s(Collective::kReduceScatter, grads);
     out.parameter_s = in.time_s(Collective::kAllGather, grads);
   } else {
     out.gradient_s = in.time_s(Collective::kAllReduce, grads);
@@ -117,9 +112,9 @@ DataParallelExposure deepspeed_exposure(const Job&, const Strategy& s,
 LayerTime deepspeed_host_per_tensor(const Job&, const Strategy& s) {
   constexpr double kZero2BackwardS = 0.15e-3;
   constexpr double kZero3S = 1.2e-3;
-  const DeepSpeedZero zero = zero_of(s);
-  if (zero.partitions_parameters) return {kZero3S / 3, 2 * kZero3S / 3, 0};
-  if (zero.partitions_gradients) return {0, kZero2BackwardS, 0};
+  const DeepSpeedZero zero = deepspeed_zero_of(s);
+  if (zero.policy.shards_parameters) return {kZero3S / 3, 2 * kZero3S / 3, 0};
+  if (zero.policy.shards_gradients) return {0, kZero2BackwardS, 0};
   return {};
 }
 
@@ -128,7 +123,7 @@ LayerTime deepspeed_host_per_tensor(const Job&, const Strategy& s) {
 // no AdamW and, at ZeRO 1 and 2, no all-gather of updated weights. The gradients were reduced in
 // the backward pass; ZeRO-3's parameter gathers run in the passes and stay.
 double deepspeed_overflow_skipped_s(const Strategy& s, double optimizer_s, double parameter_s) {
-  return optimizer_s + (zero_of(s).gathers_updated_weights ? parameter_s : 0);
+  return optimizer_s + (deepspeed_zero_of(s).policy.gathers_after_step ? parameter_s : 0);
 }
 
 }  // namespace

@@ -21,12 +21,6 @@ double reduce_bytes(const Job& job) {
   return job.reduce_precision ? element_bytes(*job.reduce_precision) : 4.0;
 }
 
-// The sharding strategy of `s`; zero 1, which FSDP has not, is refused (fsdp_refusal) and
-// otherwise treated as NO_SHARD.
-FsdpSharding sharding_of(const Strategy& s) {
-  return fsdp_sharding(s.zero).value_or(FsdpSharding::kNoShard);
-}
-
 std::optional<std::string> fsdp_refusal(const Job&, const Strategy& s) {
   if (!fsdp_sharding(s.zero)) {
     return "PyTorch FSDP has no optimizer-only sharding (ZeRO-1): zero 0 = NO_SHARD, 2 = "
@@ -39,7 +33,7 @@ RuntimeMemory fsdp_memory(const Job& job, const Strategy& s, const RankMemoryInp
   // The sharded flat parameters stay fp32 and are the optimizer's weights (no separate master
   // copy); their gradients are fp32; AdamW keeps two fp32 moments. Sharded by dp with
   // SHARD_GRAD_OP and FULL_SHARD, whole with NO_SHARD.
-  const FsdpSharding sharding = sharding_of(s);
+  const FsdpSharding sharding = fsdp_sharding_of(s);
   const double shards = shards_states(sharding) ? s.dp : 1;
   RuntimeMemory out;
   out.states.parameter_bytes = 4 * in.num_parameters / shards;
@@ -81,7 +75,7 @@ DataParallelExposure fsdp_exposure(const Job& job, const Strategy& s, const Data
   const double layer = std::min(in.layer_num_parameters, in.num_parameters);
   const double grads = reduce_bytes(job) * in.num_parameters;
   const double mb = static_cast<double>(in.num_micro_batches);
-  const FsdpSharding sharding = sharding_of(s);
+  const FsdpSharding sharding = fsdp_sharding_of(s);
   DataParallelExposure out;
   if (!shards_states(sharding)) {
     out.gradient_s = exposed_after_window_s(

@@ -84,12 +84,6 @@ struct DistributedFusedAdamBytes {
 // Apex's bucket_cap_mb as NeMo's launcher sets it (125 MB; Apex's own default is 100).
 constexpr double kDistributedAdamBucketBytes = 125e6;
 
-// The optimizer of `s` (runtime_zero.hpp). Zero 3, which neither engine runs, is refused
-// (megatron_refusal, nemo_refusal) and otherwise treated as the most sharded one.
-MegatronOptimizer optimizer_of(const Strategy& s) {
-  return megatron_optimizer(s.zero).value_or(MegatronOptimizer::kDistributedFusedAdam);
-}
-
 std::optional<std::string> megatron_refusal(const Job& job, const Strategy& s) {
   if (job.reduce_precision) {
     const Precision reduce = *job.reduce_precision;
@@ -101,7 +95,7 @@ std::optional<std::string> megatron_refusal(const Job& job, const Strategy& s) {
              profiles::to_string(reduce) + " needs fp32 or bf16 (bf16 jobs), or runtime nemo";
     }
   }
-  if (optimizer_of(s) == MegatronOptimizer::kDistributedFusedAdam) {
+  if (megatron_optimizer_of(s) == MegatronOptimizer::kDistributedFusedAdam) {
     return "Megatron-LM shards the optimizer states only (its distributed optimizer is ZeRO-1); "
            "zero=" +
            std::to_string(s.zero) +
@@ -128,8 +122,8 @@ RuntimeMemory megatron_memory(const Job& job, const Strategy& s, const RankMemor
   RuntimeMemory out;
   out.states.parameter_bytes = in.num_parameters * b.parameters + fp8_weight_copy_bytes(job, in);
   out.states.gradient_bytes = in.num_parameters * megatron_gradient_bytes(job);
-  out.states.optimizer_bytes =
-      in.num_parameters * b.optimizer / (shards_optimizer_states(optimizer_of(s)) ? s.dp : 1);
+  out.states.optimizer_bytes = in.num_parameters * b.optimizer /
+                               (shards_optimizer_states(megatron_optimizer_of(s)) ? s.dp : 1);
   // Gradient buckets are views of the contiguous main-grad buffer and the parameter all-gather
   // writes into the contiguous parameter buffer: no copies. The fused multi-tensor Adam needs no
   // shard-sized temporary. What remains: one layer's backward temporaries, and the word
@@ -142,7 +136,7 @@ RuntimeMemory megatron_memory(const Job& job, const Strategy& s, const RankMemor
 RuntimeMemory nemo_memory(const Job& job, const Strategy& s, const RankMemoryInput& in) {
   RuntimeMemory out = megatron_memory(job, s, in);
   const double n = in.num_parameters;
-  if (optimizer_of(s) != MegatronOptimizer::kDistributedFusedAdam) {
+  if (megatron_optimizer_of(s) != MegatronOptimizer::kDistributedFusedAdam) {
     out.states.gradient_bytes = n * nemo_bytes(job).gradients;
     return out;
   }
@@ -170,7 +164,7 @@ DataParallelExposure overlapped_exposure(double grad_width, const Strategy& s,
   const double grads = in.num_parameters * grad_width;
   const double bucket = std::min(bucket_elements(s.dp) * grad_width, grads);
   DataParallelExposure out;
-  const bool distributed = shards_optimizer_states(optimizer_of(s));
+  const bool distributed = shards_optimizer_states(megatron_optimizer_of(s));
   const Collective reduce = distributed ? Collective::kReduceScatter : Collective::kAllReduce;
   out.gradient_s = exposed_after_window_s(in.time_s(reduce, grads), in.backward_window_s,
                                           in.time_s(reduce, bucket), in.overlap_slowdown);
@@ -189,7 +183,7 @@ DataParallelExposure overlapped_exposure(double grad_width, const Strategy& s,
 // bucket by bucket under the next step's first forward pass (overlap_param_sync). Zero 0 and 1
 // are Megatron-Core's, reducing the gradient buffer.
 DataParallelExposure nemo_exposure(const Job& job, const Strategy& s, const DataParallelInput& in) {
-  if (optimizer_of(s) != MegatronOptimizer::kDistributedFusedAdam) {
+  if (megatron_optimizer_of(s) != MegatronOptimizer::kDistributedFusedAdam) {
     return overlapped_exposure(nemo_bytes(job).gradients, s, in);
   }
   const double grads = in.num_parameters * nemo_gradient_bytes(job);

@@ -6,11 +6,7 @@ std::optional<DeepSpeedZero> deepspeed_zero(int stage) {
   if (stage < 0 || stage > 3) return std::nullopt;
   DeepSpeedZero z;
   z.stage = stage;
-  z.partitions_optimizer_states = stage >= 1;
-  z.partitions_gradients = stage >= 2;
-  z.partitions_parameters = stage == 3;
-  z.reduces_every_micro_batch = stage == 2;
-  z.gathers_updated_weights = stage == 1 || stage == 2;
+  z.policy = zero_policy(stage);
   z.overlap_comm = stage == 3;
   z.runs_with_pipeline = stage <= 1;
   return z;
@@ -52,6 +48,18 @@ std::optional<MegatronOptimizer> megatron_optimizer(int zero) {
     default:
       return std::nullopt;
   }
+}
+
+DeepSpeedZero deepspeed_zero_of(const Strategy& strategy) {
+  return deepspeed_zero(strategy.zero).value_or(DeepSpeedZero{});
+}
+
+FsdpSharding fsdp_sharding_of(const Strategy& strategy) {
+  return fsdp_sharding(strategy.zero).value_or(FsdpSharding::kNoShard);
+}
+
+MegatronOptimizer megatron_optimizer_of(const Strategy& strategy) {
+  return megatron_optimizer(strategy.zero).value_or(MegatronOptimizer::kDistributedFusedAdam);
 }
 
 }  // namespace loom::costmodel

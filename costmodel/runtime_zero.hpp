@@ -18,19 +18,18 @@
 
 #include <optional>
 
+#include "costmodel/strategy.hpp"
+#include "costmodel/zero.hpp"
+
 namespace loom::costmodel {
 
 // DeepSpeed's zero_optimization.stage with the settings `loom plan --emit deepspeed` writes
 // (deepspeed/runtime/zero/stage_1_and_2.py, stage3.py).
 struct DeepSpeedZero {
   int stage = 0;
-  bool partitions_optimizer_states = false;  // stage >= 1: fp32 master weights and moments, 1/dp
-  bool partitions_gradients = false;         // stage >= 2: each rank keeps its 1/dp
-  bool partitions_parameters = false;        // stage 3: modules fetched around each pass
-  // Stage 2 reduces each micro-batch's gradients in its backward pass (stage 1 once per step;
-  // stage 3 inside the passes it fetches for).
-  bool reduces_every_micro_batch = false;
-  bool gathers_updated_weights = false;  // stages 1 and 2: all-gather after the optimizer step
+  // What the stage partitions over dp and when it communicates: DeepSpeed's stages are the ZeRO
+  // paper's (zero.hpp's shards_*, reduces_every_micro_batch, gathers_after_step).
+  ZeroPolicy policy;
   // Reductions on a side stream under the backward pass, with a second bucket buffer: DeepSpeed's
   // default, on at stage 3 only. The published DeepSpeed runs Loom is fitted on (the autotuner's
   // templates, deepspeed/autotuning/config_templates/template_zero2.json) keep it off at stage 2,
@@ -64,5 +63,13 @@ std::optional<MegatronOptimizer> megatron_optimizer(int zero);
 inline bool shards_optimizer_states(MegatronOptimizer o) {
   return o != MegatronOptimizer::kReplicated;
 }
+
+// The same for a strategy its runtime accepted (RuntimeRules::refusal says no to the stages an
+// engine has not): what the runtime's rules and its emitter read. A stage refused there is given
+// the nearest the engine has, so that a refused strategy's figures are still defined: FSDP's zero
+// 1 is NO_SHARD, Megatron's zero 3 Apex's DistributedFusedAdam.
+DeepSpeedZero deepspeed_zero_of(const Strategy& strategy);
+FsdpSharding fsdp_sharding_of(const Strategy& strategy);
+MegatronOptimizer megatron_optimizer_of(const Strategy& strategy);
 
 }  // namespace loom::costmodel

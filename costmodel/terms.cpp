@@ -24,9 +24,9 @@ struct MeasuredEntry {
 };
 
 // Replaces the roofline time and the formula's activation bytes of one entry kind by what the
-// measured answers (measured.hpp): measured or interpolated figures as they are; a scaled
-// answer multiplies the roofline and formula at the query by measured / modelled at the nearest
-// measured shape.
+// measured profile answers (measured_profile.hpp): measured or interpolated figures as they are; a
+// scaled answer multiplies the roofline and formula at the query by measured / modelled at the
+// nearest measured shape.
 template <typename Roofline, typename Formula>
 MeasuredEntry measured_entry(const MeasuredProfile& measured, const LayerQuery& query,
                              const Roofline& roofline, const Formula& formula, LayerTime* time,
@@ -362,7 +362,7 @@ double tensor_parallel_time_s(const TermsInput& in, const TensorParallelCollecti
   return out;
 }
 
-// Fills the entries' terms and costs: compute from the roofline (or the measured), tensor-
+// Fills the entries' terms and costs: compute from the roofline (or the measured profile), tensor-
 // parallel collectives from set_tensor_parallel_collectives().
 void set_entry_costs(const TermsInput& in, const EntryMeasurements& cal,
                      const EntryActivations& act, double act_bytes, Terms& t) {

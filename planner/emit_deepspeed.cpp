@@ -15,17 +15,16 @@ using profiles::Precision;
 // The zero_optimization section: the settings the plan times (costmodel/runtime_zero.hpp's
 // DeepSpeedZero, runtime_deepspeed.cpp).
 nlohmann::ordered_json zero_section(const costmodel::Strategy& s) {
-  const costmodel::DeepSpeedZero z =
-      costmodel::deepspeed_zero(s.zero).value_or(costmodel::DeepSpeedZero{});
+  const costmodel::DeepSpeedZero z = costmodel::deepspeed_zero_of(s);
   nlohmann::ordered_json zero = {{"stage", z.stage}};
-  if (z.partitions_optimizer_states) {
+  if (z.policy.shards_optimizer_states) {
     zero["contiguous_gradients"] = true;
     zero["overlap_comm"] = z.overlap_comm;
     zero["reduce_scatter"] = true;
     zero["reduce_bucket_size"] = 500000000;
   }
-  if (z.gathers_updated_weights) zero["allgather_bucket_size"] = 500000000;
-  if (z.partitions_parameters) {
+  if (z.policy.gathers_after_step) zero["allgather_bucket_size"] = 500000000;
+  if (z.policy.shards_parameters) {
     zero["stage3_prefetch_bucket_size"] = 50000000;
     zero["stage3_max_live_parameters"] = 1000000000;
     zero["stage3_param_persistence_threshold"] = 100000;

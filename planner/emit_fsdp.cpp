@@ -9,14 +9,8 @@
 namespace loom::planner::emit_detail {
 namespace {
 
-using costmodel::FsdpSharding;
 using costmodel::Recompute;
 using profiles::Precision;
-
-// The plan's sharding strategy (emit_plan() has refused zero 1 through the runtime's refusal).
-FsdpSharding sharding_of(const costmodel::Strategy& s) {
-  return costmodel::fsdp_sharding(s.zero).value_or(FsdpSharding::kNoShard);
-}
 
 // PyTorch's name of a precision's storage dtype (tf32 stores fp32).
 const char* torch_dtype(Precision p) {
@@ -27,7 +21,7 @@ const char* torch_dtype(Precision p) {
 
 std::string wrap_settings(const Plan& plan) {
   const costmodel::Strategy& s = plan.strategy;
-  const char* sharding = costmodel::to_string(sharding_of(s));
+  const char* sharding = costmodel::to_string(costmodel::fsdp_sharding_of(s));
   // Mixed precision for 16-bit jobs only.
   const std::string dtype =
       costmodel::element_bytes(plan.job.precision) == 2 ? torch_dtype(plan.job.precision) : "";
@@ -75,7 +69,7 @@ std::string accumulation_settings(const costmodel::Strategy& s) {
   std::string out = "#   " + num(s.micro_batch) + " samples per GPU per micro-batch, " +
                     num(s.num_micro_batches) + " micro-batches per step (gradient accumulation)\n";
   if (s.num_micro_batches <= 1) return out;
-  if (!costmodel::shards_states(sharding_of(s))) {
+  if (!costmodel::shards_states(costmodel::fsdp_sharding_of(s))) {
     out += "#   micro-batches 1 to " + num(s.num_micro_batches - 1) +
            " under `with model.no_sync():` (FSDP2: model.set_requires_gradient_sync(False), "
            "True for the last): gradients all-reduce once per step\n";

@@ -55,19 +55,22 @@ TEST_CASE("each engine's name for a ZeRO stage", "[zero][runtime]") {
   CHECK(shards_optimizer_states(MegatronOptimizer::kDistributed));
 
   // DeepSpeed: the ZeRO paper's stages; the pipeline engine takes 0 and 1; overlap_comm on at
-  // stage 3 only (its default); the updated weights gathered at 1 and 2.
+  // stage 3 only (its default).
   for (int stage = 0; stage <= 3; ++stage) {
     const DeepSpeedZero z = *deepspeed_zero(stage);
-    const ZeroPolicy p = zero_policy(stage);
     CHECK(z.stage == stage);
-    CHECK(z.partitions_optimizer_states == p.shards_optimizer_states);
-    CHECK(z.partitions_gradients == p.shards_gradients);
-    CHECK(z.partitions_parameters == p.shards_parameters);
-    CHECK(z.gathers_updated_weights == p.gathers_after_step);
+    CHECK(z.policy == zero_policy(stage));
     CHECK(z.runs_with_pipeline == (stage <= 1));
     CHECK(z.overlap_comm == (stage == 3));
-    CHECK(z.reduces_every_micro_batch == (stage == 2));
   }
+
+  // A strategy's stage that its engine has not (refused by the runtime) still maps to one.
+  Strategy s;
+  s.zero = 1;
+  CHECK(fsdp_sharding_of(s) == FsdpSharding::kNoShard);
+  s.zero = 3;
+  CHECK(megatron_optimizer_of(s) == MegatronOptimizer::kDistributedFusedAdam);
+  CHECK(deepspeed_zero_of(s).policy.shards_parameters);
   CHECK_FALSE(deepspeed_zero(4));
   CHECK_FALSE(fsdp_sharding(-1));
 }
