@@ -1,12 +1,7 @@
 // Many ranks: the environment, c10d groups over Gloo (ranks are threads of this process sharing an
 // in-memory store), a lost peer, and the gold standard: every parallel layout trains to the same
 // losses as one process on the same data and seed.
-#include <torch/torch.h>
-// c10 defines a CHECK macro that aborts; Catch's must win.
-#undef CHECK
-
 #include <atomic>
-#include <catch2/catch.hpp>
 #include <chrono>
 #include <cmath>
 #include <csignal>
@@ -22,6 +17,7 @@
 #include "profiles/errors.hpp"
 #include "tests/executor/fixtures.hpp"
 #include "tests/executor/thread_ranks.hpp"
+#include "tests/executor/torch_catch.hpp"
 
 using loom::InputError;
 using loom::executor::CollectiveError;

@@ -2,11 +2,6 @@
 // stage and 2, 3 and 4 ranks the reduced gradient is the mean over ranks, the parameters after
 // a step equal those of one rank that saw the mean gradient, the state round-trips, and every
 // rank issues the same reductions in the same order.
-#include <torch/torch.h>
-// c10 defines a CHECK macro that aborts; Catch's must win.
-#undef CHECK
-
-#include <catch2/catch.hpp>
 #include <exception>
 #include <thread>
 #include <vector>
@@ -15,6 +10,7 @@
 #include "executor/flat_parameters.hpp"
 #include "profiles/errors.hpp"
 #include "tests/executor/thread_ranks.hpp"
+#include "tests/executor/torch_catch.hpp"
 
 using loom::executor::FlatOptions;
 using loom::executor::FlatParameter;

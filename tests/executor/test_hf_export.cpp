@@ -2,13 +2,8 @@
 // ZeRO-3, a tp2 and a pp2 run gives the logits of the one-process run on the same batches; the
 // export of a checkpoint gives the bytes of --output at the same step; config.json reads back as
 // the same ModelSpec; --keep-checkpoints; bad checkpoints are refused with nothing written.
-#include <torch/torch.h>
-// c10 defines a CHECK macro that aborts; Catch's must win.
-#undef CHECK
-
 #include <unistd.h>
 
-#include <catch2/catch.hpp>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -27,6 +22,7 @@
 #include "profiles/loader.hpp"
 #include "tests/executor/fixtures.hpp"
 #include "tests/executor/thread_ranks.hpp"
+#include "tests/executor/torch_catch.hpp"
 
 namespace fs = std::filesystem;
 using loom::InputError;

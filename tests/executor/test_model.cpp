@@ -1,13 +1,7 @@
 // The encoder model: forward against a reference written out op by op, Hugging Face names and
 // shapes, safetensors round trips and refusals, tensor parallelism simulated with two shards on
 // two threads, pipeline stages.
-#include <torch/torch.h>
-// c10 (c10/util/logging_is_not_google_glog.h) defines a CHECK macro that aborts; Catch's must win,
-// so LibTorch comes first and its CHECK is dropped before Catch defines its own.
-#undef CHECK
-
 #include <barrier>
-#include <catch2/catch.hpp>
 #include <cmath>
 #include <exception>
 #include <filesystem>
@@ -19,6 +13,7 @@
 #include "executor/torch_compat.hpp"
 #include "profiles/errors.hpp"
 #include "tests/executor/thread_ranks.hpp"
+#include "tests/executor/torch_catch.hpp"
 
 namespace fs = std::filesystem;
 using loom::InputError;

@@ -3,13 +3,8 @@
 // seeded start (dp2 -> dp1, ZeRO-3 dp2 -> tp2, pp2 -> dp2, tp2 -> pp2, one rank -> many, 4 ranks
 // -> 4 others); the state a checkpoint holds survives a trip through another layout bit for bit;
 // a different model and a checkpoint whose layout cannot be read are refused.
-#include <torch/torch.h>
-// c10 defines a CHECK macro that aborts; Catch's must win.
-#undef CHECK
-
 #include <unistd.h>
 
-#include <catch2/catch.hpp>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -27,6 +22,7 @@
 #include "profiles/loader.hpp"
 #include "tests/executor/fixtures.hpp"
 #include "tests/executor/thread_ranks.hpp"
+#include "tests/executor/torch_catch.hpp"
 
 namespace fs = std::filesystem;
 using loom::InputError;

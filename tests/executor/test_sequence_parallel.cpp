@@ -3,11 +3,6 @@
 // every shard's gradient, with and without recomputation), and the refusals of plans this build
 // or this data cannot run. Ranks are threads over Gloo on an in-process store. The whole-run
 // equality with the single process is the gold test (test_distributed.cpp).
-#include <torch/torch.h>
-// c10 defines a CHECK macro that aborts; Catch's must win.
-#undef CHECK
-
-#include <catch2/catch.hpp>
 #include <chrono>
 #include <functional>
 #include <memory>
@@ -19,6 +14,7 @@
 #include "executor/train.hpp"
 #include "profiles/errors.hpp"
 #include "tests/executor/thread_ranks.hpp"
+#include "tests/executor/torch_catch.hpp"
 
 using loom::InputError;
 using loom::costmodel::Attention;

@@ -1,11 +1,6 @@
 // ZeRO's communication on many ranks (threads over Gloo): the reduce-scatter, and ZeRO-3's
 // block-by-block gathers counted against the cost model's rules (costmodel/zero.hpp).
-#include <torch/torch.h>
-// c10 defines a CHECK macro that aborts; Catch's must win.
-#undef CHECK
-
 #include <algorithm>
-#include <catch2/catch.hpp>
 #include <map>
 #include <memory>
 #include <vector>
@@ -17,6 +12,7 @@
 #include "executor/model.hpp"
 #include "executor/reshard.hpp"
 #include "tests/executor/thread_ranks.hpp"
+#include "tests/executor/torch_catch.hpp"
 
 using loom::executor::EncoderClassifier;
 using loom::executor::EncoderInputs;
