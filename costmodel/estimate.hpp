@@ -68,7 +68,7 @@ class CostModel {
   int threads_per_rank(int world) const;
   // Measured / modelled time of a collective from the profile's link measurements (1 without).
   double collective_factor(Collective collective) const {
-    return profile_ ? profile_->collective_factor(collective) : 1.0;
+    return costmodel::collective_factor(profile_.get(), collective);
   }
   const std::vector<int>& device_of_rank() const { return links_.device_of_rank(); }
 

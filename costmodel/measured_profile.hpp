@@ -146,6 +146,12 @@ class MeasuredProfile {
   double factors_[4] = {1, 1, 1, 1};  // by Collective
 };
 
+// `profile`'s collective_factor(), or 1 without a measured profile: the one rule the estimate's
+// terms and CostModel::collective_factor() share.
+inline double collective_factor(const MeasuredProfile* profile, Collective collective) {
+  return profile != nullptr ? profile->collective_factor(collective) : 1.0;
+}
+
 struct LinkFit {
   std::string scope;          // "intra_node" | "inter_node"
   double latency_us = 0;      // per hop

@@ -77,9 +77,7 @@ struct TermsInput {
   double v = 1;           // vocabulary
   bool autocast = false;  // 16-bit compute on fp32 weights (RuntimeRules::autocast)
   // Measured / modelled time of a collective (1 without a profile's link measurements).
-  double factor(Collective c) const {
-    return measured != nullptr ? measured->collective_factor(c) : 1.0;
-  }
+  double factor(Collective c) const { return collective_factor(measured, c); }
 };
 
 // The rank's device rates (scaled by its CPU threads), and the per-parameter optimizer and
@@ -234,6 +232,36 @@ struct EntryMeasurements {
 
 // Replaces the roofline times and formula activations of every entry kind by what the
 // profile answers (measured_entry()), and scales a layer's backward temporaries alike.
+// The profile points of the three entry kinds: the rank's micro-batch, tokens (1/cp of the
+// sequence with context parallelism), tp shard, recomputation and threads; embeddings and heads
+// have no attention core, so their queries say math.
+struct EntryQueries {
+  LayerQuery embedding, layer, head;
+};
+
+EntryQueries entry_queries(const TermsInput& in, int threads) {
+  const Strategy& s = in.s;
+  EntryQueries out;
+  out.layer = {in.m.family == Family::kEncoder ? profiles::LayerKind::kEncoderLayer
+                                               : profiles::LayerKind::kDecoderLayer,
+               s.micro_batch,
+               in.seq_len,
+               s.tp,
+               to_string(s.recompute),
+               threads,
+               to_string(s.attention)};
+  out.embedding = out.layer;
+  out.embedding.kind = profiles::LayerKind::kEmbedding;
+  out.embedding.attention = "math";
+  out.head = out.embedding;
+  out.head.kind = profiles::LayerKind::kHead;
+  return out;
+}
+
+std::string layer_name(const profiles::ModelSpec& m) {
+  return m.family == Family::kEncoder ? "encoder layer" : "decoder layer";
+}
+
 EntryMeasurements measured_entries(const TermsInput& in, const DeviceRates& core_rates, Terms& t,
                                    EntryActivations& act) {
   const profiles::ModelSpec& m = in.m;
@@ -275,29 +303,19 @@ EntryMeasurements measured_entries(const TermsInput& in, const DeviceRates& core
         shape.attention = *parse_attention(q.attention);
         return time(m, shape, scaled_rates(core_rates, q.threads));
       };
-  LayerQuery q{profiles::LayerKind::kEncoderLayer,
-               s.micro_batch,
-               in.seq_len,
-               s.tp,
-               to_string(s.recompute),
-               t.threads,
-               to_string(s.attention)};
+  const EntryQueries q = entry_queries(in, t.threads);
   EntryMeasurements out;
-  q.kind = m.family == Family::kEncoder ? profiles::LayerKind::kEncoderLayer
-                                        : profiles::LayerKind::kDecoderLayer;
   act.layer += copies;
   out.layer = measured_entry(
-      *in.measured, q, [&](const LayerQuery& x) { return roofline(x, transformer_layer_time); },
-      layer_formula, &t.layer, &act.layer);
-  q.kind = profiles::LayerKind::kEmbedding;
-  q.attention = "math";
+      *in.measured, q.layer,
+      [&](const LayerQuery& x) { return roofline(x, transformer_layer_time); }, layer_formula,
+      &t.layer, &act.layer);
   out.embed = measured_entry(
-      *in.measured, q, [&](const LayerQuery& x) { return roofline(x, embedding_time); },
+      *in.measured, q.embedding, [&](const LayerQuery& x) { return roofline(x, embedding_time); },
       embed_formula, &t.embed, &act.embed);
-  q.kind = profiles::LayerKind::kHead;
   out.head = measured_entry(
-      *in.measured, q, [&](const LayerQuery& x) { return roofline(x, head_time); }, head_formula,
-      &t.head, &act.head);
+      *in.measured, q.head, [&](const LayerQuery& x) { return roofline(x, head_time); },
+      head_formula, &t.head, &act.head);
   act.layer = std::max(0.0, act.layer - copies);
   if (formula_layer_act > 0) t.backward_temporary *= act.layer / formula_layer_act;
   return out;
@@ -472,8 +490,16 @@ Terms compute_terms(const profiles::ModelSpec& m, const CostOptions& options,
     Strategy none = every;
     none.recompute = Recompute::kNone;
     Terms t = compute_terms(m, options, links, cluster, measured, job, every);
-    blend_partial_recompute(compute_terms(m, options, links, cluster, measured, job, none), s,
-                            m.layers, t);
+    const Terms plain = compute_terms(m, options, links, cluster, measured, job, none);
+    blend_partial_recompute(plain, s, m.layers, t);
+    // The plain layer's point after the recomputing one's.
+    const auto is_layer = [&](const ProfileQuery& q) { return q.what == layer_name(m); };
+    ProfileQuery plain_layer =
+        *std::find_if(plain.profile_queries.begin(), plain.profile_queries.end(), is_layer);
+    plain_layer.what += " (not recomputed)";
+    t.profile_queries.insert(
+        std::find_if(t.profile_queries.begin(), t.profile_queries.end(), is_layer) + 1,
+        std::move(plain_layer));
     return t;
   }
   // A rank's tokens of each sample: 1/cp of the sequence (check_strategy: cp divides it).
@@ -507,6 +533,9 @@ Terms compute_terms(const profiles::ModelSpec& m, const CostOptions& options,
   t.step_sync_s = step_sync_s(in);
   EntryActivations act = activation_terms(in, t);
   EntryMeasurements cal;
+  const EntryQueries queries = entry_queries(in, t.threads);
+  t.profile_queries = {
+      {"embedding", queries.embedding}, {layer_name(m), queries.layer}, {"head", queries.head}};
   if (measured != nullptr) cal = measured_entries(in, core_rates, t, act);
   t.how_layer = cal.layer.how;
   t.how_embedding = cal.embed.how;
@@ -537,6 +566,7 @@ StepTerms step_terms_of(const Terms& t) {
   out.optimizer_s_per_tensor = t.optimizer.s_per_tensor;
   out.step_sync_s = t.step_sync_s;
   out.zero_grad_s_per_parameter = t.zero_grad_s_per_parameter;
+  out.profile_queries = t.profile_queries;
   return out;
 }
 

@@ -135,6 +135,13 @@ struct EntryTerms {
 };
 
 // Everything per micro-batch that estimate() charges, split into compute and communication volume.
+// One point the terms ask a measured profile for: an entry kind at the rank's shape, named as
+// coverage lines name it ("embedding", "encoder layer", "decoder layer (not recomputed)", "head").
+struct ProfileQuery {
+  std::string what;
+  LayerQuery query;
+};
+
 struct StepTerms {
   SequenceCosts costs;  // what sequence_costs() returns
   EntryTerms embedding;
@@ -158,6 +165,10 @@ struct StepTerms {
   double step_sync_s = 0;
   // Zeroing one fp32 gradient element at the step's start (zeroed_gradient_parameters()).
   double zero_grad_s_per_parameter = 0;
+  // The points these terms take from a measured profile when one is given, whether or not one is
+  // (what `loom profile --for` measures): embedding, layer, the plain layer when only some layers
+  // recompute, head.
+  std::vector<ProfileQuery> profile_queries;
 };
 
 // loom train's one all-reduce over the world per step: the loss and a stop vote of
@@ -189,6 +200,7 @@ struct Terms {
   Provenance how_layer = Provenance::kRoofline;
   Provenance how_embedding = Provenance::kRoofline;
   Provenance how_head = Provenance::kRoofline;
+  std::vector<ProfileQuery> profile_queries;  // StepTerms
 };
 
 // The terms of `job` under `s` on `cluster`, with the profile's measured layers where it has

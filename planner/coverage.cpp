@@ -48,13 +48,11 @@ void add_link(std::vector<LinkQuery>& links, LinkQuery q) {
 // The step's collectives, as the cost model charges them: the dp group's gradient buckets (and
 // the whole gradient), ZeRO's gathers of the updated parameters, the tp group's collectives of
 // every entry kind, the pipeline's transfers, and the scalar all-reduces after the optimizer.
-std::vector<LinkQuery> link_points(const Plan& plan) {
+std::vector<LinkQuery> link_points(const Plan& plan, const costmodel::StepTerms& terms) {
   const costmodel::Strategy& s = plan.strategy;
   const int world = s.world_size();
   std::vector<LinkQuery> links;
   if (world < 2) return links;
-  const costmodel::CostModel cost = cost_model_of(plan);
-  const costmodel::StepTerms terms = cost.step_terms(plan.job, s);
   const std::vector<int> devices = device_of_rank(plan);
   const std::string dp_scope = group_scope(plan, devices, s.dp, s.tp);
   const std::string tp_scope = group_scope(plan, devices, s.tp, 1);
@@ -112,26 +110,12 @@ PlanPoints plan_points(const Plan& plan) {
   const int world = s.world_size();
   out.threads = costmodel::threads_per_rank(plan.cluster, world);
   out.flat = world > 1;
-  // The queries of the cost model's compute terms (costmodel/estimate.cpp): one per entry kind,
-  // all at the plan's shape.
-  // WIRE: the same queries as measured_entries() in costmodel/terms.cpp.
-  costmodel::LayerQuery q{profiles::LayerKind::kEmbedding,   s.micro_batch, plan.job.seq_len, s.tp,
-                          costmodel::to_string(s.recompute), out.threads};
-  out.layers.emplace_back("embedding", q);
-  const bool encoder = plan.model.family == profiles::Family::kEncoder;
-  q.kind = encoder ? profiles::LayerKind::kEncoderLayer : profiles::LayerKind::kDecoderLayer;
-  q.attention = costmodel::to_string(s.attention);
-  const std::string layer = encoder ? "encoder layer" : "decoder layer";
-  out.layers.emplace_back(layer, q);
-  // Recomputing only some layers (recompute_layers) blends the recomputing and the plain layer.
-  if (costmodel::recomputes_part(s, plan.model.layers)) {
-    q.recompute = "none";
-    out.layers.emplace_back(layer + " (not recomputed)", q);
+  // The points the cost model's compute terms ask for (costmodel/terms.hpp).
+  costmodel::StepTerms terms = cost_model_of(plan).step_terms(plan.job, s);
+  for (costmodel::ProfileQuery& p : terms.profile_queries) {
+    out.layers.emplace_back(std::move(p.what), std::move(p.query));
   }
-  q.kind = profiles::LayerKind::kHead;
-  q.attention = "math";
-  out.layers.emplace_back("head", q);
-  out.links = link_points(plan);
+  out.links = link_points(plan, terms);
   return out;
 }
 

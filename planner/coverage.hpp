@@ -1,12 +1,12 @@
 // Coverage: the points of a plan's prediction that a measured profile (profiles/profile.hpp)
 // answers. The cost model asks the measured profile (costmodel/measured_profile.hpp) for each layer
-// kind at the plan's micro-batch, sequence length, tp shard, recomputation and CPU threads per
-// rank, for the optimizer step at those threads and the rank count's loop, and charges the
-// collectives of the plan's dp, tp and pp groups with the links fitted to the profile.
-// plan_points() lists those points (what `loom profile --for PLAN.json` measures);
-// extrapolated_points() lists the ones the plan's profile did not measure, each with what it is
-// derived from (what `loom plan`, `simulate` and `validate` print and the plan records as
-// "extrapolated"). Neither changes a prediction.
+// kind at the plan's micro-batch, the rank's share of the sequence, tp shard, recomputation and CPU
+// threads per rank (the points its terms record, costmodel/terms.hpp), for the optimizer step at
+// those threads and the rank count's loop, and charges the collectives of the plan's dp, tp and pp
+// groups with the links fitted to the profile. plan_points() lists those points (what `loom profile
+// --for PLAN.json` measures); extrapolated_points() lists the ones the plan's profile did not
+// measure, each with what it is derived from (what `loom plan`, `simulate` and `validate` print and
+// the plan records as "extrapolated"). Neither changes a prediction.
 #pragma once
 
 #include <string>

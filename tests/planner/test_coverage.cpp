@@ -91,6 +91,20 @@ TEST_CASE("a plan that recomputes some layers needs the plain layer too", "[cove
   CHECK(planner::plan_points(plan).layers.size() == 3);
 }
 
+TEST_CASE("with context parallelism a layer's point holds the rank's share of the sequence",
+          "[coverage]") {
+  const profiles::ModelSpec model = profiles::load_model("tiny-bert");
+  planner::Plan plan = dp2_plan(layers_at(model, 1));
+  plan.strategy.dp = 1;
+  plan.strategy.cp = 2;
+  const planner::PlanPoints points = planner::plan_points(plan);
+  REQUIRE(points.layers.size() == 3);
+  for (const auto& [what, query] : points.layers) {
+    INFO(what);
+    CHECK(query.seq_len == 32);  // 64 tokens over two ranks, as the cost model asks the profile
+  }
+}
+
 TEST_CASE("a plan whose threads per rank the profile lacks records one line per point",
           "[coverage]") {
   const profiles::ModelSpec model = profiles::load_model("tiny-bert");
