@@ -7,6 +7,7 @@
 #include "costmodel/runtime.hpp"
 #include "lab/fit.hpp"
 #include "planner/plan.hpp"
+#include "planner/validate_record.hpp"
 #include "profiles/errors.hpp"
 #include "profiles/json_reader.hpp"
 #include "profiles/loader.hpp"
@@ -20,19 +21,6 @@ using published::PreparedRow;
 
 constexpr double kGib = 1024.0 * 1024.0 * 1024.0;
 
-double positive(const json& object, const char* key, const std::string& file,
-                const std::string& path, bool required) {
-  auto it = object.find(key);
-  if (it == object.end() || it->is_null()) {
-    if (required) throw InputError(file, path + "." + key, "expected a number > 0");
-    return 0;
-  }
-  if (!it->is_number() || it->get<double>() <= 0) {
-    throw InputError(file, path + "." + key, "expected a number > 0");
-  }
-  return it->get<double>();
-}
-
 // A `loom validate --json` record with its plan: Loom's executor ran the plan, so it is
 // predicted as runtime loom, on `cluster` sized to the plan's devices.
 PreparedRow validate_row(const json& doc, const std::string& file, const std::string& path,
@@ -42,21 +30,16 @@ PreparedRow validate_row(const json& doc, const std::string& file, const std::st
   r.file = file;
   r.id = path;
   const planner::Plan plan = planner::plan_from_json(doc.at("plan"), file + " " + path + ".plan");
-  const json& measured = doc.at("measured");
-  if (!measured.is_object()) throw InputError(file, path + ".measured", "expected an object");
-  const double step_time_s = positive(measured, "step_time_s", file, path + ".measured", true);
+  const planner::MeasuredRun measured = planner::measured_run_from_json(doc, file, path);
   r.unit = "samples_per_s";
-  r.measured = static_cast<double>(plan.job.global_batch) / step_time_s;
+  r.measured = static_cast<double>(plan.job.global_batch) / measured.step_time_s;
   // The device's used memory where the run had one (CUDA: the process lines count too), else the
   // allocator's peak of tensors.
-  if (const double bytes = positive(measured, "device_used_bytes", file, path + ".measured", false);
-      bytes > 0) {
-    r.measured_memory_gib = bytes / kGib;
+  if (measured.device_used_bytes) {
+    r.measured_memory_gib = *measured.device_used_bytes / kGib;
     r.memory_kind = "device used (loom validate)";
-  } else if (const double allocated =
-                 positive(measured, "peak_memory_bytes", file, path + ".measured", false);
-             allocated > 0) {
-    r.measured_memory_gib = allocated / kGib;
+  } else if (measured.peak_memory_bytes > 0) {
+    r.measured_memory_gib = measured.peak_memory_bytes / kGib;
     r.memory_kind = "allocator peak allocated (loom validate)";
   }
   if (plan.cluster.device.name != cluster.device.name) {

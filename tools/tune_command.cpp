@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "lab/tune.hpp"
+#include "planner/validate_record.hpp"
 #include "profiles/errors.hpp"
 #include "profiles/json_reader.hpp"
 #include "profiles/loader.hpp"
@@ -105,17 +106,12 @@ tune::TuneMeasurement measure(const planner::Plan& plan, int rank, const tune::T
   try {
     const nlohmann::json doc =
         profiles::parse_json_text(profiles::read_text_file(out.string()), out.string());
-    const nlohmann::json& measured = doc.at("measured");
-    m.step_time_s = measured.at("step_time_s").get<double>();
-    m.peak_memory_bytes = measured.at("peak_memory_bytes").get<double>();
+    const planner::MeasuredRun measured = planner::measured_run_from_json(doc, out.string());
+    m.step_time_s = measured.step_time_s;
+    if (measured.peak_memory_bytes > 0) m.peak_memory_bytes = measured.peak_memory_bytes;
   } catch (const std::exception& e) {
     m.step_time_s.reset();
     m.failure = "unreadable output of loom validate: " + one_line(e.what());
-    return m;
-  }
-  if (!(*m.step_time_s > 0)) {
-    m.step_time_s.reset();
-    m.failure = "loom validate measured no step time";
   }
   return m;
 }

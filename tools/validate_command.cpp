@@ -33,6 +33,7 @@
 #include "planner/plan.hpp"
 #include "planner/replan.hpp"
 #include "planner/report.hpp"
+#include "planner/validate_record.hpp"
 #include "profiles/errors.hpp"
 #include "profiles/json_reader.hpp"
 #include "profiles/loader.hpp"
@@ -214,29 +215,26 @@ int run_validate(const ValidateArgs& a) {
   run_training(a, plan, dir);
 
   // Per rank: the median step time after the warm-up and the peak memory.
-  double step_time_s = 0;
-  double peak_bytes = 0;
-  std::optional<double> device_bytes;  // CUDA runs only
-  nlohmann::json ranks = nlohmann::json::array();
+  planner::MeasuredRun run;
+  run.steps = a.steps;
+  run.warmup_steps = a.warmup;
   nlohmann::json predicted_ranks = nlohmann::json::array();
-  std::vector<planner::MeasuredSteps> per_rank;
   for (int r = 0; r < world; ++r) {
     predicted_ranks.push_back({{"rank", r}, {"phases_s", predicted_phases(simulation, r)}});
     const fs::path metrics = dir / ("metrics." + std::to_string(r) + ".jsonl");
     const planner::MeasuredSteps m = executor::summarize_metrics(
         profiles::read_text_file(metrics.string()), metrics.string(), a.warmup);
-    step_time_s = std::max(step_time_s, m.median_step_time_s);
-    peak_bytes = std::max(peak_bytes, m.peak_memory_bytes.value_or(0));
-    if (m.device_used_bytes)
-      device_bytes = std::max(device_bytes.value_or(0), *m.device_used_bytes);
-    nlohmann::json phases = nlohmann::json::object();
-    for (const auto& [name, seconds] : m.median_phases_s) phases[name] = seconds;
-    per_rank.push_back(m);
-    ranks.push_back({{"rank", r},
-                     {"step_time_s", m.median_step_time_s},
-                     {"peak_memory_bytes", std::llround(m.peak_memory_bytes.value_or(0))},
-                     {"phases_s", phases}});
+    run.step_time_s = std::max(run.step_time_s, m.median_step_time_s);
+    run.peak_memory_bytes = std::max(run.peak_memory_bytes, m.peak_memory_bytes.value_or(0));
+    if (m.device_used_bytes) {
+      run.device_used_bytes = std::max(run.device_used_bytes.value_or(0), *m.device_used_bytes);
+    }
+    run.ranks.push_back(
+        {r, m.median_step_time_s, m.peak_memory_bytes.value_or(0), m.median_phases_s});
   }
+  const double step_time_s = run.step_time_s;
+  const double peak_bytes = run.peak_memory_bytes;
+  const std::optional<double> device_bytes = run.device_used_bytes;
   const double time_error = relative_error(predicted.step_time_s, step_time_s);
   // The allocator's peak holds tensors only: the process lines (CUDA context, NCCL buffers) are
   // what the device's used memory adds, which loom train records on CUDA (device_used_bytes).
@@ -249,14 +247,9 @@ int run_validate(const ValidateArgs& a) {
     nlohmann::json doc;
     doc["predicted"] = costmodel::prediction_to_json(predicted);
     doc["predicted"]["ranks"] = predicted_ranks;
-    doc["measured"] = {{"step_time_s", step_time_s},
-                       {"peak_memory_bytes", std::llround(peak_bytes)},
-                       {"steps", a.steps},
-                       {"warmup_steps", a.warmup},
-                       {"ranks", ranks}};
+    doc["measured"] = planner::measured_run_to_json(run);
     doc["relative_error"] = {{"step_time", time_error}, {"peak_memory", memory_error}};
     if (device_bytes) {
-      doc["measured"]["device_used_bytes"] = std::llround(*device_bytes);
       doc["predicted"]["device_used_bytes"] = std::llround(predicted_total_bytes);
       doc["relative_error"]["device_memory"] = relative_error(predicted_total_bytes, *device_bytes);
     }
@@ -293,17 +286,16 @@ int run_validate(const ValidateArgs& a) {
                   100 * relative_error(predicted_total_bytes, *device_bytes));
     std::cout << line;
   }
-  for (const auto& r : ranks) {
-    std::snprintf(line, sizeof line, "  rank %-3d %21.4f s %10.1f MiB\n", r["rank"].get<int>(),
-                  r["step_time_s"].get<double>(),
-                  static_cast<double>(r["peak_memory_bytes"].get<std::int64_t>()) / (1 << 20));
+  for (const planner::RankRun& r : run.ranks) {
+    std::snprintf(line, sizeof line, "  rank %-3d %21.4f s %10.1f MiB\n", r.rank, r.step_time_s,
+                  r.peak_memory_bytes / (1 << 20));
     std::cout << line;
     // Where the rank's step went, predicted (the simulator's phases) and measured (loom train's
     // phases_s, medians), in ms.
-    const auto rank = static_cast<std::size_t>(r["rank"].get<int>());
-    const auto& measured_phases = per_rank[rank].median_phases_s;
+    const auto& measured_phases = r.phases_s;
     if (measured_phases.empty()) continue;
-    const nlohmann::json& predicted_phases_s = predicted_ranks[rank]["phases_s"];
+    const nlohmann::json& predicted_phases_s =
+        predicted_ranks[static_cast<std::size_t>(r.rank)]["phases_s"];
     std::string head = "    ms       ";
     std::string ahead = "    predicted";
     std::string seen = "    measured ";
