@@ -11,6 +11,7 @@
 #include <system_error>
 
 #include "costmodel/zero.hpp"
+#include "executor/device.hpp"
 #include "profiles/errors.hpp"
 #include "profiles/loader.hpp"
 
@@ -132,18 +133,12 @@ CheckpointLayout read_layout(const nlohmann::json& state, const std::string& sou
 }
 
 std::vector<torch::Tensor> capture_rng(Device device, int device_index) {
-  std::vector<torch::Tensor> states;
-  at::Generator cpu = at::globalContext().defaultGenerator(c10::DeviceType::CPU);
-  {
-    std::lock_guard<std::mutex> lock(cpu.mutex());
-    states.push_back(cpu.get_state());
-  }
-  if (device == Device::kCuda) {
-    at::Generator cuda = at::globalContext().defaultGenerator(
-        c10::Device(c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(device_index)));
-    std::lock_guard<std::mutex> lock(cuda.mutex());
-    states.push_back(cuda.get_state());
-  }
+  const GeneratorStates g = capture_generators(
+      device == Device::kCuda
+          ? torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(device_index))
+          : torch::Device(torch::kCPU));
+  std::vector<torch::Tensor> states{g.cpu};
+  if (g.cuda.defined()) states.push_back(g.cuda);
   return states;
 }
 
@@ -153,17 +148,13 @@ void restore_rng(const std::vector<torch::Tensor>& states, Device device, int de
   if (states.size() != expected) {
     throw InputError(source, "", "the RNG states of a " + std::string(to_string(device)) + " run");
   }
-  at::Generator cpu = at::globalContext().defaultGenerator(c10::DeviceType::CPU);
-  {
-    std::lock_guard<std::mutex> lock(cpu.mutex());
-    cpu.set_state(states[0]);
-  }
+  GeneratorStates g;
+  g.cpu = states[0];
   if (device == Device::kCuda) {
-    at::Generator cuda = at::globalContext().defaultGenerator(
-        c10::Device(c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(device_index)));
-    std::lock_guard<std::mutex> lock(cuda.mutex());
-    cuda.set_state(states[1]);
+    g.cuda = states[1];
+    g.cuda_device = device_index;
   }
+  restore_generators(g);
 }
 
 namespace {

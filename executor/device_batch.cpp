@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "executor/device.hpp"
 #include "executor/torch_compat.hpp"
 #include "profiles/errors.hpp"
 
@@ -12,7 +13,7 @@ using profiles::Precision;
 
 CudaSupport cuda_support() {
 #if defined(LOOM_TORCH_CUDA)
-  return compat::cuda_available() ? CudaSupport::kAvailable : CudaSupport::kNoGpu;
+  return cuda_available() ? CudaSupport::kAvailable : CudaSupport::kNoGpu;
 #else
   return CudaSupport::kNotBuilt;
 #endif
@@ -28,7 +29,7 @@ torch::Device prepare_device(Device device, int device_index, Precision precisio
                          : std::string("cuda needs a visible GPU; this machine shows none to "
                                        "LibTorch: use --device cpu"));
   }
-  compat::cuda_set_device(device_index);
+  cuda_set_device(device_index);
   at::globalContext().setAllowTF32CuBLAS(precision == Precision::kTf32);
   at::globalContext().setAllowTF32CuDNN(precision == Precision::kTf32);
   return {torch::kCUDA, static_cast<c10::DeviceIndex>(device_index)};

@@ -11,6 +11,7 @@
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <utility>
 
+#include "executor/backends.hpp"
 #include "executor/torch_compat.hpp"
 #include "profiles/errors.hpp"
 
@@ -284,10 +285,10 @@ ProcessGroup::ProcessGroup(const c10::intrusive_ptr<c10d::Store>& store, std::st
   try {
     auto prefixed = c10::make_intrusive<c10d::PrefixStore>("loom/" + name_ + "/", store);
     if (options.backend == CommBackend::kNccl) {
-      impl_->backend = compat::make_nccl_backend(prefixed, rank_, size(), timeout_);
+      impl_->backend = make_nccl_backend(prefixed, rank_, size(), timeout_);
     } else {
-      impl_->backend = compat::make_gloo_backend(prefixed, rank_, size(), timeout_, options.host,
-                                                 options.interface);
+      impl_->backend =
+          make_gloo_backend(prefixed, rank_, size(), timeout_, options.host, options.interface);
     }
   } catch (const std::exception& e) {
     fail("joining the group", error_text(e));
@@ -298,7 +299,7 @@ ProcessGroup::ProcessGroup(const c10::intrusive_ptr<c10d::Store>& store, std::st
 ProcessGroup::~ProcessGroup() {
   if (impl_->backend && impl_->kind == CommBackend::kNccl) {
     try {
-      compat::shutdown_nccl_backend(impl_->backend);
+      shutdown_nccl_backend(impl_->backend);
     } catch (...) {  // NOLINT(bugprone-empty-catch): a destructor must not throw
     }
   }
@@ -386,7 +387,7 @@ std::unique_ptr<PendingOperation::Impl> ProcessGroup::new_operation(std::string 
     impl_->finished.sweep();
     impl->finished = &impl_->finished;
   }
-  impl->timeout = compat::wait_timeout(impl_->kind == CommBackend::kNccl, timeout_);
+  impl->timeout = wait_timeout(impl_->kind == CommBackend::kNccl, timeout_);
   impl->on_failure = [this, name = std::move(name)](const std::string& what) { fail(name, what); };
   return impl;
 }

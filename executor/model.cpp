@@ -9,6 +9,7 @@
 #include <sstream>
 #include <string_view>
 
+#include "executor/device.hpp"
 #include "executor/safetensors.hpp"
 #include "executor/torch_compat.hpp"
 #include "profiles/errors.hpp"
@@ -133,7 +134,7 @@ namespace {
 struct Recomputed : torch::CustomClassHolder {
   std::function<torch::Tensor(const std::vector<torch::Tensor>&)> fn;
   std::vector<bool> needs_grad;
-  compat::RngState rng;
+  GeneratorStates rng;
   torch::Device device = torch::kCPU;
   bool autocast = false;
   c10::ScalarType autocast_dtype = c10::ScalarType::BFloat16;
@@ -149,7 +150,7 @@ class Checkpoint : public torch::autograd::Function<Checkpoint> {
                                                 const c10::intrusive_ptr<Recomputed>& r,
                                                 torch::TensorList inputs) {
     r->device = inputs[0].device();
-    r->rng = compat::capture_rng(r->device);
+    r->rng = capture_generators(r->device);
     const c10::DeviceType type = r->device.type();
     r->autocast = compat::AutocastGuard::is_enabled(type);
     r->autocast_dtype = compat::AutocastGuard::get_dtype(type);
@@ -175,12 +176,12 @@ class Checkpoint : public torch::autograd::Function<Checkpoint> {
     }
     torch::Tensor out;
     {
-      const compat::RngState now = compat::capture_rng(r->device);
-      compat::restore_rng(r->rng);
+      const GeneratorStates now = capture_generators(r->device);
+      restore_generators(r->rng);
       torch::AutoGradMode grad_on(true);
       compat::AutocastGuard autocast(r->device.type(), r->autocast_dtype, r->autocast);
       out = r->fn(in);
-      compat::restore_rng(now);
+      restore_generators(now);
     }
     torch::autograd::backward({out}, {grads[0]});
     torch::autograd::variable_list result;

@@ -6,6 +6,7 @@
 #include <fstream>
 #include <thread>
 
+#include "executor/device.hpp"
 #include "executor/distributed.hpp"
 #include "executor/flat_adamw.hpp"
 #include "executor/model.hpp"
@@ -68,7 +69,7 @@ void measure(const ProfileOptions& o, LayerKind kind, std::int64_t batch, int tp
                                    ? torch::Device(torch::kCUDA, o.device_index)
                                    : torch::Device(torch::kCPU);
   auto sync = [&] {
-    if (o.device == Device::kCuda) compat::cuda_synchronize(o.device_index);
+    if (o.device == Device::kCuda) cuda_synchronize(o.device_index);
   };
   const int last = static_cast<int>(spec.layers) + 1;
   EncoderOptions eo;
@@ -96,9 +97,8 @@ void measure(const ProfileOptions& o, LayerKind kind, std::int64_t batch, int tp
     context.tp = std::make_shared<ShardOnlyComm>(tp);
   }
 
-  compat::CpuMemoryScope cpu_memory;
-  compat::DeviceMemory memory(o.device == Device::kCuda, o.device_index, cpu_memory.counter(),
-                              false);
+  CpuMemoryScope cpu_memory;
+  DeviceMemory memory(o.device == Device::kCuda, o.device_index, cpu_memory.counter(), false);
   EncoderClassifier stage(spec, eo, context);
   stage.train();
   std::int64_t parameter_bytes = 0;
@@ -224,7 +224,7 @@ std::vector<profiles::LayerMeasurement> profile_layers(const ProfileOptions& o) 
                      "fp32 on the CPU (the executor trains in fp32 there), found " +
                          std::string(profiles::to_string(o.precision)));
   }
-  if (o.device == Device::kCuda && !compat::cuda_available()) {
+  if (o.device == Device::kCuda && !cuda_available()) {
     throw InputError("--device", "", "cpu: this build of Loom or this machine has no CUDA");
   }
   if (o.warmup < 0 || o.repeats < 1) throw InputError("--repeats", "", "at least 1");
@@ -331,7 +331,7 @@ std::vector<profiles::OptimizerMeasurement> profile_optimizer(const ProfileOptio
   // the gradients at the step's start is not timed here: the cost model charges it as a write at
   // the device's memory rate (costmodel::zeroed_gradient_parameters).
   auto sync = [&] {
-    if (o.device == Device::kCuda) compat::cuda_synchronize(o.device_index);
+    if (o.device == Device::kCuda) cuda_synchronize(o.device_index);
   };
   auto one_rank = [&]() -> double {
     sync();
@@ -439,7 +439,7 @@ std::vector<profiles::LinkMeasurement> profile_links(ProcessGroup& group, Device
                                                       : torch::Device(torch::kCPU);
   const auto options = torch::TensorOptions().dtype(torch::kFloat).device(where);
   auto sync = [&] {
-    if (device == Device::kCuda) compat::cuda_synchronize(device_index);
+    if (device == Device::kCuda) cuda_synchronize(device_index);
   };
   std::vector<profiles::LinkMeasurement> out;
   auto timed = [&](const std::string& collective, double bytes, const std::function<void()>& op) {
@@ -516,7 +516,7 @@ JobGroup join_job(Device device, double timeout_s, const std::string& name) {
   const GroupOptions groups =
       job_group_options(env, device == Device::kCuda,
                         std::chrono::milliseconds(static_cast<std::int64_t>(timeout_s * 1000)));
-  if (device == Device::kCuda) compat::cuda_set_device(env.local_rank);
+  if (device == Device::kCuda) cuda_set_device(env.local_rank);
   const auto store = connect_store(env, groups.timeout);
   std::vector<int> members(static_cast<std::size_t>(env.world_size));
   for (int r = 0; r < env.world_size; ++r) members[static_cast<std::size_t>(r)] = r;
@@ -541,7 +541,7 @@ JobLinks profile_job_links(Device device, LinkProfileOptions options, double tim
 }
 
 std::string device_description(Device device, int device_index) {
-  if (device == Device::kCuda) return compat::cuda_device_name(device_index);
+  if (device == Device::kCuda) return cuda_device_name(device_index);
   std::ifstream in("/proc/cpuinfo");
   std::string line;
   while (std::getline(in, line)) {

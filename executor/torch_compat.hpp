@@ -2,15 +2,13 @@
 //
 // Loom builds against Debian's CPU LibTorch 1.13 and against CUDA LibTorch 2.x. Every API that
 // differs between them is wrapped here, behind one function with one contract; no other file tests
-// TORCH_VERSION_MAJOR. CUDA-only headers are included only when the build defines LOOM_TORCH_CUDA
-// (set by executor/CMakeLists.txt when LibTorch was built with CUDA), so the CPU build never sees
-// them; code that may run on CUDA checks torch::cuda::is_available() at run time.
+// TORCH_VERSION_MAJOR. CUDA-only code compiles only when the build defines LOOM_TORCH_CUDA (set by
+// executor/CMakeLists.txt when LibTorch was built with CUDA), so the CPU build never sees it. What
+// does not differ between versions lives where it is used: the device's memory and random state in
+// executor/device.hpp, the Gloo and NCCL groups in executor/distributed.cpp.
 #pragma once
 
-#include <ATen/CPUGeneratorImpl.h>
 #include <ATen/autocast_mode.h>
-#include <c10/core/Allocator.h>
-#include <c10/util/ThreadLocalDebugInfo.h>
 #include <torch/csrc/autograd/utils/lambda_post_hook.h>
 #include <torch/csrc/autograd/variable.h>
 #include <torch/torch.h>
@@ -22,29 +20,15 @@
 #include <limits>
 #include <sstream>
 #include <string>
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #include <torch/csrc/distributed/c10d/Work.hpp>
 #include <type_traits>
 #include <utility>
 
-// Gloo: Debian's LibTorch and most pip wheels ship its headers; a CUDA build without them uses
-// NCCL alone (CPU tensors then cannot be communicated). A CPU build needs Gloo.
-#if defined(USE_C10D_GLOO) && __has_include(<gloo/algorithm.h>)
-#define LOOM_HAS_GLOO 1
-#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
-#elif !defined(LOOM_TORCH_CUDA)
-#error "Loom's CPU build needs LibTorch's Gloo (USE_C10D_GLOO and the gloo headers: libgloo-dev)"
-#endif
-
-#if defined(LOOM_TORCH_CUDA)
-#include <ATen/cuda/CUDAContext.h>
-#include <ATen/cuda/CUDAGeneratorImpl.h>
-#include <c10/cuda/CUDACachingAllocator.h>
-#include <c10/cuda/CUDAFunctions.h>
-#include <c10/cuda/CUDAGuard.h>
-#include <cuda_runtime_api.h>
-
+// NCCL's process group, for shutdown_nccl() (CUDA builds whose LibTorch has NCCL).
+#if defined(LOOM_TORCH_CUDA) && defined(USE_C10D_NCCL)
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #endif
 
@@ -237,246 +221,6 @@ class AutocastGuard {
   c10::ScalarType previous_dtype_ = c10::ScalarType::Float;
 };
 
-// Whether this build can use CUDA: compiled with CUDA support and a device present.
-inline bool cuda_available() {
-#if defined(LOOM_TORCH_CUDA)
-  return torch::cuda::is_available();
-#else
-  return false;
-#endif
-}
-
-// Peak bytes allocated by the CUDA caching allocator on `device_index` since the last reset;
-// 0 when the build has no CUDA.
-inline std::int64_t cuda_peak_allocated_bytes(int device_index) {
-#if defined(LOOM_TORCH_CUDA)
-  const auto stats =
-      c10::cuda::CUDACachingAllocator::getDeviceStats(static_cast<c10::DeviceIndex>(device_index));
-  return stats.allocated_bytes[0].peak;  // index 0: the aggregate over all pools
-#else
-  (void)device_index;
-  return 0;
-#endif
-}
-
-// Bytes the CUDA caching allocator has handed out on `device_index` now; 0 without CUDA.
-inline std::int64_t cuda_allocated_bytes(int device_index) {
-#if defined(LOOM_TORCH_CUDA)
-  const auto stats =
-      c10::cuda::CUDACachingAllocator::getDeviceStats(static_cast<c10::DeviceIndex>(device_index));
-  return stats.allocated_bytes[0].current;
-#else
-  (void)device_index;
-  return 0;
-#endif
-}
-
-// Bytes in use on the whole device `device_index` now (cudaMemGetInfo's total minus free: the
-// CUDA context, the caching allocator's reserved segments, NCCL's buffers, every process on the
-// device); 0 without CUDA.
-inline std::int64_t cuda_device_used_bytes(int device_index) {
-#if defined(LOOM_TORCH_CUDA)
-  c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device_index));
-  std::size_t free_bytes = 0;
-  std::size_t total_bytes = 0;
-  if (cudaMemGetInfo(&free_bytes, &total_bytes) != cudaSuccess) {
-    (void)cudaGetLastError();  // clear the sticky error: the figure is only reported
-    return 0;
-  }
-  return static_cast<std::int64_t>(total_bytes - free_bytes);
-#else
-  (void)device_index;
-  return 0;
-#endif
-}
-
-// The CUDA device's name ("NVIDIA H100 80GB HBM3"); "" without CUDA.
-inline std::string cuda_device_name(int device_index) {
-#if defined(LOOM_TORCH_CUDA)
-  return at::cuda::getDeviceProperties(device_index)->name;
-#else
-  (void)device_index;
-  return "";
-#endif
-}
-
-// Resets the CUDA peak counters of `device_index`; no-op without CUDA.
-inline void cuda_reset_peak(int device_index) {
-#if defined(LOOM_TORCH_CUDA)
-  c10::cuda::CUDACachingAllocator::resetPeakStats(static_cast<c10::DeviceIndex>(device_index));
-#else
-  (void)device_index;
-#endif
-}
-
-// Makes `device_index` the calling thread's current CUDA device (NCCL's barrier and kernels
-// launched without an explicit device use it); no-op without CUDA.
-inline void cuda_set_device(int device_index) {
-#if defined(LOOM_TORCH_CUDA)
-  c10::cuda::set_device(static_cast<c10::DeviceIndex>(device_index));
-#else
-  (void)device_index;
-#endif
-}
-
-// Blocks until queued CUDA work on `device_index` is done; no-op without CUDA.
-inline void cuda_synchronize(int device_index) {
-#if defined(LOOM_TORCH_CUDA)
-  torch::cuda::synchronize(device_index);
-#else
-  (void)device_index;
-#endif
-}
-
-// ---------------------------------------------------------------------------------------------
-// Random state and memory accounting
-
-// The default generators' states (the CPU one, and the CUDA one of `device` in CUDA builds): what
-// recomputation restores so that dropout draws the same masks again.
-struct RngState {
-  torch::Tensor cpu;
-  torch::Tensor cuda;
-  int cuda_device = -1;
-};
-
-inline RngState capture_rng(const torch::Device& device) {
-  RngState state;
-  at::Generator cpu = at::detail::getDefaultCPUGenerator();
-  {
-    std::lock_guard<std::mutex> lock(cpu.mutex());
-    state.cpu = cpu.get_state();
-  }
-#if defined(LOOM_TORCH_CUDA)
-  if (device.is_cuda()) {
-    const int index = device.has_index() ? device.index() : 0;
-    at::Generator cuda = at::cuda::detail::getDefaultCUDAGenerator(index);
-    std::lock_guard<std::mutex> lock(cuda.mutex());
-    state.cuda = cuda.get_state();
-    state.cuda_device = index;
-  }
-#else
-  (void)device;
-#endif
-  return state;
-}
-
-inline void restore_rng(const RngState& state) {
-  at::Generator cpu = at::detail::getDefaultCPUGenerator();
-  {
-    std::lock_guard<std::mutex> lock(cpu.mutex());
-    cpu.set_state(state.cpu);
-  }
-#if defined(LOOM_TORCH_CUDA)
-  if (state.cuda_device >= 0) {
-    at::Generator cuda = at::cuda::detail::getDefaultCUDAGenerator(state.cuda_device);
-    std::lock_guard<std::mutex> lock(cuda.mutex());
-    cuda.set_state(state.cuda);
-  }
-#endif
-}
-
-// Counts the bytes of CPU tensors the calling thread allocates while installed (LibTorch's CPU
-// allocator reports every allocation and free to the thread's memory reporter when one is
-// installed, as its profiler does): current and peak bytes in use, two ways.
-// - thread: the sizes reported to this counter: the calling thread's allocations, less the frees
-//   the calling thread makes (a tensor freed by another thread, such as a Gloo worker dropping
-//   the last reference, is never subtracted; right when several ranks share the process).
-// - process: the allocator's own total of the allocations made while a thread had a reporter,
-//   less those freed on a thread with a reporter (the allocator subtracts only there: work that
-//   another thread may free last, such as Gloo's, is released on the rank's thread, see
-//   executor/distributed.cpp). Right when one rank runs in the process.
-// The signature of the report changed from int64_t to size_t totals in 2.x; both overloads are
-// declared, the one matching the base class overrides it.
-class CpuMemoryCounter : public c10::MemoryReportingInfoBase {
- public:
-  // NOLINTNEXTLINE(readability-inconsistent-declaration-parameter-name)
-  void reportMemoryUsage(void* /*ptr*/, int64_t alloc_size, int64_t total_allocated,
-                         int64_t /*total_reserved*/, c10::Device device) {
-    count(alloc_size, total_allocated, device);
-  }
-  void reportMemoryUsage(void* /*ptr*/, int64_t alloc_size, size_t total_allocated,
-                         size_t /*total_reserved*/, c10::Device device) {
-    count(alloc_size, static_cast<std::int64_t>(total_allocated), device);
-  }
-  bool memoryProfilingEnabled() const override { return true; }
-
-  std::int64_t current_bytes() const { return current_; }
-  std::int64_t peak_bytes() const { return peak_; }
-  // Process-wide: measured from the first report to this counter (bytes tracked before it, by
-  // another counter, count too).
-  std::int64_t process_current_bytes() const { return process_current_ - process_base_; }
-  std::int64_t process_peak_bytes() const { return process_peak_ - process_base_; }
-  // Starts a new peak from the current use.
-  void reset_peak() {
-    peak_ = current_;
-    process_peak_ = process_current_;
-  }
-
- private:
-  void count(int64_t alloc_size, std::int64_t total_allocated, c10::Device device) {
-    if (!device.is_cpu()) return;
-    if (!started_) {  // the first report: the total before it is the base
-      started_ = true;
-      process_base_ = total_allocated - alloc_size;
-      process_peak_ = process_base_;
-    }
-    current_ += alloc_size;
-    peak_ = std::max(peak_, current_);
-    process_current_ = total_allocated;
-    process_peak_ = std::max(process_peak_, process_current_);
-  }
-  std::int64_t current_ = 0;
-  std::int64_t peak_ = 0;
-  bool started_ = false;
-  std::int64_t process_base_ = 0;
-  std::int64_t process_current_ = 0;
-  std::int64_t process_peak_ = 0;
-};
-
-// Installs a CpuMemoryCounter for the calling thread while alive.
-class CpuMemoryScope {
- public:
-  CpuMemoryScope()
-      : counter_(std::make_shared<CpuMemoryCounter>()),
-        guard_(c10::DebugInfoKind::PROFILER_STATE, counter_) {}
-  CpuMemoryCounter& counter() { return *counter_; }
-
- private:
-  std::shared_ptr<CpuMemoryCounter> counter_;
-  c10::DebugInfoGuard guard_;
-};
-
-// A rank's tensor bytes on its device behind one interface: the CUDA caching allocator's figures
-// on a GPU; on CPUs a CpuMemoryCounter's, the whole process's (one rank in the process) or, with
-// `own_thread`, the calling thread's alone (several ranks share the process).
-class DeviceMemory {
- public:
-  DeviceMemory(bool cuda, int device_index, CpuMemoryCounter& cpu, bool own_thread)
-      : cuda_(cuda), index_(device_index), cpu_(cpu), own_thread_(own_thread) {}
-  std::int64_t current_bytes() const {
-    if (cuda_) return cuda_allocated_bytes(index_);
-    return own_thread_ ? cpu_.current_bytes() : cpu_.process_current_bytes();
-  }
-  std::int64_t peak_bytes() const {
-    if (cuda_) return cuda_peak_allocated_bytes(index_);
-    return own_thread_ ? cpu_.peak_bytes() : cpu_.process_peak_bytes();
-  }
-  // What the whole device has in use (cuda_device_used_bytes); 0 on CPUs, which have no such
-  // figure beyond the process's resident set.
-  std::int64_t device_used_bytes() const { return cuda_ ? cuda_device_used_bytes(index_) : 0; }
-  // Starts a new peak from the bytes in use now.
-  void reset_peak() {
-    if (cuda_) cuda_reset_peak(index_);
-    cpu_.reset_peak();
-  }
-
- private:
-  bool cuda_;
-  int index_;
-  CpuMemoryCounter& cpu_;
-  bool own_thread_;
-};
-
 // ---------------------------------------------------------------------------------------------
 // Autograd
 
@@ -512,63 +256,16 @@ using CollectiveBackend = c10d::Backend;
 using CollectiveBackend = c10d::ProcessGroup;
 #endif
 
-// A Gloo group over `store` with one TCP device bound to `interface` when given, else to
-// `host` when given, else to this machine's hostname; every operation times out after `timeout`.
-// Blocks until all `size` members have joined. Throws std::runtime_error in a build without Gloo.
-#if defined(LOOM_HAS_GLOO)
-inline c10::intrusive_ptr<CollectiveBackend> make_gloo_backend(
-    const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
-    std::chrono::milliseconds timeout, const std::string& host, const std::string& interface) {
-  auto options = c10d::ProcessGroupGloo::Options::create(timeout);
-  if (!interface.empty()) {
-    options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(interface));
-  } else if (!host.empty()) {
-    options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname(host));
-  } else {
-    options->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
-  }
-  options->threads = 2;
-  return c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, size, options);
-}
-#else
-inline c10::intrusive_ptr<CollectiveBackend> make_gloo_backend(
-    const c10::intrusive_ptr<c10d::Store>& /*store*/, int /*rank*/, int /*size*/,
-    std::chrono::milliseconds /*timeout*/, const std::string& /*host*/,
-    const std::string& /*interface*/) {
-  throw std::runtime_error(
-      "this build of Loom has no Gloo (its LibTorch ships no gloo headers): CPU tensors cannot be "
-      "communicated; use --device cuda (NCCL)");
-}
-#endif
-
-// Whether this build has NCCL (a CUDA build whose LibTorch was compiled with it).
 #if defined(LOOM_TORCH_CUDA) && defined(USE_C10D_NCCL)
-inline constexpr bool kHasNccl = true;
-// An NCCL group (communicators are created at the first collective) with `timeout`.
-inline c10::intrusive_ptr<CollectiveBackend> make_nccl_backend(
-    const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
-    std::chrono::milliseconds timeout) {
-  auto options = c10d::ProcessGroupNCCL::Options::create();
-  options->timeout = timeout;
-  return c10::make_intrusive<c10d::ProcessGroupNCCL>(store, rank, size, options);
-}
-// Ends an NCCL group's communicators before it is destroyed (2.4 and later warn, and may hang
-// other ranks, when a group is destroyed without it). Every rank calls it, in the same order.
-inline void shutdown_nccl_backend(const c10::intrusive_ptr<CollectiveBackend>& backend) {
+// Ends an NCCL group's communicators before it is destroyed: 2.4 and later warn, and may hang
+// other ranks, when a group is destroyed without it; before 2.4 there is nothing to call.
+inline void shutdown_nccl(c10d::ProcessGroupNCCL& group) {
 #if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
-  static_cast<c10d::ProcessGroupNCCL&>(*backend).shutdown();
+  group.shutdown();
 #else
-  (void)backend;
+  (void)group;
 #endif
 }
-#else
-inline constexpr bool kHasNccl = false;
-inline c10::intrusive_ptr<CollectiveBackend> make_nccl_backend(
-    const c10::intrusive_ptr<c10d::Store>& /*store*/, int /*rank*/, int /*size*/,
-    std::chrono::milliseconds /*timeout*/) {
-  throw std::runtime_error("this build of Loom has no NCCL (a CPU LibTorch): use Gloo");
-}
-inline void shutdown_nccl_backend(const c10::intrusive_ptr<CollectiveBackend>& /*backend*/) {}
 #endif
 
 // TCPStore's server backend: LibTorch 2.4 and later ask for the libuv one by default, which a
@@ -584,13 +281,6 @@ inline bool use_classic_tcp_store(c10d::TCPStoreOptions& options) {
   (void)options;
   return false;
 #endif
-}
-
-// How long waiting for a work may block the host: the group's timeout for Gloo (the wait is
-// where it fails); none for NCCL, whose wait with a timeout blocks the host until the kernels end
-// (2.x) and whose own watchdog enforces the group's timeout. 0 is c10d's kNoTimeout.
-inline std::chrono::milliseconds wait_timeout(bool nccl, std::chrono::milliseconds timeout) {
-  return nccl ? std::chrono::milliseconds(0) : timeout;
 }
 
 }  // namespace loom::executor::compat

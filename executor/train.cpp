@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "costmodel/schedule.hpp"
+#include "executor/device.hpp"
 #include "executor/device_batch.hpp"
 #include "executor/distributed.hpp"
 #include "executor/model.hpp"
@@ -134,7 +135,7 @@ std::size_t check_data(const TrainOptions& o, const std::vector<EncodedExample>&
 TrainSummary train_classifier(const TrainOptions& o, const std::vector<EncodedExample>& train_data,
                               const std::vector<EncodedExample>& validation_data) {
   check_options(o);
-  compat::CpuMemoryScope memory;  // counts this thread's CPU tensors from here on
+  CpuMemoryScope memory;  // counts this thread's CPU tensors from here on
   if (o.dp * o.tp * o.pp != 1) {
     throw InputError("plan", "$.strategy",
                      "dp = tp = pp = 1 for single-rank training (many ranks need process groups), "
@@ -155,7 +156,7 @@ TrainSummary train_classifier(const TrainOptions& o, const std::vector<EncodedEx
                               const std::vector<EncodedExample>& validation_data,
                               ParallelGroups& groups) {
   check_options(o);
-  compat::CpuMemoryScope memory;  // counts this thread's CPU tensors from here on
+  CpuMemoryScope memory;  // counts this thread's CPU tensors from here on
   check_parallel_options(o, groups);
   const std::size_t seq_len = check_data(o, train_data, validation_data);
   const RunSize size =

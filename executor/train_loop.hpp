@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "executor/batch_order.hpp"
+#include "executor/device.hpp"
 #include "executor/metrics_writer.hpp"
 #include "executor/train.hpp"
 
@@ -70,7 +71,7 @@ TrainSummary run_training(const TrainOptions& options, const RunSize& size,
                           std::int64_t train_examples, bool has_validation, TrainRank& rank);
 
 // The engines. Both take the checked options and data; `seq_len` is the data's sequence length
-// and `cpu_memory` the counter of this thread's CPU tensors (compat::CpuMemoryScope).
+// and `cpu_memory` the counter of this thread's CPU tensors (CpuMemoryScope).
 namespace compat {
 class CpuMemoryCounter;
 }  // namespace compat
@@ -78,11 +79,11 @@ class ParallelGroups;
 std::unique_ptr<TrainRank> make_single_rank(const TrainOptions& options, const RunSize& size,
                                             const std::vector<EncodedExample>& train_data,
                                             const std::vector<EncodedExample>& validation_data,
-                                            compat::CpuMemoryCounter& cpu_memory);
+                                            CpuMemoryCounter& cpu_memory);
 std::unique_ptr<TrainRank> make_parallel_rank(const TrainOptions& options, const RunSize& size,
                                               const std::vector<EncodedExample>& train_data,
                                               const std::vector<EncodedExample>& validation_data,
                                               std::size_t seq_len, ParallelGroups& groups,
-                                              compat::CpuMemoryCounter& cpu_memory);
+                                              CpuMemoryCounter& cpu_memory);
 
 }  // namespace loom::executor

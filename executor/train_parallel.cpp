@@ -11,6 +11,7 @@
 #include "costmodel/estimate.hpp"
 #include "costmodel/schedule.hpp"
 #include "executor/checkpoint.hpp"
+#include "executor/device.hpp"
 #include "executor/device_batch.hpp"
 #include "executor/distributed.hpp"
 #include "executor/flat_adamw.hpp"
@@ -95,7 +96,7 @@ class ParallelRank final : public TrainRank {
   ParallelRank(const TrainOptions& o, const RunSize& size,
                const std::vector<EncodedExample>& train_data,
                const std::vector<EncodedExample>& validation_data, std::size_t seq_len,
-               ParallelGroups& groups, compat::CpuMemoryCounter& cpu_memory);
+               ParallelGroups& groups, CpuMemoryCounter& cpu_memory);
 
   std::optional<std::int64_t> resumed_from_step() const override { return resumed_from_; }
   const char* precision() const override { return mp_.name.c_str(); }
@@ -154,7 +155,7 @@ class ParallelRank final : public TrainRank {
   int previous_rank_;
   int next_rank_;
   torch::TensorOptions activation_options_;
-  compat::DeviceMemory device_memory_;
+  DeviceMemory device_memory_;
   int agreed_signal_ = 0;  // the stop signal every rank agreed on (0: none)
   HfFolder hf_;            // what step folders and the output folder say besides the weights
 };
@@ -162,7 +163,7 @@ class ParallelRank final : public TrainRank {
 ParallelRank::ParallelRank(const TrainOptions& o, const RunSize& size,
                            const std::vector<EncodedExample>& train_data,
                            const std::vector<EncodedExample>& validation_data, std::size_t seq_len,
-                           ParallelGroups& groups, compat::CpuMemoryCounter& cpu_memory)
+                           ParallelGroups& groups, CpuMemoryCounter& cpu_memory)
     : o_(o),
       size_(size),
       train_data_(train_data),
@@ -382,7 +383,7 @@ double ParallelRank::finish_step(StepState& s, double lr) {
   const double step_loss =
       host_stats[0].item<double>() / static_cast<double>(o_.dp * groups_.tp_size());
   agreed_signal_ = agreed_stop_signal(host_stats.narrow(0, 1, kStopSignalSlots));
-  if (o_.device == Device::kCuda) compat::cuda_synchronize(o_.device_index);
+  if (o_.device == Device::kCuda) cuda_synchronize(o_.device_index);
   return step_loss;
 }
 
@@ -481,7 +482,7 @@ std::unique_ptr<TrainRank> make_parallel_rank(const TrainOptions& options, const
                                               const std::vector<EncodedExample>& train_data,
                                               const std::vector<EncodedExample>& validation_data,
                                               std::size_t seq_len, ParallelGroups& groups,
-                                              compat::CpuMemoryCounter& cpu_memory) {
+                                              CpuMemoryCounter& cpu_memory) {
   return std::make_unique<ParallelRank>(options, size, train_data, validation_data, seq_len, groups,
                                         cpu_memory);
 }

@@ -7,6 +7,7 @@
 #include <numeric>
 
 #include "executor/checkpoint.hpp"
+#include "executor/device.hpp"
 #include "executor/device_batch.hpp"
 #include "executor/flat_adamw.hpp"
 #include "executor/hf_export.hpp"
@@ -134,8 +135,7 @@ class SingleRank final : public TrainRank {
  public:
   SingleRank(const TrainOptions& o, const RunSize& size,
              const std::vector<EncodedExample>& train_data,
-             const std::vector<EncodedExample>& validation_data,
-             compat::CpuMemoryCounter& cpu_memory)
+             const std::vector<EncodedExample>& validation_data, CpuMemoryCounter& cpu_memory)
       : o_(o),
         size_(size),
         train_data_(train_data),
@@ -198,7 +198,7 @@ class SingleRank final : public TrainRank {
   torch::Device device_;
   MixedPrecision mp_;
   EncoderClassifier model_;
-  compat::DeviceMemory device_memory_;
+  DeviceMemory device_memory_;
   std::vector<torch::Tensor> parameters_;
   std::unique_ptr<torch::optim::AdamW> optimizer_;
   LossScaler scaler_;
@@ -313,7 +313,7 @@ double SingleRank::train_step(std::int64_t step, const std::vector<std::int64_t>
   set_learning_rate(*optimizer_, lr);
   if (apply) adamw_step(*optimizer_);
   const double step_loss = loss_sum.item<double>();
-  if (o_.device == Device::kCuda) compat::cuda_synchronize(o_.device_index);
+  if (o_.device == Device::kCuda) cuda_synchronize(o_.device_index);
   StepPhases::add(phases.optimizer_s, at);
   return step_loss;
 }
@@ -346,7 +346,7 @@ void SingleRank::save_checkpoint(std::int64_t step_done) {
 std::unique_ptr<TrainRank> make_single_rank(const TrainOptions& options, const RunSize& size,
                                             const std::vector<EncodedExample>& train_data,
                                             const std::vector<EncodedExample>& validation_data,
-                                            compat::CpuMemoryCounter& cpu_memory) {
+                                            CpuMemoryCounter& cpu_memory) {
   return std::make_unique<SingleRank>(options, size, train_data, validation_data, cpu_memory);
 }
 
