@@ -1,6 +1,7 @@
-// Bad inputs: one test per kind of mistake in a loom-model/1 file, a Hugging Face config.json and a
-// loom-cluster/1 file. Each starts from a valid document, changes one thing, and checks that the
-// InputError names the source, the JSON path and what was expected.
+// Bad inputs: one row (kRows) or test per kind of mistake in a loom-model/1 file, a Hugging Face
+// config.json and a loom-cluster/1 file. Each starts from a valid document, changes one thing, and
+// checks that the InputError names the source, the JSON path and what was expected; the tests are
+// the mistakes that take more than one change or another reader.
 #include <catch2/catch.hpp>
 #include <functional>
 #include <initializer_list>
@@ -155,7 +156,253 @@ void require_cluster_error(const json& value, const std::string& path,
                       kClusterSource, path, words);
 }
 
+// Which valid document a row changes, read by its reader.
+enum class Doc { kModel, kHf, kGpt2, kCluster, kLinkedCluster };
+
+// One mistake: the document, its one change as a JSON Patch (RFC 6902), and the InputError it
+// must give (the JSON path, and words the expectation contains).
+struct BadRow {
+  const char* what;
+  Doc doc;
+  const char* patch;
+  const char* path;
+  std::initializer_list<std::string> words;
+};
+
+void require_row_error(const BadRow& row) {
+  INFO(row.what);
+  switch (row.doc) {
+    case Doc::kModel:
+      require_model_error(valid_model().patch(json::parse(row.patch)), row.path, row.words);
+      return;
+    case Doc::kHf:
+      require_hf_error(valid_hf_config().patch(json::parse(row.patch)), row.path, row.words);
+      return;
+    case Doc::kGpt2:
+      require_hf_error(valid_gpt2_config().patch(json::parse(row.patch)), row.path, row.words);
+      return;
+    case Doc::kCluster:
+      require_cluster_error(valid_cluster().patch(json::parse(row.patch)), row.path, row.words);
+      return;
+    case Doc::kLinkedCluster:
+      require_cluster_error(valid_linked_cluster().patch(json::parse(row.patch)), row.path,
+                            row.words);
+      return;
+  }
+}
+
 }  // namespace
+
+// One row per kind of mistake that one change to a valid document makes.
+const BadRow kRows[] = {
+    {"loom-model: missing required field",
+     Doc::kModel,
+     R"([{"op": "remove", "path": "/layers"}])",
+     "$.layers",
+     {"missing required field", "integer"}},
+    {"loom-model: null for a required field",
+     Doc::kModel,
+     R"([{"op": "add", "path": "/vocab", "value": null}])",
+     "$.vocab",
+     {"missing required field"}},
+    {"loom-model: missing format",
+     Doc::kModel,
+     R"([{"op": "remove", "path": "/format"}, {"op": "remove", "path": "/model_type"}])",
+     "$.format",
+     {"missing required field", "string"}},
+    {"loom-model: string where an integer is expected",
+     Doc::kModel,
+     R"([{"op": "add", "path": "/hidden", "value": "1024"}])",
+     "$.hidden",
+     {"expected an integer", "found a string"}},
+    {"loom-model: non-integer number for an integer",
+     Doc::kModel,
+     R"([{"op": "add", "path": "/layers", "value": 12.5}])",
+     "$.layers",
+     {"expected an integer", "found a number"}},
+    {"loom-model: integral float for an integer",
+     Doc::kModel,
+     R"([{"op": "add", "path": "/layers", "value": 24.0}])",
+     "$.layers",
+     {"expected an integer", "found a number"}},
+    {"loom-model: wrong type for a boolean",
+     Doc::kModel,
+     R"([{"op": "add", "path": "/tied_embeddings", "value": "yes"}])",
+     "$.tied_embeddings",
+     {"true or false", "found a string"}},
+    {"loom-model: zero size",
+     Doc::kModel,
+     R"([{"op": "add", "path": "/heads", "value": 0}])",
+     "$.heads",
+     {">= 1", "found 0"}},
+    {"loom-model: negative size",
+     Doc::kModel,
+     R"([{"op": "add", "path": "/vocab", "value": -30522}])",
+     "$.vocab",
+     {">= 1", "found -30522"}},
+    {"loom-model: zero labels",
+     Doc::kModel,
+     R"([{"op": "add", "path": "/num_labels", "value": 0}])",
+     "$.num_labels",
+     {">= 1", "found 0"}},
+    {"loom-model: heads that do not divide hidden",
+     Doc::kModel,
+     R"([{"op": "add", "path": "/heads", "value": 15}])",
+     "$.heads",
+     {"divisor of hidden", "1024", "found 15"}},
+    {"loom-model: unknown field (a typo)",
+     Doc::kModel,
+     R"([{"op": "add", "path": "/hiden", "value": 1024}])",
+     "$.hiden",
+     {"unknown field"}},
+    {"loom-model: wrong format string",
+     Doc::kModel,
+     R"([{"op": "add", "path": "/format", "value": "loom-cluster/1"}])",
+     "$.format",
+     {"\"loom-model/1\"", "\"loom-cluster/1\""}},
+    {"loom-model: newer format version",
+     Doc::kModel,
+     R"([{"op": "add", "path": "/format", "value": "loom-model/2"}])",
+     "$.format",
+     {"\"loom-model/2\"", "newer", "unknown", "upgrade"}},
+    {"loom-model: value outside the allowed choices",
+     Doc::kModel,
+     R"([{"op": "add", "path": "/family", "value": "causal"}])",
+     "$.family",
+     {"\"encoder\"", "\"decoder\"", "found \"causal\""}},
+    {"loom-model: token types on a decoder",
+     Doc::kModel,
+     R"([{"op": "add", "path": "/family", "value": "decoder"}, {"op": "add", "path": "/model_type", "value": "gpt2"}, {"op": "add", "path": "/type_vocab", "value": 2}])",
+     "$.type_vocab",
+     {"decoder"}},
+    {"loom-model: empty name",
+     Doc::kModel,
+     R"([{"op": "add", "path": "/name", "value": ""}])",
+     "$.name",
+     {"non-empty"}},
+    {"config.json: missing required field",
+     Doc::kHf,
+     R"([{"op": "remove", "path": "/hidden_size"}])",
+     "$.hidden_size",
+     {"missing required field", "integer"}},
+    // Unknown keys are normal in a config.json (dropout, activation, ...), so a typo shows up as
+    // the field it should have been.
+    {"config.json: a typo is a missing field",
+     Doc::kHf,
+     R"([{"op": "copy", "from": "/hidden_size", "path": "/hiden_size"}, {"op": "remove", "path": "/hidden_size"}])",
+     "$.hidden_size",
+     {"missing required field"}},
+    {"config.json: gpt2 without n_positions or n_ctx",
+     Doc::kGpt2,
+     R"([{"op": "remove", "path": "/n_positions"}, {"op": "remove", "path": "/n_ctx"}])",
+     "$.n_ctx",
+     {"missing required field"}},
+    {"config.json: string where an integer is expected",
+     Doc::kHf,
+     R"([{"op": "add", "path": "/num_hidden_layers", "value": "12"}])",
+     "$.num_hidden_layers",
+     {"expected an integer", "found a string"}},
+    {"config.json: non-integer number for an integer",
+     Doc::kHf,
+     R"([{"op": "add", "path": "/intermediate_size", "value": 3072.5}])",
+     "$.intermediate_size",
+     {"expected an integer", "found a number"}},
+    {"config.json: zero size",
+     Doc::kHf,
+     R"([{"op": "add", "path": "/vocab_size", "value": 0}])",
+     "$.vocab_size",
+     {">= 1", "found 0"}},
+    {"config.json: num_attention_heads that does not divide hidden_size",
+     Doc::kHf,
+     R"([{"op": "add", "path": "/num_attention_heads", "value": 11}])",
+     "$.num_attention_heads",
+     {"divisor of hidden_size", "768", "found 11"}},
+    {"config.json: n_head that does not divide n_embd",
+     Doc::kGpt2,
+     R"([{"op": "add", "path": "/n_head", "value": 7}])",
+     "$.n_head",
+     {"divisor of n_embd", "768", "found 7"}},
+    {"config.json: model_type of the wrong type",
+     Doc::kHf,
+     R"([{"op": "add", "path": "/model_type", "value": 2}])",
+     "$.model_type",
+     {"\"bert\"", "found an integer"}},
+    {"config.json: a classifier with an empty id2label",
+     Doc::kHf,
+     R"([{"op": "add", "path": "/id2label", "value": {}}])",
+     "$.id2label",
+     {"at least one label"}},
+    {"config.json: a classifier with zero num_labels",
+     Doc::kHf,
+     R"([{"op": "add", "path": "/num_labels", "value": 0}])",
+     "$.num_labels",
+     {">= 1", "found 0"}},
+    {"config.json: wrong type for tie_word_embeddings",
+     Doc::kHf,
+     R"([{"op": "add", "path": "/tie_word_embeddings", "value": 1}])",
+     "$.tie_word_embeddings",
+     {"true or false", "found an integer"}},
+    {"loom-cluster: string where an integer is expected",
+     Doc::kCluster,
+     R"([{"op": "add", "path": "/nodes", "value": "4"}])",
+     "$.nodes",
+     {"expected an integer", "found a string"}},
+    {"loom-cluster: string where a number is expected",
+     Doc::kCluster,
+     R"([{"op": "add", "path": "/inter_node/bandwidth_gbps", "value": "200 GB/s"}])",
+     "$.inter_node.bandwidth_gbps",
+     {"expected a number", "found a string"}},
+    {"loom-cluster: non-integer number for an integer",
+     Doc::kCluster,
+     R"([{"op": "add", "path": "/devices_per_node", "value": 7.5}])",
+     "$.devices_per_node",
+     {"expected an integer", "found a number"}},
+    {"loom-cluster: an integer too large",
+     Doc::kCluster,
+     R"([{"op": "add", "path": "/device/memory_bytes", "value": 18446744073709551615}])",
+     "$.device.memory_bytes",
+     {"expected an integer", "too large"}},
+    {"loom-cluster: wrong format string",
+     Doc::kCluster,
+     R"([{"op": "add", "path": "/format", "value": "loom-model/1"}])",
+     "$.format",
+     {"\"loom-cluster/1\"", "\"loom-model/1\""}},
+    {"loom-cluster: newer format version",
+     Doc::kCluster,
+     R"([{"op": "add", "path": "/format", "value": "loom-cluster/2"}])",
+     "$.format",
+     {"\"loom-cluster/2\"", "newer", "upgrade"}},
+    {"loom-cluster: value outside the allowed choices",
+     Doc::kCluster,
+     R"([{"op": "add", "path": "/device/kind", "value": "tpu"}])",
+     "$.device.kind",
+     {"\"gpu\"", "\"cpu\"", "found \"tpu\""}},
+    {"loom-cluster: several nodes without inter_node",
+     Doc::kCluster,
+     R"([{"op": "remove", "path": "/inter_node"}])",
+     "$.inter_node",
+     {"nodes > 1", "nodes = 4"}},
+    {"loom-cluster: links that are not an array",
+     Doc::kLinkedCluster,
+     R"([{"op": "add", "path": "/links", "value": {}}])",
+     "$.links",
+     {"expected an array", "found an object"}},
+    {"loom-cluster: link with a missing field",
+     Doc::kLinkedCluster,
+     R"([{"op": "remove", "path": "/links/1/bandwidth_gbps"}])",
+     "$.links[1].bandwidth_gbps",
+     {"missing required field"}},
+    {"loom-cluster: link from a device to itself",
+     Doc::kLinkedCluster,
+     R"([{"op": "add", "path": "/links/0/b", "value": "node0/gpu0"}])",
+     "$.links[0].b",
+     {"different endpoint", "node0/gpu0"}},
+};
+
+TEST_CASE("bad inputs: each row's one change is refused with its path and expectation",
+          "[profiles][errors]") {
+  for (const BadRow& row : kRows) require_row_error(row);
+}
 
 // The valid documents really are valid, so every failure below comes from the one change.
 TEST_CASE("bad inputs: the base documents are valid", "[profiles][errors]") {
@@ -171,97 +418,6 @@ TEST_CASE("bad inputs: the base documents are valid", "[profiles][errors]") {
 // ---------------------------------------------------------------------------------------------
 // loom-model/1
 
-TEST_CASE("loom-model: missing required field", "[profiles][errors][model]") {
-  json j = valid_model();
-  j.erase("layers");
-  require_model_error(j, "$.layers", {"missing required field", "integer"});
-}
-
-TEST_CASE("loom-model: null for a required field", "[profiles][errors][model]") {
-  json j = valid_model();
-  j["vocab"] = nullptr;
-  require_model_error(j, "$.vocab", {"missing required field"});
-}
-
-TEST_CASE("loom-model: missing format", "[profiles][errors][model]") {
-  json j = valid_model();
-  j.erase("format");
-  j.erase("model_type");  // with model_type and no format the object reads as a config.json
-  require_model_error(j, "$.format", {"missing required field", "string"});
-}
-
-TEST_CASE("loom-model: string where an integer is expected", "[profiles][errors][model]") {
-  json j = valid_model();
-  j["hidden"] = "1024";
-  require_model_error(j, "$.hidden", {"expected an integer", "found a string"});
-}
-
-TEST_CASE("loom-model: non-integer number for an integer", "[profiles][errors][model]") {
-  json j = valid_model();
-  j["layers"] = 12.5;
-  require_model_error(j, "$.layers", {"expected an integer", "found a number"});
-}
-
-TEST_CASE("loom-model: integral float for an integer", "[profiles][errors][model]") {
-  json j = valid_model();
-  j["layers"] = 24.0;
-  require_model_error(j, "$.layers", {"expected an integer", "found a number"});
-}
-
-TEST_CASE("loom-model: wrong type for a boolean", "[profiles][errors][model]") {
-  json j = valid_model();
-  j["tied_embeddings"] = "yes";
-  require_model_error(j, "$.tied_embeddings", {"true or false", "found a string"});
-}
-
-TEST_CASE("loom-model: zero size", "[profiles][errors][model]") {
-  json j = valid_model();
-  j["heads"] = 0;
-  require_model_error(j, "$.heads", {">= 1", "found 0"});
-}
-
-TEST_CASE("loom-model: negative size", "[profiles][errors][model]") {
-  json j = valid_model();
-  j["vocab"] = -30522;
-  require_model_error(j, "$.vocab", {">= 1", "found -30522"});
-}
-
-TEST_CASE("loom-model: zero labels", "[profiles][errors][model]") {
-  json j = valid_model();
-  j["num_labels"] = 0;
-  require_model_error(j, "$.num_labels", {">= 1", "found 0"});
-}
-
-TEST_CASE("loom-model: heads that do not divide hidden", "[profiles][errors][model]") {
-  json j = valid_model();
-  j["heads"] = 15;
-  require_model_error(j, "$.heads", {"divisor of hidden", "1024", "found 15"});
-}
-
-TEST_CASE("loom-model: unknown field (a typo)", "[profiles][errors][model]") {
-  json j = valid_model();
-  j["hiden"] = 1024;
-  require_model_error(j, "$.hiden", {"unknown field"});
-}
-
-TEST_CASE("loom-model: wrong format string", "[profiles][errors][model]") {
-  json j = valid_model();
-  j["format"] = "loom-cluster/1";
-  require_model_error(j, "$.format", {"\"loom-model/1\"", "\"loom-cluster/1\""});
-}
-
-TEST_CASE("loom-model: newer format version", "[profiles][errors][model]") {
-  json j = valid_model();
-  j["format"] = "loom-model/2";
-  require_model_error(j, "$.format", {"\"loom-model/2\"", "newer", "unknown", "upgrade"});
-}
-
-TEST_CASE("loom-model: value outside the allowed choices", "[profiles][errors][model]") {
-  json j = valid_model();
-  j["family"] = "causal";
-  require_model_error(j, "$.family", {"\"encoder\"", "\"decoder\"", "found \"causal\""});
-}
-
 TEST_CASE("loom-model: family inconsistent with model_type", "[profiles][errors][model]") {
   json j = valid_model();
   j["family"] = "decoder";
@@ -271,20 +427,6 @@ TEST_CASE("loom-model: family inconsistent with model_type", "[profiles][errors]
   json gpt = valid_model();
   gpt["model_type"] = "gpt2";  // a GPT-2 model_type in an encoder
   require_model_error(gpt, "$.family", {"\"decoder\"", "\"gpt2\""});
-}
-
-TEST_CASE("loom-model: token types on a decoder", "[profiles][errors][model]") {
-  json j = valid_model();
-  j["family"] = "decoder";
-  j["model_type"] = "gpt2";
-  j["type_vocab"] = 2;
-  require_model_error(j, "$.type_vocab", {"decoder"});
-}
-
-TEST_CASE("loom-model: empty name", "[profiles][errors][model]") {
-  json j = valid_model();
-  j["name"] = "";
-  require_model_error(j, "$.name", {"non-empty"});
 }
 
 TEST_CASE("loom-model: not an object", "[profiles][errors][model]") {
@@ -319,46 +461,6 @@ TEST_CASE("loom-model: validate_model checks a spec built in code", "[profiles][
 // ---------------------------------------------------------------------------------------------
 // Hugging Face config.json
 
-TEST_CASE("config.json: missing required field", "[profiles][errors][hf]") {
-  json j = valid_hf_config();
-  j.erase("hidden_size");
-  require_hf_error(j, "$.hidden_size", {"missing required field", "integer"});
-}
-
-TEST_CASE("config.json: a typo is a missing field", "[profiles][errors][hf]") {
-  // Unknown keys are normal in a config.json (dropout, activation, ...), so a typo shows up as the
-  // field it should have been.
-  json j = valid_hf_config();
-  j["hiden_size"] = j["hidden_size"];
-  j.erase("hidden_size");
-  require_hf_error(j, "$.hidden_size", {"missing required field"});
-}
-
-TEST_CASE("config.json: gpt2 without n_positions or n_ctx", "[profiles][errors][hf]") {
-  json j = valid_gpt2_config();
-  j.erase("n_positions");
-  j.erase("n_ctx");
-  require_hf_error(j, "$.n_ctx", {"missing required field"});
-}
-
-TEST_CASE("config.json: string where an integer is expected", "[profiles][errors][hf]") {
-  json j = valid_hf_config();
-  j["num_hidden_layers"] = "12";
-  require_hf_error(j, "$.num_hidden_layers", {"expected an integer", "found a string"});
-}
-
-TEST_CASE("config.json: non-integer number for an integer", "[profiles][errors][hf]") {
-  json j = valid_hf_config();
-  j["intermediate_size"] = 3072.5;
-  require_hf_error(j, "$.intermediate_size", {"expected an integer", "found a number"});
-}
-
-TEST_CASE("config.json: zero size", "[profiles][errors][hf]") {
-  json j = valid_hf_config();
-  j["vocab_size"] = 0;
-  require_hf_error(j, "$.vocab_size", {">= 1", "found 0"});
-}
-
 TEST_CASE("config.json: negative size", "[profiles][errors][hf]") {
   json j = valid_hf_config();
   j["max_position_embeddings"] = -512;
@@ -369,49 +471,12 @@ TEST_CASE("config.json: negative size", "[profiles][errors][hf]") {
   require_hf_error(t, "$.type_vocab_size", {">= 0", "found -1"});
 }
 
-TEST_CASE("config.json: num_attention_heads that does not divide hidden_size",
-          "[profiles][errors][hf]") {
-  json j = valid_hf_config();
-  j["num_attention_heads"] = 11;
-  require_hf_error(j, "$.num_attention_heads", {"divisor of hidden_size", "768", "found 11"});
-}
-
-TEST_CASE("config.json: n_head that does not divide n_embd", "[profiles][errors][hf]") {
-  json j = valid_gpt2_config();
-  j["n_head"] = 7;
-  require_hf_error(j, "$.n_head", {"divisor of n_embd", "768", "found 7"});
-}
-
 TEST_CASE("config.json: unsupported model_type", "[profiles][errors][hf]") {
   json j = valid_hf_config();
   j["model_type"] = "gemma";
   require_hf_error(
       j, "$.model_type",
       {"\"bert\"", "\"roberta\"", "\"gpt2\"", "\"llama\"", "\"qwen2\"", "found \"gemma\""});
-}
-
-TEST_CASE("config.json: model_type of the wrong type", "[profiles][errors][hf]") {
-  json j = valid_hf_config();
-  j["model_type"] = 2;
-  require_hf_error(j, "$.model_type", {"\"bert\"", "found an integer"});
-}
-
-TEST_CASE("config.json: a classifier with an empty id2label", "[profiles][errors][hf]") {
-  json j = valid_hf_config();
-  j["id2label"] = json::object();
-  require_hf_error(j, "$.id2label", {"at least one label"});
-}
-
-TEST_CASE("config.json: a classifier with zero num_labels", "[profiles][errors][hf]") {
-  json j = valid_hf_config();
-  j["num_labels"] = 0;
-  require_hf_error(j, "$.num_labels", {">= 1", "found 0"});
-}
-
-TEST_CASE("config.json: wrong type for tie_word_embeddings", "[profiles][errors][hf]") {
-  json j = valid_hf_config();
-  j["tie_word_embeddings"] = 1;
-  require_hf_error(j, "$.tie_word_embeddings", {"true or false", "found an integer"});
 }
 
 TEST_CASE("config.json: invalid JSON syntax", "[profiles][errors][hf]") {
@@ -432,30 +497,6 @@ TEST_CASE("loom-cluster: missing required field", "[profiles][errors][cluster]")
   json k = valid_cluster();
   k["intra_node"].erase("latency_us");
   require_cluster_error(k, "$.intra_node.latency_us", {"missing required field", "number"});
-}
-
-TEST_CASE("loom-cluster: string where an integer is expected", "[profiles][errors][cluster]") {
-  json j = valid_cluster();
-  j["nodes"] = "4";
-  require_cluster_error(j, "$.nodes", {"expected an integer", "found a string"});
-}
-
-TEST_CASE("loom-cluster: string where a number is expected", "[profiles][errors][cluster]") {
-  json j = valid_cluster();
-  j["inter_node"]["bandwidth_gbps"] = "200 GB/s";
-  require_cluster_error(j, "$.inter_node.bandwidth_gbps", {"expected a number", "found a string"});
-}
-
-TEST_CASE("loom-cluster: non-integer number for an integer", "[profiles][errors][cluster]") {
-  json j = valid_cluster();
-  j["devices_per_node"] = 7.5;
-  require_cluster_error(j, "$.devices_per_node", {"expected an integer", "found a number"});
-}
-
-TEST_CASE("loom-cluster: an integer too large", "[profiles][errors][cluster]") {
-  json j = valid_cluster();
-  j["device"]["memory_bytes"] = 18446744073709551615ULL;
-  require_cluster_error(j, "$.device.memory_bytes", {"expected an integer", "too large"});
 }
 
 TEST_CASE("loom-cluster: zero size", "[profiles][errors][cluster]") {
@@ -490,30 +531,6 @@ TEST_CASE("loom-cluster: unknown field (a typo)", "[profiles][errors][cluster]")
   json top = valid_cluster();
   top["hiden"] = true;
   require_cluster_error(top, "$.hiden", {"unknown field"});
-}
-
-TEST_CASE("loom-cluster: wrong format string", "[profiles][errors][cluster]") {
-  json j = valid_cluster();
-  j["format"] = "loom-model/1";
-  require_cluster_error(j, "$.format", {"\"loom-cluster/1\"", "\"loom-model/1\""});
-}
-
-TEST_CASE("loom-cluster: newer format version", "[profiles][errors][cluster]") {
-  json j = valid_cluster();
-  j["format"] = "loom-cluster/2";
-  require_cluster_error(j, "$.format", {"\"loom-cluster/2\"", "newer", "upgrade"});
-}
-
-TEST_CASE("loom-cluster: value outside the allowed choices", "[profiles][errors][cluster]") {
-  json j = valid_cluster();
-  j["device"]["kind"] = "tpu";
-  require_cluster_error(j, "$.device.kind", {"\"gpu\"", "\"cpu\"", "found \"tpu\""});
-}
-
-TEST_CASE("loom-cluster: several nodes without inter_node", "[profiles][errors][cluster]") {
-  json j = valid_cluster();
-  j.erase("inter_node");
-  require_cluster_error(j, "$.inter_node", {"nodes > 1", "nodes = 4"});
 }
 
 TEST_CASE("loom-cluster: validate_cluster checks a cluster built in code",
@@ -565,24 +582,6 @@ TEST_CASE("loom-cluster: sm_count and achievable_tflops", "[profiles][errors][cl
   json att = valid_cluster();
   att["device"]["attention_efficiency"] = 2;
   require_cluster_error(att, "$.device.attention_efficiency", {"fraction", "(0, 1]"});
-}
-
-TEST_CASE("loom-cluster: links that are not an array", "[profiles][errors][cluster]") {
-  json j = valid_linked_cluster();
-  j["links"] = json::object();
-  require_cluster_error(j, "$.links", {"expected an array", "found an object"});
-}
-
-TEST_CASE("loom-cluster: link with a missing field", "[profiles][errors][cluster]") {
-  json j = valid_linked_cluster();
-  j["links"][1].erase("bandwidth_gbps");
-  require_cluster_error(j, "$.links[1].bandwidth_gbps", {"missing required field"});
-}
-
-TEST_CASE("loom-cluster: link from a device to itself", "[profiles][errors][cluster]") {
-  json j = valid_linked_cluster();
-  j["links"][0]["b"] = "node0/gpu0";
-  require_cluster_error(j, "$.links[0].b", {"different endpoint", "node0/gpu0"});
 }
 
 TEST_CASE("loom-cluster: link naming a device that does not exist", "[profiles][errors][cluster]") {
