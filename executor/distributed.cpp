@@ -44,7 +44,10 @@ std::string join_ranks(const std::vector<int>& ranks) {
 // the work itself; a work still held after that goes to its group's list, which drops what nothing
 // else holds at the group's next operation and at the group's end. The hot path never waits longer
 // than the grace, and the list is bounded (the oldest entries are dropped, wherever they free).
-namespace {
+// A named namespace, not an anonymous one: the group's Impl structs below hold these types, and
+// GCC warns (-Wsubobject-linkage) when a class with linkage holds a type without it outside the
+// main file, as this file is when compiled in its unity group (executor/CMakeLists.txt).
+namespace group_detail {
 
 class FinishedWorks {
  public:
@@ -169,7 +172,11 @@ class P2pStream {
   std::thread thread_;  // last: starts once the members above exist
 };
 
-}  // namespace
+}  // namespace group_detail
+
+using group_detail::FinishedWorks;
+using group_detail::P2pStream;
+using group_detail::StreamOp;
 
 struct PendingOperation::Impl {
   c10::intrusive_ptr<c10d::Work> work;

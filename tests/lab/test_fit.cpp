@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <random>
 #include <string>
+#include <string_view>
 
 #include "lab/fit.hpp"
 #include "profiles/json_reader.hpp"
@@ -65,7 +66,9 @@ void measure(std::vector<PreparedRow>* rows, const profiles::Cluster& truth, uns
   }
 }
 
-const fit::ParameterFit& parameter(const fit::FitResult& f, const std::string& name) {
+// `name` by value: a reference parameter bound to a temporary string makes GCC 14 and later warn
+// that the returned reference may dangle (-Wdangling-reference), though it points into `f`.
+const fit::ParameterFit& parameter(const fit::FitResult& f, std::string_view name) {
   for (const fit::ParameterFit& p : f.parameters) {
     if (p.name == name) return p;
   }
