@@ -411,6 +411,9 @@ TEST_CASE("A layout that does not match the groups is refused", "[distributed]")
   const auto store = loom::executor::make_local_store();
   run_ranks(2, [&](int rank) {
     ParallelGroups groups(store, rank, 2, 1, 1, quick());
+    // Both ranks have joined before either refuses and tears its groups down (a peer that leaves
+    // while the other still connects fails that one's join instead).
+    groups.world().barrier();
     TrainOptions o = base_options(2);
     o.tp = 2;  // the plan says tp=2, the groups are dp=2
     CHECK_THROWS_AS(loom::executor::train_classifier(o, train, {}, groups), InputError);
