@@ -230,8 +230,6 @@ struct EntryMeasurements {
   MeasuredEntry head;
 };
 
-// Replaces the roofline times and formula activations of every entry kind by what the
-// profile answers (measured_entry()), and scales a layer's backward temporaries alike.
 // The profile points of the three entry kinds: the rank's micro-batch, tokens (1/cp of the
 // sequence with context parallelism), tp shard, recomputation and threads; embeddings and heads
 // have no attention core, so their queries say math.
@@ -262,6 +260,8 @@ std::string layer_name(const profiles::ModelSpec& m) {
   return m.family == Family::kEncoder ? "encoder layer" : "decoder layer";
 }
 
+// Replaces the roofline times and formula activations of every entry kind by what the
+// profile answers (measured_entry()), and scales a layer's backward temporaries alike.
 EntryMeasurements measured_entries(const TermsInput& in, const DeviceRates& core_rates, Terms& t,
                                    EntryActivations& act) {
   const profiles::ModelSpec& m = in.m;
